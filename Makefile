@@ -1,0 +1,37 @@
+# pgdrain — make help lists the targets.
+SHELL := /bin/bash
+GO ?= go
+WITH_PG := scripts/with-postgres.sh
+
+.PHONY: help test test-sql test-go demo bench soak lint verify migration sums
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+
+test: ## everything: throwaway cluster (unless DATABASE_URL), migrations, pg_prove, go test
+	@$(WITH_PG) -- scripts/test.sh
+
+test-sql: ## only the pgTAP suite
+	@$(WITH_PG) -- scripts/test.sh sql
+
+test-go: ## only go test
+	@$(WITH_PG) -- scripts/test.sh go
+
+demo: ## the main job: 20k events, 3 drainers, a flaky webhook peer, a report
+	@$(WITH_PG) -- $(GO) run ./cmd/pgdrain-demo
+
+bench: ## benchmark tables (fsync on) into bench/out/
+	@$(WITH_PG) --fsync -- scripts/bench.sh
+
+soak: ## the chaos drain for 10 minutes
+	@$(WITH_PG) -- env PGDRAIN_SOAK=10m $(GO) test ./gocheck -run 'TestChaos' -count=1 -v -timeout 30m
+
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+sums: ## rewrite migrations/SUMS after adding a migration
+	@cd migrations && find . -name '*.sql' | sort | xargs sha256sum > SUMS
+
+migration: ## new migration from sql/functions: make migration MODULE=outbox NAME=what_changed FUNCS="claim_batch apply_result"
+	@scripts/new-migration.sh "$(MODULE)" "$(NAME)" $(FUNCS)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Makes sure the PostgreSQL binaries, pgTAP and pg_prove are here. On Debian as root it installs
+# what is missing; anywhere else it prints exactly what to install and exits 2.
+# Usage: scripts/ensure-deps.sh [--server]   (--server: initdb/pg_ctl are needed too)
+set -euo pipefail
+need_server=${1:-}
+pg_major=${PG_MAJOR:-15}
+packages=(postgresql-$pg_major postgresql-$pg_major-pgtap libtap-parser-sourcehandler-pgtap-perl)
+
+bindir() {
+  local d
+  for d in ${PG_BINDIR:-} /usr/lib/postgresql/$pg_major/bin /usr/lib/postgresql/*/bin; do
+    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+missing() {
+  local d
+  command -v psql >/dev/null || { echo "psql"; return; }
+  command -v pg_prove >/dev/null || { echo "pg_prove"; return; }
+  d=$(bindir) || { [ "$need_server" = --server ] && { echo "initdb"; return; }; }
+  if [ -n "${d:-}" ] && ! ls "$d"/../../../../share/postgresql/*/extension/pgtap.control >/dev/null 2>&1 \
+     && ! ls /usr/share/postgresql/*/extension/pgtap.control >/dev/null 2>&1; then
+    echo "pgtap"; return
+  fi
+}
+
+what=$(missing || true)
+[ -z "$what" ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "ensure-deps: $what is missing; installing ${packages[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends "${packages[@]}" >&2
+  what=$(missing || true)
+  [ -z "$what" ] && exit 0
+  echo "ensure-deps: $what is still missing after apt-get install" >&2
+  exit 2
+fi
+cat >&2 <<MSG
+ensure-deps: $what is missing. Install, then run again:
+  Debian/Ubuntu:  sudo apt-get update && sudo apt-get install ${packages[*]}
+  macOS (brew):   brew install postgresql@$pg_major pgtap   (pg_prove: cpan TAP::Parser::SourceHandler::pgTAP)
+Or point DATABASE_URL at a PostgreSQL $pg_major+ server with the pgtap extension available.
+MSG
+exit 2

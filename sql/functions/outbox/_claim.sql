@@ -1,0 +1,101 @@
+-- The claim behind claim_batch (mode 'lease') and claim_locked (mode 'lock'). Returns the ids of
+-- the claimed rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free
+-- or expired, and on a partitioned queue the first deliverable row of its partition.
+--
+-- Partitioned queues claim through outbox.partition_heads (one row per partition with pending
+-- work), never through the pending rows themselves, so blocked successors, leased heads, heads in
+-- backoff and poisoned rows cost nothing: a head that is leased or backing off is "parked" until
+-- its time and is woken (at most a bounded number per call) when that time has come. Heads are
+-- locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent claimers skip and producers (FOR KEY
+-- SHARE) do not wait for. Each candidate is still checked against the FIFO rule on the queue table.
+CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_sort = off
+AS $$
+DECLARE
+  v_table regclass := p_q.table_oid::regclass;
+  v_due constant text := 't.sent_at IS NULL AND t.attempt_count < $2
+    AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= pg_catalog.now())
+    AND (t.leased_until IS NULL OR t.leased_until <= pg_catalog.now())';
+  v_all bigint[] := '{}';
+  v_ids bigint[];
+  v_keys text[];
+  v_heads bigint[];
+  v_claimed_keys text[];
+  v_stale text[];
+  v_remaining integer := p_batch_size;
+BEGIN
+  IF p_q.partition_column IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'SELECT pg_catalog.array_agg(id) FROM (
+         SELECT t.id FROM %s t WHERE %s ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
+      v_table, v_due)
+      INTO v_all USING p_batch_size, p_q.max_attempts;
+    v_all := COALESCE(v_all, '{}');
+    IF p_mode = 'lease' AND pg_catalog.cardinality(v_all) > 0 THEN
+      EXECUTE pg_catalog.format(
+        'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = pg_catalog.now() + $2
+         WHERE id = ANY ($1)', v_table)
+        USING v_all, p_lease;
+    END IF;
+    RETURN v_all;
+  END IF;
+
+  -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
+  UPDATE outbox.partition_heads h SET parked_until = NULL
+  WHERE (h.queue_id, h.partition_key) IN (
+    SELECT w.queue_id, w.partition_key FROM outbox.partition_heads w
+    WHERE w.queue_id = p_q.queue_id AND w.parked_until <= pg_catalog.now()
+    ORDER BY w.parked_until
+    LIMIT GREATEST(4 * p_batch_size, 64)
+    FOR NO KEY UPDATE SKIP LOCKED);
+
+  FOR pass IN 1..3 LOOP
+    SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id)
+      INTO v_keys, v_heads
+    FROM (SELECT h.partition_key, h.head_id FROM outbox.partition_heads h
+          WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
+          ORDER BY h.attempt_count, h.head_id
+          LIMIT v_remaining
+          FOR NO KEY UPDATE SKIP LOCKED) s;
+    EXIT WHEN v_keys IS NULL;
+
+    EXECUTE pg_catalog.format(
+      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text) FROM (
+         SELECT t.id, t.%2$I FROM %1$s t
+         WHERE t.id = ANY ($1) AND %3$s
+           AND NOT EXISTS (SELECT 1 FROM %1$s p
+                           WHERE p.%2$I = t.%2$I AND p.id < t.id
+                             AND p.sent_at IS NULL AND p.attempt_count < $2)
+         FOR UPDATE SKIP LOCKED) t',
+      v_table, p_q.partition_column, v_due)
+      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts;
+
+    IF v_ids IS NOT NULL THEN
+      v_all := v_all || v_ids;
+      v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
+      IF p_mode = 'lease' THEN
+        EXECUTE pg_catalog.format(
+          'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = pg_catalog.now() + $2
+           WHERE id = ANY ($1)', v_table)
+          USING v_ids, p_lease;
+        UPDATE outbox.partition_heads h SET parked_until = pg_catalog.now() + p_lease
+        WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_claimed_keys);
+      END IF;
+    END IF;
+
+    -- Heads that pointed at a row that is no longer (or not yet) the partition's deliverable head.
+    SELECT pg_catalog.array_agg(k) INTO v_stale
+    FROM pg_catalog.unnest(v_keys) AS k
+    WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
+    EXIT WHEN v_stale IS NULL;
+    PERFORM outbox._refresh_heads(p_q, v_stale);
+    EXIT WHEN v_remaining <= 0;
+  END LOOP;
+  RETURN v_all;
+END;
+$$;

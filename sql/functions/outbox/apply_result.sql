@@ -1,0 +1,25 @@
+-- Records 'sent', 'transient' or 'permanent' for one leased row, only while lease_token still
+-- matches. false = the lease is no longer ours (expired and re-claimed, released, or already
+-- recorded): then nothing in the row changed.
+CREATE OR REPLACE FUNCTION outbox.apply_result(queue text, id bigint, lease_token uuid, outcome text,
+                                               error text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'apply_result';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF apply_result.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF apply_result.lease_token IS NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_token must not be NULL');
+  END IF;
+  PERFORM outbox._check_outcomes(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[error]);
+  RETURN pg_catalog.cardinality(outbox._record(v_q, ARRAY[apply_result.id], ARRAY[apply_result.lease_token],
+                                               ARRAY[outcome], ARRAY[error])) = 1;
+END;
+$$;

@@ -1,0 +1,30 @@
+-- Lock mode: records outcomes for rows this transaction claimed with claim_locked and still holds.
+-- Refuses (SQLSTATE 55000, nothing changed) any id this transaction does not hold. Returns how
+-- many rows were recorded (a row already recorded in this transaction is not counted again).
+CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'settle_locked';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_held bigint[];
+  v_foreign bigint;
+BEGIN
+  PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  IF pg_catalog.cardinality(ids) = 0 THEN
+    RETURN 0;
+  END IF;
+  v_held := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting('pgdrain.held_' || v_q.queue_id, true), ''), ',')::bigint[];
+  SELECT x INTO v_foreign FROM pg_catalog.unnest(ids) x WHERE x <> ALL (COALESCE(v_held, '{}')) LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',
+      fn, v_foreign, v_q.queue USING ERRCODE = '55000';
+  END IF;
+  RETURN pg_catalog.cardinality(outbox._record(v_q, ids, NULL, outcomes,
+    COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)]))));
+END;
+$$;

@@ -1,0 +1,41 @@
+-- The max_partitions partitions whose oldest pending row is older than older_than, oldest first,
+-- with their head and why it is not moving. Reads outbox.partition_heads, so its cost follows the
+-- number of partitions with pending work, not the backlog.
+CREATE OR REPLACE FUNCTION outbox.wedged_partitions(queue text, older_than interval, max_partitions integer DEFAULT 10)
+RETURNS TABLE(partition_key text, head_id bigint, head_attempt_count integer, head_last_error text,
+              oldest_pending_at timestamptz, pending bigint, reason text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'wedged_partitions';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF v_q.partition_column IS NULL THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('queue %s has no partition column', v_q.queue));
+  END IF;
+  IF older_than IS NULL OR older_than < interval '0' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'older_than must be 0 or more, got %s', COALESCE(older_than::text, 'NULL')));
+  END IF;
+  IF max_partitions IS NULL OR max_partitions < 1 OR max_partitions > 10000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'max_partitions must be between 1 and 10000, got %s', COALESCE(max_partitions::text, 'NULL')));
+  END IF;
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'SELECT h.partition_key, t.id, t.attempt_count, t.last_error, t.created_at,
+            (SELECT pg_catalog.count(*) FROM %1$s p WHERE p.%2$I = t.%2$I AND p.sent_at IS NULL AND p.attempt_count < $2),
+            CASE
+              WHEN t.leased_until > pg_catalog.now() THEN ''leased until '' || t.leased_until
+              WHEN t.next_attempt_at > pg_catalog.now() THEN ''backing off until '' || t.next_attempt_at
+                   || '' after '' || t.attempt_count || '' attempts''
+              ELSE ''ready, waiting for a drainer'' END
+     FROM outbox.partition_heads h
+     JOIN %1$s t ON t.id = h.head_id
+     WHERE h.queue_id = $1 AND t.created_at < pg_catalog.now() - $3
+     ORDER BY t.created_at
+     LIMIT $4', v_q.table_oid::regclass, v_q.partition_column)
+    USING v_q.queue_id, v_q.max_attempts, older_than, max_partitions;
+END;
+$$;
