@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Makes sure the PostgreSQL binaries, pgTAP and pg_prove are here. On Debian as root it installs
+# Makes sure the PostgreSQL binaries, pgTAP, pg_prove and Python's psycopg2 (for the example
+# worker in examples/python, run by gocheck) are here. On Debian as root it installs
 # what is missing; anywhere else it prints exactly what to install and exits 2.
 # Usage: scripts/ensure-deps.sh [--server]   (--server: initdb/pg_ctl are needed too)
 set -euo pipefail
 need_server=${1:-}
 pg_major=${PG_MAJOR:-15}
-packages=(postgresql-$pg_major postgresql-$pg_major-pgtap libtap-parser-sourcehandler-pgtap-perl)
+packages=(postgresql-$pg_major postgresql-$pg_major-pgtap libtap-parser-sourcehandler-pgtap-perl python3-psycopg2)
 
 bindir() {
   local d
@@ -24,6 +25,16 @@ missing() {
      && ! ls /usr/share/postgresql/*/extension/pgtap.control >/dev/null 2>&1; then
     echo "pgtap"; return
   fi
+  has_psycopg2 || { echo "python3-psycopg2"; return; }
+}
+
+# Debian's python3-psycopg2 belongs to /usr/bin/python3, which may differ from python3 on PATH.
+has_psycopg2() {
+  local py
+  for py in /usr/bin/python3 "$(command -v python3 || true)"; do
+    [ -n "$py" ] && [ -x "$py" ] && "$py" -c 'import psycopg2' >/dev/null 2>&1 && return 0
+  done
+  return 1
 }
 
 what=$(missing || true)
@@ -41,7 +52,8 @@ fi
 cat >&2 <<MSG
 ensure-deps: $what is missing. Install, then run again:
   Debian/Ubuntu:  sudo apt-get update && sudo apt-get install ${packages[*]}
-  macOS (brew):   brew install postgresql@$pg_major pgtap   (pg_prove: cpan TAP::Parser::SourceHandler::pgTAP)
+  macOS (brew):   brew install postgresql@$pg_major pgtap   (pg_prove: cpan TAP::Parser::SourceHandler::pgTAP;
+                  psycopg2: python3 -m pip install psycopg2-binary)
 Or point DATABASE_URL at a PostgreSQL $pg_major+ server with the pgtap extension available.
 MSG
 exit 2
