@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/internal/testdb"
+)
+
+func TestUpStatusVersion(t *testing.T) {
+	db := testdb.NewEmpty(t)
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "up"}, &out))
+	require.Contains(t, out.String(), "outbox: up 00001_outbox_core.sql")
+
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "up"}, &out))
+	require.Contains(t, out.String(), "no migrations to apply")
+
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "status"}, &out))
+	require.Regexp(t, `outbox: 00001_outbox_core.sql\s+applied `, out.String())
+
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "--module", "outbox", "version"}, &out))
+	require.Regexp(t, `outbox: version [1-9]`, out.String())
+}
+
+func TestUnreachableDatabaseIsOneLineError(t *testing.T) {
+	err := run(context.Background(), []string{"--dsn", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "status"}, &bytes.Buffer{})
+	require.Error(t, err)
+	require.True(t, strings.HasPrefix(err.Error(), "connecting to database: "), err.Error())
+	require.NotContains(t, err.Error(), "\n")
+}
+
+func TestUsageErrors(t *testing.T) {
+	for name, args := range map[string][]string{
+		"no command":        {"--dsn", "postgres://x@127.0.0.1:1/x"},
+		"unknown command":   {"--dsn", "postgres://x@127.0.0.1:1/x", "sideways"},
+		"up-to without N":   {"--dsn", "postgres://x@127.0.0.1:1/x", "--module", "outbox", "up-to"},
+		"up-to bad N":       {"--dsn", "postgres://x@127.0.0.1:1/x", "--module", "outbox", "up-to", "x"},
+		"unknown module":    {"--dsn", "postgres://x@127.0.0.1:1/x", "--module", "nope", "up"},
+		"status with extra": {"--dsn", "postgres://x@127.0.0.1:1/x", "status", "1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Error(t, run(context.Background(), args, &bytes.Buffer{}))
+		})
+	}
+}
