@@ -1,0 +1,96 @@
+-- Pins the public SQL contract of DESIGN.md: every function of schema outbox with exactly its
+-- argument types, names, order and defaults, its result, a pinned search_path; and the registry
+-- tables the functions keep.
+BEGIN;
+SELECT plan(85);
+
+CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
+INSERT INTO contract VALUES
+  ('create_queue', ARRAY['text','text','integer','interval','interval','text','text'],
+   'queue text, partition_column text DEFAULT NULL::text, max_attempts integer DEFAULT 10, backoff_min interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:00:30''::interval, permanent_policy text DEFAULT ''poison''::text, channel text DEFAULT NULL::text',
+   'void', 'void'),
+  ('drop_queue', ARRAY['text','boolean'], 'queue text, drop_table boolean DEFAULT false', 'void', 'void'),
+  ('enqueue', ARRAY['text','text','jsonb','text'],
+   'queue text, event_type text, payload jsonb, partition_key text DEFAULT NULL::text', 'bigint', 'bigint'),
+  ('claim_batch', ARRAY['text','integer','interval'],
+   'queue text, batch_size integer DEFAULT 32, lease interval DEFAULT ''00:00:30''::interval',
+   'TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer, lease_token uuid, leased_until timestamp with time zone, created_at timestamp with time zone)',
+   'setof record'),
+  ('apply_result', ARRAY['text','bigint','uuid','text','text'],
+   'queue text, id bigint, lease_token uuid, outcome text, error text DEFAULT NULL::text', 'boolean', 'boolean'),
+  ('apply_results', ARRAY['text','bigint[]','uuid[]','text[]','text[]'],
+   'queue text, ids bigint[], lease_tokens uuid[], outcomes text[], errors text[] DEFAULT NULL::text[]',
+   'TABLE(id bigint, applied boolean)', 'setof record'),
+  ('claim_locked', ARRAY['text','integer'], 'queue text, batch_size integer DEFAULT 32',
+   'TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer, created_at timestamp with time zone)',
+   'setof record'),
+  ('settle_locked', ARRAY['text','bigint[]','text[]','text[]'],
+   'queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL::text[]', 'bigint', 'bigint'),
+  ('extend_lease', ARRAY['text','bigint','uuid','interval'],
+   'queue text, id bigint, lease_token uuid, lease interval', 'timestamp with time zone', 'timestamp with time zone'),
+  ('release', ARRAY['text','bigint','uuid'], 'queue text, id bigint, lease_token uuid', 'boolean', 'boolean'),
+  ('stats', ARRAY['text'], 'queue text',
+   'TABLE(pending bigint, ready bigint, leased bigint, backing_off bigint, poisoned bigint, oldest_pending_at timestamp with time zone, oldest_pending_age interval)',
+   'setof record'),
+  ('wedged_partitions', ARRAY['text','interval','integer'],
+   'queue text, older_than interval, max_partitions integer DEFAULT 10',
+   'TABLE(partition_key text, head_id bigint, head_attempt_count integer, head_last_error text, oldest_pending_at timestamp with time zone, pending bigint, reason text)',
+   'setof record'),
+  ('check_indexes', ARRAY['text'], 'queue text', 'TABLE(problem text, index_name text, detail text)', 'setof record'),
+  ('requeue_poisoned', ARRAY['text','bigint[]'], 'queue text, ids bigint[] DEFAULT NULL::bigint[]', 'bigint', 'bigint'),
+  ('purge_sent', ARRAY['text','interval','integer'],
+   'queue text, older_than interval DEFAULT ''7 days''::interval, max_rows integer DEFAULT 10000', 'bigint', 'bigint');
+
+-- 15 x has_function
+SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
+FROM contract c ORDER BY c.name;
+-- 15 x function_returns
+SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
+FROM contract c ORDER BY c.name;
+-- 15 x argument names, order and defaults
+SELECT is(pg_get_function_arguments(p.oid), c.arguments,
+          format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
+FROM contract c
+JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
+ORDER BY c.name;
+-- 15 x result shape (the columns of TABLE results)
+SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
+FROM contract c
+JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
+ORDER BY c.name;
+-- 15 x one overload only (a second signature would make calls ambiguous)
+SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
+          1::bigint, format('outbox.%s has exactly one signature', c.name))
+FROM contract c ORDER BY c.name;
+
+SELECT is_empty(
+  $$SELECT p.proname FROM pg_proc p
+    WHERE p.pronamespace = 'outbox'::regnamespace
+      AND NOT ('search_path=""' = ANY (COALESCE(p.proconfig, '{}')))$$,
+  'every function of schema outbox pins search_path to empty');
+
+SELECT is_empty(
+  $$SELECT p.proname FROM pg_proc p
+    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname !~ '^(_|tg_)'
+    EXCEPT SELECT name FROM contract$$,
+  'schema outbox exposes no public function beyond the contract (helpers start with _ or tg_)');
+
+SELECT has_table('outbox', 'queues', 'the registry table outbox.queues exists');
+SELECT columns_are('outbox', 'queues',
+  ARRAY['queue_id','queue','table_oid','partition_column','partition_type','max_attempts','backoff_min',
+        'backoff_max','permanent_policy','channel','created_at'],
+  'outbox.queues records each queue''s table and settings');
+SELECT col_is_pk('outbox', 'queues', 'queue_id', 'outbox.queues is keyed by queue_id');
+SELECT col_is_unique('outbox', 'queues', 'queue', 'a queue name is registered at most once');
+SELECT has_table('outbox', 'partition_heads', 'the partition head table outbox.partition_heads exists');
+SELECT columns_are('outbox', 'partition_heads',
+  ARRAY['queue_id','partition_key','head_id','attempt_count','parked_until'],
+  'outbox.partition_heads holds one head per partition with pending work');
+SELECT col_is_pk('outbox', 'partition_heads', ARRAY['queue_id','partition_key'],
+  'outbox.partition_heads has one row per (queue, partition)');
+SELECT indexes_are('outbox', 'partition_heads',
+  ARRAY['partition_heads_pkey','partition_heads_ready','partition_heads_parked'],
+  'outbox.partition_heads has exactly its key, ready and parked indexes');
+
+SELECT * FROM finish();
+ROLLBACK;
