@@ -11,7 +11,7 @@ import (
 	"github.com/pressly/goose/v3"
 )
 
-//go:embed outbox/*.sql
+//go:embed outbox/*.sql alr/*.sql
 var FS embed.FS
 
 // Module is one migration sequence: a folder of FS and the table goose records its version in.
@@ -25,6 +25,7 @@ type Module struct {
 // Modules lists every module in the order `up` applies them (and `down` reverses).
 var Modules = []Module{
 	{Name: "outbox", VersionTable: "pgdrain_outbox_goose_version"},
+	{Name: "alr", VersionTable: "pgdrain_alr_goose_version"},
 }
 
 // ModuleByName returns the module called name.
