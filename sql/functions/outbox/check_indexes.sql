@@ -14,7 +14,8 @@ DECLARE
 BEGIN
   RETURN QUERY
   SELECT 'missing', NULL::text, pg_catalog.format('CREATE INDEX ON %s (%s) WHERE sent_at IS NULL', v_table, r.cols)
-  FROM (VALUES ('partition', pg_catalog.format('%I, id', v_q.partition_column)),
+  -- quote_ident, not format('%I'): an unpartitioned queue has no partition column (NULL).
+  FROM (VALUES ('partition', pg_catalog.quote_ident(v_q.partition_column) || ', id'),
                ('claim', 'attempt_count, id')) AS r(role, cols)
   WHERE (r.role = 'claim' OR v_q.partition_column IS NOT NULL)
     AND NOT EXISTS (SELECT 1 FROM outbox._queue_indexes(v_table, v_q.partition_column) x
