@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// finding is one problem found by check.
+type finding struct {
+	// Check is the area: "indexes", "autovacuum" or "triggers".
+	Check   string  `json:"check"`
+	Problem string  `json:"problem"`
+	Name    *string `json:"name"`
+	Detail  string  `json:"detail"`
+}
+
+// maxScaleFactor is the largest autovacuum scale factor check accepts on a queue table. A queue
+// table is small and churns; the cluster defaults (0.1 to 0.2 of the table) leave the planner on
+// statistics taken when the queue was empty for far too long (see docs/operations.md).
+const maxScaleFactor = 0.05
+
+var queueScaleFactors = []string{
+	"autovacuum_vacuum_scale_factor",
+	"autovacuum_analyze_scale_factor",
+	"autovacuum_vacuum_insert_scale_factor",
+}
+
+var checkCommand = command{
+	name: "check", minArgs: 1, maxArgs: 1,
+	bind: noFlags(func(ctx context.Context, e env, args []string) error {
+		queue := args[0]
+		findings, err := checkIndexes(ctx, e.conn, queue)
+		if err != nil {
+			return err
+		}
+		var table string
+		var tableOID uint32
+		var partitioned bool
+		var reloptions []string
+		err = e.conn.QueryRow(ctx, `
+			SELECT q.queue, q.table_oid, q.partition_column IS NOT NULL, COALESCE(c.reloptions, '{}')
+			FROM outbox.queues q JOIN pg_catalog.pg_class c ON c.oid = q.table_oid
+			WHERE q.queue = CASE WHEN strpos($1, '.') > 0 THEN lower($1) ELSE 'public.' || lower($1) END`,
+			queue).Scan(&table, &tableOID, &partitioned, &reloptions)
+		if err != nil {
+			return fmt.Errorf("reading the queue's table: %w", err)
+		}
+		av, err := checkAutovacuum(ctx, e.conn, reloptions)
+		if err != nil {
+			return err
+		}
+		findings = append(findings, av...)
+		tg, err := checkTriggers(ctx, e.conn, table, tableOID, partitioned)
+		if err != nil {
+			return err
+		}
+		findings = append(findings, tg...)
+
+		if e.json {
+			if findings == nil {
+				findings = []finding{}
+			}
+			if err := writeJSON(e.out, map[string]any{"queue": queue, "table": table, "ok": len(findings) == 0, "problems": findings}); err != nil {
+				return err
+			}
+		} else if len(findings) == 0 {
+			fmt.Fprintf(e.out, "ok: %s has exactly the required indexes, autovacuum scale factors <= %g and its triggers\n", table, maxScaleFactor)
+		} else {
+			rows := make([][]string, len(findings))
+			for i, f := range findings {
+				rows[i] = []string{f.Check, f.Problem, orDash(f.Name), f.Detail}
+			}
+			if err := writeTable(e.out, []string{"CHECK", "PROBLEM", "NAME", "DETAIL"}, rows); err != nil {
+				return err
+			}
+		}
+		if len(findings) > 0 {
+			return problemsFound
+		}
+		return nil
+	}),
+}
+
+func checkIndexes(ctx context.Context, conn *pgx.Conn, queue string) ([]finding, error) {
+	rows, err := conn.Query(ctx, `SELECT c.problem, c.index_name, c.detail FROM outbox.check_indexes($1) c`, queue)
+	if err != nil {
+		return nil, fmt.Errorf("checking indexes: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (finding, error) {
+		f := finding{Check: "indexes"}
+		err := r.Scan(&f.Problem, &f.Name, &f.Detail)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checking indexes: %w", err)
+	}
+	return list, nil
+}
+
+func checkAutovacuum(ctx context.Context, conn *pgx.Conn, reloptions []string) ([]finding, error) {
+	opts := map[string]string{}
+	for _, o := range reloptions {
+		k, v, _ := strings.Cut(o, "=")
+		opts[k] = v
+	}
+	var out []finding
+	if v, ok := opts["autovacuum_enabled"]; ok && isFalse(v) {
+		out = append(out, finding{Check: "autovacuum", Problem: "disabled", Name: ptr("autovacuum_enabled"),
+			Detail: "autovacuum_enabled=" + v + ": dead rows and stale statistics accumulate; ALTER TABLE ... RESET (autovacuum_enabled)"})
+	}
+	for _, name := range queueScaleFactors {
+		v, ok := opts[name]
+		if !ok {
+			var cluster string
+			if err := conn.QueryRow(ctx, `SELECT pg_catalog.current_setting($1)`, name).Scan(&cluster); err != nil {
+				return nil, fmt.Errorf("reading %s: %w", name, err)
+			}
+			out = append(out, finding{Check: "autovacuum", Problem: "not set", Name: ptr(name),
+				Detail: fmt.Sprintf("the cluster default %s applies; set it on the table to %g or less (ALTER TABLE ... SET (%s = 0.01))", cluster, maxScaleFactor, name)})
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f > maxScaleFactor {
+			out = append(out, finding{Check: "autovacuum", Problem: "too lazy", Name: ptr(name),
+				Detail: fmt.Sprintf("%s=%s; a queue table wants %g or less (ALTER TABLE ... SET (%s = 0.01))", name, v, maxScaleFactor, name)})
+		}
+	}
+	return out, nil
+}
+
+func checkTriggers(ctx context.Context, conn *pgx.Conn, table string, tableOID uint32, partitioned bool) ([]finding, error) {
+	want := map[string]string{"pgdrain_notify": "NOTIFY on insert, which wakes the drainers"}
+	if partitioned {
+		want["pgdrain_heads"] = "keeps outbox.partition_heads, which claims read"
+	}
+	var out []finding
+	for _, name := range []string{"pgdrain_notify", "pgdrain_heads"} {
+		why, ok := want[name]
+		if !ok {
+			continue
+		}
+		var enabled string
+		err := conn.QueryRow(ctx, `
+			SELECT t.tgenabled::text FROM pg_catalog.pg_trigger t
+			WHERE t.tgrelid = $1 AND t.tgname = $2 AND NOT t.tgisinternal`, tableOID, name).Scan(&enabled)
+		switch {
+		case err == pgx.ErrNoRows:
+			out = append(out, finding{Check: "triggers", Problem: "missing", Name: ptr(name),
+				Detail: fmt.Sprintf("trigger %s on %s is missing (%s); call outbox.create_queue again to restore it", name, table, why)})
+		case err != nil:
+			return nil, fmt.Errorf("reading triggers: %w", err)
+		case enabled == "D":
+			out = append(out, finding{Check: "triggers", Problem: "disabled", Name: ptr(name),
+				Detail: fmt.Sprintf("trigger %s on %s is disabled (%s); ALTER TABLE %s ENABLE TRIGGER %s", name, table, why, table, name)})
+		}
+	}
+	return out, nil
+}
+
+func isFalse(v string) bool {
+	switch strings.ToLower(v) {
+	case "false", "off", "no", "0":
+		return true
+	}
+	return false
+}
+
+func ptr(s string) *string { return &s }

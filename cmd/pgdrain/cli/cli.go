@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Exit codes of Run. Scripts can rely on them.
+const (
+	// ExitOK means the command did what it was asked and found nothing wrong.
+	ExitOK = 0
+	// ExitProblems means the command ran but found problems: check found one, or wedged found a
+	// wedged partition.
+	ExitProblems = 1
+	// ExitUsage means the arguments were wrong; nothing was sent to the database.
+	ExitUsage = 2
+	// ExitDatabase means the database refused or could not be reached (an unknown queue too).
+	ExitDatabase = 3
+)
+
+// Usage is the help text printed for usage errors and for `pgdrain help`.
+const Usage = `usage: pgdrain [--dsn URL] [--json] COMMAND [ARGS]
+
+commands:
+  queues                          list the registered queues (outbox.queues)
+  stats QUEUE                     pending, ready, leased, backing off, poisoned, oldest pending
+  wedged QUEUE [--older-than 1m] [--limit 10]
+                                  partitions whose oldest pending row is older than --older-than,
+                                  with the reason their head does not move (exit 1 if any)
+  requeue QUEUE [ID...]           give poisoned rows (all, or the given ids) a fresh start
+  purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000]
+                                  delete rows sent more than --older-than ago, --chunk rows per
+                                  short transaction, at most --max-rows in all (0 = no limit)
+  check QUEUE                     index set, autovacuum settings, NOTIFY and heads triggers (exit 1
+                                  if any problem)
+
+flags (before or after the command):
+  --dsn URL    PostgreSQL URL (default $DATABASE_URL)
+  --json       machine-readable output
+
+exit codes: 0 ok, 1 problems found, 2 usage error, 3 database error`
+
+const noCommand = "no command given"
+
+// usageError is a problem with the arguments, reported with exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Sprintf(format, args...)}
+}
+
+// problemsFound makes Run exit with ExitProblems after the command printed its findings.
+var problemsFound = errors.New("problems found")
+
+// env is what every command gets: the connection and where to write.
+type env struct {
+	conn *pgx.Conn
+	out  io.Writer
+	json bool
+}
+
+// action is the body of a subcommand, run once the arguments are known to be good.
+type action func(ctx context.Context, e env, args []string) error
+
+// command is one subcommand: how many positional arguments it takes, and bind, which registers its
+// flags on a fresh FlagSet and returns a check of their values (run before connecting) and the
+// body. Flag values live in bind's closure, so concurrent Runs share nothing.
+type command struct {
+	name    string
+	minArgs int
+	maxArgs int // -1: any number
+	bind    func(fs *flag.FlagSet) (validate func() error, run action)
+}
+
+// noFlags is bind for a subcommand without flags of its own.
+func noFlags(run action) func(*flag.FlagSet) (func() error, action) {
+	return func(*flag.FlagSet) (func() error, action) { return func() error { return nil }, run }
+}
+
+var commands = []command{queuesCommand, statsCommand, wedgedCommand, requeueCommand, purgeCommand, checkCommand}
+
+// Run runs the pgdrain command with args (without the program name), writing results to stdout
+// and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or
+// ExitDatabase).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := run(ctx, args, stdout)
+	var ue usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, problemsFound):
+		return ExitProblems
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(stdout, Usage)
+		return ExitOK
+	case errors.As(err, &ue):
+		if ue.msg == noCommand {
+			fmt.Fprintf(stderr, "pgdrain: %s\n\n%s\n", ue.msg, Usage)
+		} else {
+			fmt.Fprintf(stderr, "pgdrain: %s (pgdrain help: usage)\n", ue.msg)
+		}
+		return ExitUsage
+	default:
+		fmt.Fprintf(stderr, "pgdrain: %s\n", describe(err))
+		return ExitDatabase
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	dsn := os.Getenv("DATABASE_URL")
+	asJSON := false
+	common := func(fs *flag.FlagSet) {
+		fs.StringVar(&dsn, "dsn", dsn, "PostgreSQL URL (default $DATABASE_URL)")
+		fs.BoolVar(&asJSON, "json", asJSON, "machine-readable output")
+	}
+
+	global := flag.NewFlagSet("pgdrain", flag.ContinueOnError)
+	global.SetOutput(io.Discard)
+	common(global)
+	if err := global.Parse(args); err != nil {
+		return flagError(err)
+	}
+	if global.NArg() == 0 {
+		return usagef(noCommand)
+	}
+	name := global.Arg(0)
+	if name == "help" {
+		return flag.ErrHelp
+	}
+	var cmd *command
+	for i := range commands {
+		if commands[i].name == name {
+			cmd = &commands[i]
+		}
+	}
+	if cmd == nil {
+		return usagef("unknown command %q", name)
+	}
+
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	common(fs)
+	validate, act := cmd.bind(fs)
+	positional, err := parseInterleaved(fs, global.Args()[1:])
+	if err != nil {
+		return flagError(err)
+	}
+	if len(positional) < cmd.minArgs || (cmd.maxArgs >= 0 && len(positional) > cmd.maxArgs) {
+		return usagef("%s: wrong number of arguments (%d)", name, len(positional))
+	}
+	if err := validate(); err != nil {
+		return err
+	}
+	if dsn == "" {
+		return usagef("no database: pass --dsn or set DATABASE_URL")
+	}
+
+	conn, err := connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return act(ctx, env{conn: conn, out: stdout, json: asJSON}, positional)
+}
+
+// parseInterleaved parses flags that may come before, between or after the positional arguments
+// (`pgdrain wedged QUEUE --older-than 5m`); the standard flag package stops at the first one.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		if args[0] == "--" {
+			return append(positional, args[1:]...), nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err.Error()}
+}
+
+func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, usagef("--dsn is not a valid PostgreSQL URL: %v", err)
+	}
+	cfg.RuntimeParams["application_name"] = "pgdrain-cli"
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to database: %w", err)
+	}
+	return conn, nil
+}
+
+// describe turns a database error into one line that keeps PostgreSQL's message and SQLSTATE.
+func describe(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// wedgedPartition is one row of outbox.wedged_partitions.
+type wedgedPartition struct {
+	PartitionKey     string    `json:"partition_key"`
+	HeadID           int64     `json:"head_id"`
+	HeadAttemptCount int       `json:"head_attempt_count"`
+	HeadLastError    *string   `json:"head_last_error"`
+	OldestPendingAt  time.Time `json:"oldest_pending_at"`
+	Pending          int64     `json:"pending"`
+	Reason           string    `json:"reason"`
+}
+
+var wedgedCommand = command{
+	name: "wedged", minArgs: 1, maxArgs: 1,
+	bind: func(fs *flag.FlagSet) (func() error, action) {
+		olderThan := ageFlag{time.Minute}
+		fs.Var(&olderThan, "older-than", "only partitions whose oldest pending row is older than this")
+		limit := fs.Int("limit", 10, "at most this many partitions, oldest first")
+		validate := func() error {
+			if *limit < 1 || *limit > 10000 {
+				return usagef("wedged: --limit must be between 1 and 10000, got %d", *limit)
+			}
+			return nil
+		}
+		return validate, func(ctx context.Context, e env, args []string) error {
+			return wedged(ctx, e, args[0], olderThan.d, *limit)
+		}
+	},
+}
+
+func wedged(ctx context.Context, e env, queue string, olderThan time.Duration, limit int) error {
+	rows, err := e.conn.Query(ctx, `
+			SELECT w.partition_key, w.head_id, w.head_attempt_count, w.head_last_error,
+			       w.oldest_pending_at, w.pending, w.reason
+			FROM outbox.wedged_partitions($1, $2::interval, $3) w`,
+		queue, olderThan, limit)
+	if err != nil {
+		return fmt.Errorf("reading wedged partitions: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (wedgedPartition, error) {
+		var w wedgedPartition
+		err := r.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttemptCount, &w.HeadLastError,
+			&w.OldestPendingAt, &w.Pending, &w.Reason)
+		return w, err
+	})
+	if err != nil {
+		return fmt.Errorf("reading wedged partitions: %w", err)
+	}
+	if e.json {
+		if list == nil {
+			list = []wedgedPartition{}
+		}
+		if err := writeJSON(e.out, list); err != nil {
+			return err
+		}
+	} else if len(list) == 0 {
+		fmt.Fprintf(e.out, "no partition of %s has pending work older than %s\n", queue, olderThan)
+	} else {
+		table := make([][]string, len(list))
+		for i, w := range list {
+			table[i] = []string{w.PartitionKey, strconv.FormatInt(w.HeadID, 10), strconv.Itoa(w.HeadAttemptCount),
+				strconv.FormatInt(w.Pending, 10), timeOrDash(&w.OldestPendingAt), w.Reason, orDash(w.HeadLastError)}
+		}
+		if err := writeTable(e.out, []string{"PARTITION", "HEAD_ID", "ATTEMPTS", "PENDING", "OLDEST_PENDING_AT", "REASON", "LAST_ERROR"}, table); err != nil {
+			return err
+		}
+	}
+	if len(list) > 0 {
+		return problemsFound
+	}
+	return nil
+}

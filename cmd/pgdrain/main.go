@@ -1,0 +1,29 @@
+// Command pgdrain is the operator's view of pgdrain queues: list them, read their gauges, find
+// wedged partitions, requeue poisoned rows, purge sent history and check a queue's setup.
+//
+//	pgdrain [--dsn URL] [--json] queues
+//	pgdrain [--dsn URL] [--json] stats QUEUE
+//	pgdrain [--dsn URL] [--json] wedged QUEUE [--older-than 1m] [--limit 10]
+//	pgdrain [--dsn URL] [--json] requeue QUEUE [ID...]
+//	pgdrain [--dsn URL] [--json] purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000]
+//	pgdrain [--dsn URL] [--json] check QUEUE
+//
+// Exit codes: 0 ok, 1 problems found (check found a problem, wedged found a wedged partition),
+// 2 usage error, 3 database error (including an unknown queue). See docs/cli.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pgdrain/pgdrain/cmd/pgdrain/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
