@@ -36,6 +36,16 @@ func Test_MigratedDatabase_EqualsSqlFunctions(t *testing.T) {
 		_, err = b.Pool.Exec(ctx, string(body))
 		require.NoError(t, err, "running %s", f)
 	}
+	// CREATE OR REPLACE FUNCTION resets SECURITY DEFINER: the privilege files (ALTER FUNCTION ...
+	// SECURITY DEFINER, grants) are part of the canonical source and run after the functions.
+	privileges, err := filepath.Glob("../sql/privileges/*.sql")
+	require.NoError(t, err)
+	for _, f := range privileges {
+		body, err := os.ReadFile(f)
+		require.NoError(t, err)
+		_, err = b.Pool.Exec(ctx, string(body))
+		require.NoError(t, err, "running %s", f)
+	}
 
 	defsA := functionDefinitions(t, a.Pool)
 	defsB := functionDefinitions(t, b.Pool)
