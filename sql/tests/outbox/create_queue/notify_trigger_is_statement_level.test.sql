@@ -1,0 +1,37 @@
+-- The NOTIFY trigger fires at most once per statement (FOR EACH STATEMENT, AFTER INSERT), never
+-- once per row; a partitioned queue's head trigger is statement-level too.
+BEGIN;
+SELECT plan(9);
+
+SELECT test_helpers.new_queue('resource_id') AS q \gset
+SELECT split_part(:'q', '.', 2) AS t \gset
+SELECT test_helpers.new_queue() AS q2 \gset
+
+SELECT triggers_are('public', :'t', ARRAY['pgdrain_notify', 'pgdrain_heads'],
+                    'a partitioned queue has exactly the notify and partition-head triggers');
+SELECT trigger_is('public', :'t', 'pgdrain_notify', 'outbox', 'tg_queue__notify',
+                  'pgdrain_notify calls outbox.tg_queue__notify');
+-- tgtype bits: 1 = ROW, 2 = BEFORE, 4 = INSERT; 4 alone = AFTER INSERT FOR EACH STATEMENT.
+SELECT is((SELECT tgtype::int FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'), 4,
+          'the notify trigger is AFTER INSERT FOR EACH STATEMENT (tgtype 4: no ROW bit)');
+SELECT is((SELECT tgtype::int FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_heads'), 4,
+          'the partition-head trigger is AFTER INSERT FOR EACH STATEMENT');
+SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'),
+          format('pgdrain_public_%s\000%s\000', :'t', :'q'),
+          'the notify trigger carries the queue''s channel and name');
+SELECT is_empty(
+  format($$SELECT tgname FROM pg_trigger WHERE tgrelid IN (%L::regclass, %L::regclass)
+           AND NOT tgisinternal AND (tgtype::int & 1) = 1$$, :'q', :'q2'),
+  'no queue trigger is a row-level trigger');
+SELECT triggers_are('public', split_part(:'q2', '.', 2), ARRAY['pgdrain_notify'],
+                    'an unpartitioned queue has only the notify trigger');
+
+SELECT outbox.create_queue(:'q', 'resource_id', 10, '1 second', '30 seconds', 'poison', 'Other_Channel') IS NULL AS _ \gset
+SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'), 1::bigint,
+          'calling create_queue again leaves one notify trigger, not two');
+SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'),
+          format('other_channel\000%s\000', :'q'),
+          'a new channel replaces the old one (folded to lower case like LISTEN folds it)');
+
+SELECT * FROM finish();
+ROLLBACK;
