@@ -21,7 +21,8 @@ BEGIN
   UPDATE alr.alerts a SET state = 'resolved', resolved_at = pg_catalog.now()
   WHERE a.id = resolve_alert.alert_id AND a.state = 'firing';
   UPDATE alr.alert_escalations e
-  SET stopped_at = pg_catalog.now(), stop_reason = 'resolved', next_at = NULL, leased_until = NULL
+  SET stopped_at = pg_catalog.now(), stop_reason = 'resolved', next_at = NULL, leased_until = NULL,
+      lease_token = NULL
   WHERE e.alert_id = resolve_alert.alert_id AND e.stopped_at IS NULL;
 END;
 $$;

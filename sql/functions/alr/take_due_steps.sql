@@ -1,9 +1,10 @@
 -- Leases up to batch_size due steps (next_at passed, ladder running, lease free or expired) for
--- `lease`, in next_at order, FOR UPDATE SKIP LOCKED so concurrent instances split the work.
--- The lease only hides a step for a while; apply_escalation records the decision.
+-- `lease`, in next_at order, FOR UPDATE SKIP LOCKED so concurrent instances split the work. Every
+-- row gets its own fresh lease_token (core.new_id() is evaluated per row in the SET): the lease is
+-- only a deadline, the token is ownership, and apply_escalation records only with a matching token.
 CREATE OR REPLACE FUNCTION alr.take_due_steps(batch_size integer DEFAULT 100, lease interval DEFAULT '2 minutes')
 RETURNS TABLE(escalation_id uuid, alert_id uuid, step_idx integer, channel text, target text,
-              leased_until timestamptz)
+              lease_token uuid, leased_until timestamptz)
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
@@ -29,11 +30,12 @@ BEGIN
     FOR UPDATE SKIP LOCKED
   ), taken AS (
     UPDATE alr.alert_escalations e
-    SET leased_until = pg_catalog.now() + take_due_steps.lease
+    SET leased_until = pg_catalog.now() + take_due_steps.lease,
+        lease_token = core.new_id()
     FROM due WHERE e.id = due.id
-    RETURNING e.id, e.alert_id, e.policy_id, e.step_idx, e.next_at, e.leased_until
+    RETURNING e.id, e.alert_id, e.policy_id, e.step_idx, e.next_at, e.lease_token, e.leased_until
   )
-  SELECT t.id, t.alert_id, t.step_idx, s.channel, s.target, t.leased_until
+  SELECT t.id, t.alert_id, t.step_idx, s.channel, s.target, t.lease_token, t.leased_until
   FROM taken t
   JOIN alr.escalation_steps s ON s.policy_id = t.policy_id AND s.step_idx = t.step_idx
   ORDER BY t.next_at, t.id;

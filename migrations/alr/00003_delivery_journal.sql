@@ -1,0 +1,81 @@
+-- +goose Up
+-- +goose StatementBegin
+-- The delivery journal: one row per real delivery attempt, written by the engine after it
+-- delivered (or failed to). Deliberately no unique key on (escalation_id, step_idx): if a step were
+-- ever delivered twice, the journal must show two rows, not hide the second behind a conflict.
+CREATE TABLE alr.delivery_journal (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  escalation_id uuid NOT NULL REFERENCES alr.alert_escalations (id) ON DELETE CASCADE,
+  alert_id uuid NOT NULL,
+  step_idx integer NOT NULL CHECK (step_idx >= 0),
+  channel text NOT NULL,
+  target text NOT NULL,
+  lease_token uuid NOT NULL,
+  outcome text NOT NULL CHECK (outcome IN ('delivered', 'failed')),
+  error text,
+  delivered_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+  CHECK ((outcome = 'failed') = (error IS NOT NULL))
+);
+CREATE INDEX delivery_journal_step ON alr.delivery_journal (escalation_id, step_idx);
+COMMENT ON TABLE alr.delivery_journal IS
+  'One row per delivery the engine made (record, then deliver, then journal): two rows for one '
+  '(escalation_id, step_idx) would mean a step reached someone twice.';
+COMMENT ON COLUMN alr.delivery_journal.lease_token IS
+  'The token of the take whose apply_escalation returned true: names the take that delivered.';
+COMMENT ON COLUMN alr.alert_escalations.stop_reason IS
+  'Why the ladder stopped: resolved (resolve_alert) or completed (its last step was recorded).';
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Journals one delivery of a step that apply_escalation recorded (step_idx must already be behind
+-- the ladder's current step), with error NULL for success. channel, target and alert are read from
+-- the ladder, not trusted from the caller. Returns the journal row's id.
+CREATE OR REPLACE FUNCTION alr.record_delivery(escalation_id uuid, step_idx integer, lease_token uuid,
+                                               error text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'record_delivery';
+  v_e alr.alert_escalations;
+  v_s alr.escalation_steps;
+  v_id bigint;
+BEGIN
+  IF record_delivery.escalation_id IS NULL THEN
+    PERFORM alr._invalid(fn, 'escalation_id must not be NULL, got NULL');
+  END IF;
+  IF record_delivery.lease_token IS NULL THEN
+    PERFORM alr._invalid(fn, 'lease_token must not be NULL, got NULL');
+  END IF;
+  SELECT * INTO v_e FROM alr.alert_escalations e WHERE e.id = record_delivery.escalation_id;
+  IF NOT FOUND THEN
+    PERFORM alr._not_found(fn, 'escalation_id', 'escalation', record_delivery.escalation_id);
+  END IF;
+  IF record_delivery.step_idx IS NULL OR record_delivery.step_idx < 0
+     OR record_delivery.step_idx >= v_e.step_idx THEN
+    PERFORM alr._invalid(fn, pg_catalog.format(
+      'step_idx must be a step apply_escalation already recorded (0 to %s), got %s',
+      v_e.step_idx - 1, COALESCE(record_delivery.step_idx::text, 'NULL')));
+  END IF;
+  SELECT * INTO STRICT v_s FROM alr.escalation_steps s
+  WHERE s.policy_id = v_e.policy_id AND s.step_idx = record_delivery.step_idx;
+  INSERT INTO alr.delivery_journal (escalation_id, alert_id, step_idx, channel, target, lease_token,
+                                    outcome, error)
+  VALUES (v_e.id, v_e.alert_id, record_delivery.step_idx, v_s.channel, v_s.target,
+          record_delivery.lease_token,
+          CASE WHEN record_delivery.error IS NULL THEN 'delivered' ELSE 'failed' END,
+          record_delivery.error)
+  RETURNING id INTO v_id;
+  RETURN v_id;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+DROP FUNCTION alr.record_delivery(uuid, integer, uuid, text);
+DROP TABLE alr.delivery_journal;
+COMMENT ON COLUMN alr.alert_escalations.stop_reason IS NULL;
+-- +goose StatementEnd

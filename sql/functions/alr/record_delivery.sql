@@ -1,0 +1,44 @@
+-- Journals one delivery of a step that apply_escalation recorded (step_idx must already be behind
+-- the ladder's current step), with error NULL for success. channel, target and alert are read from
+-- the ladder, not trusted from the caller. Returns the journal row's id.
+CREATE OR REPLACE FUNCTION alr.record_delivery(escalation_id uuid, step_idx integer, lease_token uuid,
+                                               error text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'record_delivery';
+  v_e alr.alert_escalations;
+  v_s alr.escalation_steps;
+  v_id bigint;
+BEGIN
+  IF record_delivery.escalation_id IS NULL THEN
+    PERFORM alr._invalid(fn, 'escalation_id must not be NULL, got NULL');
+  END IF;
+  IF record_delivery.lease_token IS NULL THEN
+    PERFORM alr._invalid(fn, 'lease_token must not be NULL, got NULL');
+  END IF;
+  SELECT * INTO v_e FROM alr.alert_escalations e WHERE e.id = record_delivery.escalation_id;
+  IF NOT FOUND THEN
+    PERFORM alr._not_found(fn, 'escalation_id', 'escalation', record_delivery.escalation_id);
+  END IF;
+  IF record_delivery.step_idx IS NULL OR record_delivery.step_idx < 0
+     OR record_delivery.step_idx >= v_e.step_idx THEN
+    PERFORM alr._invalid(fn, pg_catalog.format(
+      'step_idx must be a step apply_escalation already recorded (0 to %s), got %s',
+      v_e.step_idx - 1, COALESCE(record_delivery.step_idx::text, 'NULL')));
+  END IF;
+  SELECT * INTO STRICT v_s FROM alr.escalation_steps s
+  WHERE s.policy_id = v_e.policy_id AND s.step_idx = record_delivery.step_idx;
+  INSERT INTO alr.delivery_journal (escalation_id, alert_id, step_idx, channel, target, lease_token,
+                                    outcome, error)
+  VALUES (v_e.id, v_e.alert_id, record_delivery.step_idx, v_s.channel, v_s.target,
+          record_delivery.lease_token,
+          CASE WHEN record_delivery.error IS NULL THEN 'delivered' ELSE 'failed' END,
+          record_delivery.error)
+  RETURNING id INTO v_id;
+  RETURN v_id;
+END;
+$$;
