@@ -15,7 +15,14 @@ if [ "$what" = all ] || [ "$what" = sql ]; then
   psql -X -q -v ON_ERROR_STOP=1 "$DATABASE_URL" -c "CREATE EXTENSION IF NOT EXISTS pgtap" \
     -f sql/tests/_helpers.sql >/dev/null
   mapfile -t files < <(find sql/tests -name '*.test.sql' | sort)
-  pg_prove --dbname "$DATABASE_URL" --ext .sql "${files[@]}" || fail=1
+  # pg_prove hands its --dbname to psql as a plain name, not a URI: give it libpq variables.
+  IFS='|' read -r PGHOST PGPORT PGUSER PGDATABASE < <(psql -X -A -t "$DATABASE_URL" -c \
+    "SELECT coalesce(host(inet_server_addr()), current_setting('unix_socket_directories')), \
+            current_setting('port'), current_user, current_database()")
+  PGHOST=${PGHOST%%,*}
+  if [[ "$DATABASE_URL" =~ ^postgres(ql)?://[^:@/]+:([^@/]+)@ ]]; then export PGPASSWORD="${BASH_REMATCH[2]}"; fi
+  PGHOST=$PGHOST PGPORT=$PGPORT PGUSER=$PGUSER PGDATABASE=$PGDATABASE \
+    pg_prove --ext .sql "${files[@]}" || fail=1
 fi
 
 if [ "$what" = all ] || [ "$what" = go ]; then
