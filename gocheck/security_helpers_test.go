@@ -76,7 +76,7 @@ func stateFingerprint(t *testing.T, pool *pgxpool.Pool) string {
 		SELECT md5(concat_ws('|',
 		  (SELECT string_agg(to_jsonb(q)::text, ',' ORDER BY q.queue_id) FROM outbox.queues q),
 		  (SELECT string_agg(to_jsonb(h)::text, ',' ORDER BY h.queue_id, h.partition_key) FROM outbox.partition_heads h),
-		  (SELECT string_agg(c.oid::regclass::text || ':' || c.relkind, ',' ORDER BY c.oid)
+		  (SELECT string_agg(c.oid::regclass::text || ':' || c.relkind::text, ',' ORDER BY c.oid)
 		     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		     WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')),
 		  (SELECT string_agg(tg.tgname || '@' || tg.tgrelid::regclass::text, ',' ORDER BY tg.oid)
