@@ -11,7 +11,7 @@ import (
 )
 
 // A hostile schema first in the caller's search_path shadows now(), gen_random_uuid(), lower()
-// and the queue table's name. Every outbox function pins search_path = '' and qualifies what it
+// and the queue table's name. Every outbox function pins search_path = ” and qualifies what it
 // calls, so the calls below land in public.events with real time and real tokens, and the
 // hostile objects are never touched.
 func TestSecurity_HostileSearchPathChangesNothing(t *testing.T) {
