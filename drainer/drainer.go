@@ -1,0 +1,201 @@
+package drainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Applier delivers one event to its peer. It must be idempotent (delivery is at least once) and,
+// when ApplyConcurrency > 1, safe for concurrent use. Its ctx ends at min(ApplyTimeout, lease end
+// - LeaseMargin) and is not cancelled by Run's ctx. A nil error records the row as sent; an error
+// is transient unless marked with Permanent. A panic is recovered and recorded as permanent.
+type Applier[T any] func(ctx context.Context, eventType string, payload T) error
+
+// Decoder turns a row's jsonb payload into T. A decoding error is permanent: the payload will
+// never decode.
+type Decoder[T any] func(payload []byte) (T, error)
+
+// Option configures a Drainer in New.
+type Option[T any] func(*Drainer[T])
+
+// WedgedPartition is a partition whose oldest pending row is older than Config.WedgeWarnAfter.
+type WedgedPartition struct {
+	// Table is the queue.
+	Table string
+	// PartitionKey is the key (an id-based handle, reported on purpose for attribution).
+	PartitionKey string
+	// HeadID is the partition's first deliverable row, the one its successors wait for.
+	HeadID int64
+	// HeadAttempts is the head's attempt_count.
+	HeadAttempts int
+	// HeadLastError is the head's last recorded error ("" if none).
+	HeadLastError string
+	// OldestPendingAt is when the oldest pending row of the partition was created.
+	OldestPendingAt time.Time
+	// Age is how long the oldest pending row has waited.
+	Age time.Duration
+	// Pending is how many deliverable rows the partition holds.
+	Pending int64
+	// Reason says why the head is not moving (leased, backing off, waiting for a drainer).
+	Reason string
+}
+
+// wedgeReportLimit is how many of the oldest wedged partitions one report carries: the observer
+// is for attribution, and a peer outage wedges every partition at once.
+const wedgeReportLimit = 10
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger[T any](logger *slog.Logger) Option[T] {
+	return func(d *Drainer[T]) {
+		if logger != nil {
+			d.logger = logger
+		}
+	}
+}
+
+// WithWedgeObserver registers fn to receive, at most once per Config.WedgeWarnAfter, the oldest
+// (at most 10) partitions stuck longer than WedgeWarnAfter. It only runs on a partitioned queue
+// with WedgeWarnAfter > 0. fn runs on the drainer's watcher goroutine and should return quickly.
+func WithWedgeObserver[T any](fn func(ctx context.Context, wedged []WedgedPartition)) Option[T] {
+	return func(d *Drainer[T]) { d.wedgeObserver = fn }
+}
+
+// WithMetrics registers the drainer's prometheus.Collector with reg: outbox_backlog_depth,
+// outbox_oldest_pending_age_seconds and outbox_poisoned{table} (one outbox.stats call per
+// scrape), outbox_results_total{table,outcome}, outbox_lease_lost_total{table} and
+// outbox_claim_duration_seconds{table,mode}.
+func WithMetrics[T any](reg prometheus.Registerer) Option[T] {
+	return func(d *Drainer[T]) { d.registerer = reg }
+}
+
+// Drainer claims rows of one queue, applies them with an Applier and records the results, all
+// through the outbox SQL functions. Run it on as many replicas as you like.
+type Drainer[T any] struct {
+	pool          *pgxpool.Pool
+	cfg           Config // as given: registry settings still zero when the caller left them so
+	table         string // canonical "schema.table"
+	decode        Decoder[T]
+	apply         Applier[T]
+	logger        *slog.Logger
+	wedgeObserver func(context.Context, []WedgedPartition)
+	registerer    prometheus.Registerer
+	metrics       *metrics
+	running       atomic.Bool
+}
+
+// New returns a Drainer for cfg.Table. It validates cfg but does not touch the database: Run
+// checks the queue's registration.
+func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier[T], opts ...Option[T]) (*Drainer[T], error) {
+	if pool == nil {
+		return nil, errors.New("pool must not be nil")
+	}
+	if decode == nil {
+		return nil, errors.New("decode must not be nil")
+	}
+	if apply == nil {
+		return nil, errors.New("apply must not be nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Drainer[T]{
+		pool:   pool,
+		cfg:    cfg,
+		table:  canonicalTable(cfg.Table),
+		decode: decode,
+		apply:  apply,
+		logger: slog.Default(),
+	}
+	for _, o := range opts {
+		o(d)
+	}
+	d.logger = d.logger.With("table", d.table)
+	d.metrics = newMetrics(d.table, pool, d.logger)
+	if d.registerer != nil {
+		if err := d.registerer.Register(d.metrics); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// Run drains the queue until ctx is cancelled. It first checks the queue's registration against
+// the Config (failing with an error naming the disagreeing field), logs check_indexes findings as
+// warnings, then claims on every NOTIFY, every PollFallback, as soon as the earliest backoff or
+// lease of the queue ends, and again at once after a full batch. On cancellation, applies in
+// flight finish (bounded by ApplyTimeout) and are recorded, claimed rows not yet started are
+// released, and Run returns nil. Database errors while draining are logged and retried.
+func (d *Drainer[T]) Run(ctx context.Context) error {
+	if !d.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer d.running.Store(false)
+	if err := d.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pinging database: %w", err)
+	}
+	reg, err := loadRegistration(ctx, d.pool, d.table)
+	if err != nil {
+		return err
+	}
+	cfg, err := reconcile(d.cfg, reg)
+	if err != nil {
+		return err
+	}
+	d.logIndexFindings(ctx)
+
+	r := &runner[T]{d: d, cfg: cfg, reg: reg, wake: make(chan struct{}, 1)}
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stopBackground()
+		wg.Wait()
+	}()
+	listening := make(chan struct{})
+	wg.Go(func() { r.listen(bgCtx, listening) })
+	if r.wedgeWatchEnabled() {
+		wg.Go(func() { r.watchWedges(bgCtx) })
+	}
+	// Claim only once LISTEN is in place (or has failed once), so no NOTIFY falls in between.
+	select {
+	case <-listening:
+	case <-ctx.Done():
+		return nil
+	}
+	return r.loop(ctx)
+}
+
+// logIndexFindings logs what outbox.check_indexes reports: a missing or extra (decoy) index
+// turns the claim into a scan of the backlog.
+func (d *Drainer[T]) logIndexFindings(ctx context.Context) {
+	rows, err := d.pool.Query(ctx, `SELECT problem, coalesce(index_name, ''), detail FROM outbox.check_indexes($1)`, d.table)
+	if err != nil {
+		d.logger.WarnContext(ctx, "checking indexes", "err", err)
+		return
+	}
+	var problem, name, detail string
+	_, err = pgx.ForEachRow(rows, []any{&problem, &name, &detail}, func() error {
+		d.logger.WarnContext(ctx, "queue index problem: claims may scan the whole backlog",
+			"problem", problem, "index", name, "detail", detail)
+		return nil
+	})
+	if err != nil {
+		d.logger.WarnContext(ctx, "checking indexes", "err", err)
+	}
+}
+
+// querier is what both a pool and a transaction offer.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}

@@ -1,0 +1,113 @@
+package drainer
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Class says whether a failed apply may succeed if tried again.
+type Class int
+
+const (
+	// ClassTransient (the default for any error) retries the row with backoff. On a partitioned
+	// queue a transient failure never poisons the row, so its partition waits for the peer.
+	ClassTransient Class = iota
+	// ClassPermanent records the row as failed for good (or retries it, under RetryPermanent).
+	ClassPermanent
+)
+
+// String returns "transient" or "permanent".
+func (c Class) String() string {
+	switch c {
+	case ClassTransient:
+		return "transient"
+	case ClassPermanent:
+		return "permanent"
+	}
+	return fmt.Sprintf("Class(%d)", int(c))
+}
+
+// ClassifiedError carries the Class an Applier chose for its error. Find it with errors.As.
+type ClassifiedError struct {
+	Class Class
+	Err   error
+}
+
+// Error returns the wrapped error's text.
+func (e *ClassifiedError) Error() string {
+	if e.Err == nil {
+		return e.Class.String() + " failure"
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the wrapped error.
+func (e *ClassifiedError) Unwrap() error { return e.Err }
+
+// Permanent marks err as permanent: the event will never apply (a 4xx from a webhook, a payload
+// the peer rejects). It returns nil for a nil err.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &ClassifiedError{Class: ClassPermanent, Err: err}
+}
+
+// Transient marks err as transient explicitly (the default for unmarked errors), for example to
+// override a permanent error wrapped deeper inside. It returns nil for a nil err.
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &ClassifiedError{Class: ClassTransient, Err: err}
+}
+
+// ClassOf returns the Class of the outermost ClassifiedError in err's chain, or ClassTransient.
+func ClassOf(err error) Class {
+	var ce *ClassifiedError
+	if errors.As(err, &ce) {
+		return ce.Class
+	}
+	return ClassTransient
+}
+
+// Disposition is what the drainer records for an applied row: the outcome passed to
+// outbox.apply_results or outbox.settle_locked.
+type Disposition int
+
+const (
+	// DispositionSent: the Applier returned nil.
+	DispositionSent Disposition = iota
+	// DispositionTransient: the Applier failed with a transient error (or timed out).
+	DispositionTransient
+	// DispositionPermanent: the Applier failed permanently, panicked, or the payload did not decode.
+	DispositionPermanent
+)
+
+// String returns the SQL outcome: "sent", "transient" or "permanent".
+func (d Disposition) String() string {
+	switch d {
+	case DispositionSent:
+		return "sent"
+	case DispositionTransient:
+		return "transient"
+	case DispositionPermanent:
+		return "permanent"
+	}
+	return fmt.Sprintf("Disposition(%d)", int(d))
+}
+
+// dispositionOf maps an apply error to what is recorded.
+func dispositionOf(err error) Disposition {
+	switch {
+	case err == nil:
+		return DispositionSent
+	case ClassOf(err) == ClassPermanent:
+		return DispositionPermanent
+	default:
+		return DispositionTransient
+	}
+}
+
+// ErrAlreadyRunning is returned by Run when the Drainer is already running.
+var ErrAlreadyRunning = errors.New("drainer is already running")

@@ -1,0 +1,35 @@
+package drainer
+
+import (
+	"context"
+	"time"
+)
+
+// Event describes the row an Applier is applying. EventFrom reads it from the Applier's ctx, for
+// idempotency keys and logs.
+type Event struct {
+	// Table is the queue ("schema.table").
+	Table string
+	// ID is the row's id: a stable idempotency key across redeliveries.
+	ID int64
+	// Type is the row's event_type.
+	Type string
+	// PartitionKey is the row's partition key ("" on an unpartitioned queue).
+	PartitionKey string
+	// Attempts is how many failed attempts the row had before this one.
+	Attempts int
+	// CreatedAt is when the row was inserted.
+	CreatedAt time.Time
+}
+
+type eventKey struct{}
+
+func withEvent(ctx context.Context, e Event) context.Context {
+	return context.WithValue(ctx, eventKey{}, e)
+}
+
+// EventFrom returns the Event being applied, when ctx is (derived from) an Applier's ctx.
+func EventFrom(ctx context.Context) (Event, bool) {
+	e, ok := ctx.Value(eventKey{}).(Event)
+	return e, ok
+}
