@@ -1,0 +1,164 @@
+package gocheck
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/internal/testdb"
+)
+
+// errorsDocPath is the bad-input table this test generates and checks.
+const errorsDocPath = "../docs/errors.md"
+
+// badCall is one kind of bad argument to one public function.
+type badCall struct {
+	function, argument, sql string
+}
+
+// badCalls lists, for every public outbox function, every kind of bad argument. The fixture
+// (errorsFixture) gives the calls something to be wrong about.
+var badCalls = []badCall{
+	{"create_queue", "queue is NULL", `SELECT outbox.create_queue(NULL)`},
+	{"create_queue", "queue is not a plain name", `SELECT outbox.create_queue('public.q; DROP TABLE x')`},
+	{"create_queue", "schema does not exist", `SELECT outbox.create_queue('nosuch.q')`},
+	{"create_queue", "queue names a view", `SELECT outbox.create_queue('public.a_view')`},
+	{"create_queue", "adopted table lacks columns", `SELECT outbox.create_queue('public.not_a_queue')`},
+	{"create_queue", "adopted table's id is not the primary key", `SELECT outbox.create_queue('public.no_pk')`},
+	{"create_queue", "partition_column is not a plain name", `SELECT outbox.create_queue('public.q', 'a b')`},
+	{"create_queue", "partition_column is a queue column", `SELECT outbox.create_queue('public.q', 'id')`},
+	{"create_queue", "partition_column missing from adopted table", `SELECT outbox.create_queue('public.adoptable', 'nosuch')`},
+	{"create_queue", "partition_column has NULLs in adopted table", `SELECT outbox.create_queue('public.adoptable', 'k')`},
+	{"create_queue", "partition_column of a registered queue changes", `SELECT outbox.create_queue('public.ev', NULL)`},
+	{"create_queue", "max_attempts out of range", `SELECT outbox.create_queue('public.q', max_attempts => 0)`},
+	{"create_queue", "max_attempts is NULL", `SELECT outbox.create_queue('public.q', max_attempts => NULL)`},
+	{"create_queue", "backoff_min not positive", `SELECT outbox.create_queue('public.q', backoff_min => '0 seconds')`},
+	{"create_queue", "backoff_max below backoff_min", `SELECT outbox.create_queue('public.q', backoff_min => '10 seconds', backoff_max => '1 second')`},
+	{"create_queue", "backoff_max over 1 day", `SELECT outbox.create_queue('public.q', backoff_max => '2 days')`},
+	{"create_queue", "permanent_policy unknown", `SELECT outbox.create_queue('public.q', permanent_policy => 'drop')`},
+	{"create_queue", "permanent_policy 'retry' with a partition column", `SELECT outbox.create_queue('public.q', 'k', permanent_policy => 'retry')`},
+	{"create_queue", "channel is not a plain name", `SELECT outbox.create_queue('public.q', channel => 'a-b')`},
+	{"drop_queue", "queue is NULL", `SELECT outbox.drop_queue(NULL)`},
+	{"drop_queue", "queue is not registered", `SELECT outbox.drop_queue('public.nosuch')`},
+	{"drop_queue", "drop_table is NULL", `SELECT outbox.drop_queue('public.ev', NULL)`},
+	{"enqueue", "queue is not registered", `SELECT outbox.enqueue('public.nosuch', 'e', '{}')`},
+	{"enqueue", "event_type is empty", `SELECT outbox.enqueue('public.ev', ' ', '{}', 'k1')`},
+	{"enqueue", "event_type is NULL", `SELECT outbox.enqueue('public.ev', NULL, '{}', 'k1')`},
+	{"enqueue", "payload is NULL", `SELECT outbox.enqueue('public.ev', 'e', NULL, 'k1')`},
+	{"enqueue", "partition_key missing on a partitioned queue", `SELECT outbox.enqueue('public.ev', 'e', '{}')`},
+	{"enqueue", "partition_key given on an unpartitioned queue", `SELECT outbox.enqueue('public.plain', 'e', '{}', 'k1')`},
+	{"claim_batch", "queue is not registered", `SELECT * FROM outbox.claim_batch('public.nosuch')`},
+	{"claim_batch", "batch_size out of range", `SELECT * FROM outbox.claim_batch('public.ev', 0)`},
+	{"claim_batch", "batch_size is NULL", `SELECT * FROM outbox.claim_batch('public.ev', NULL)`},
+	{"claim_batch", "lease not positive", `SELECT * FROM outbox.claim_batch('public.ev', 10, '0 seconds')`},
+	{"claim_batch", "lease over 1 day", `SELECT * FROM outbox.claim_batch('public.ev', 10, '25 hours')`},
+	{"claim_locked", "queue is not registered", `SELECT * FROM outbox.claim_locked('public.nosuch')`},
+	{"claim_locked", "batch_size out of range", `SELECT * FROM outbox.claim_locked('public.ev', 10001)`},
+	{"apply_result", "queue is not registered", `SELECT outbox.apply_result('public.nosuch', 1, gen_random_uuid(), 'sent')`},
+	{"apply_result", "id is NULL", `SELECT outbox.apply_result('public.ev', NULL, gen_random_uuid(), 'sent')`},
+	{"apply_result", "lease_token is NULL", `SELECT outbox.apply_result('public.ev', 1, NULL, 'sent')`},
+	{"apply_result", "outcome unknown", `SELECT outbox.apply_result('public.ev', 1, gen_random_uuid(), 'ok')`},
+	{"apply_result", "outcome is NULL", `SELECT outbox.apply_result('public.ev', 1, gen_random_uuid(), NULL)`},
+	{"apply_results", "ids is NULL", `SELECT * FROM outbox.apply_results('public.ev', NULL, '{}', '{}')`},
+	{"apply_results", "outcomes of another length", `SELECT * FROM outbox.apply_results('public.ev', '{1,2}', ARRAY[gen_random_uuid(), gen_random_uuid()], '{sent}')`},
+	{"apply_results", "errors of another length", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[gen_random_uuid()], '{sent}', '{a,b}')`},
+	{"apply_results", "lease_tokens of another length", `SELECT * FROM outbox.apply_results('public.ev', '{1,2}', ARRAY[gen_random_uuid()], '{sent,sent}')`},
+	{"apply_results", "lease_tokens contain NULL", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[NULL::uuid], '{sent}')`},
+	{"apply_results", "ids contain NULL", `SELECT * FROM outbox.apply_results('public.ev', '{1,NULL}', ARRAY[gen_random_uuid(), gen_random_uuid()], '{sent,sent}')`},
+	{"apply_results", "ids repeat", `SELECT * FROM outbox.apply_results('public.ev', '{1,1}', ARRAY[gen_random_uuid(), gen_random_uuid()], '{sent,sent}')`},
+	{"apply_results", "more than 10000 ids", `SELECT * FROM outbox.apply_results('public.ev', ARRAY(SELECT generate_series(1, 10001)::bigint), ARRAY(SELECT gen_random_uuid() FROM generate_series(1, 10001)), array_fill('sent'::text, ARRAY[10001]))`},
+	{"apply_results", "outcome unknown", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[gen_random_uuid()], '{done}')`},
+	{"settle_locked", "queue is not registered", `SELECT outbox.settle_locked('public.nosuch', '{1}', '{sent}')`},
+	{"settle_locked", "row not held by this transaction", `SELECT outbox.settle_locked('public.ev', '{1}', '{sent}')`},
+	{"settle_locked", "outcomes of another length", `SELECT outbox.settle_locked('public.ev', '{1}', '{sent,sent}')`},
+	{"settle_locked", "outcome unknown", `SELECT outbox.settle_locked('public.ev', '{1}', '{retry}')`},
+	{"extend_lease", "queue is not registered", `SELECT outbox.extend_lease('public.nosuch', 1, gen_random_uuid(), '1 minute')`},
+	{"extend_lease", "id is NULL", `SELECT outbox.extend_lease('public.ev', NULL, gen_random_uuid(), '1 minute')`},
+	{"extend_lease", "lease_token is NULL", `SELECT outbox.extend_lease('public.ev', 1, NULL, '1 minute')`},
+	{"extend_lease", "lease not positive", `SELECT outbox.extend_lease('public.ev', 1, gen_random_uuid(), '-1 minute')`},
+	{"release", "queue is not registered", `SELECT outbox.release('public.nosuch', 1, gen_random_uuid())`},
+	{"release", "id is NULL", `SELECT outbox.release('public.ev', NULL, gen_random_uuid())`},
+	{"release", "lease_token is NULL", `SELECT outbox.release('public.ev', 1, NULL)`},
+	{"stats", "queue is NULL", `SELECT * FROM outbox.stats(NULL)`},
+	{"stats", "queue is not registered", `SELECT * FROM outbox.stats('public.nosuch')`},
+	{"wedged_partitions", "queue is not registered", `SELECT * FROM outbox.wedged_partitions('public.nosuch', '1 minute')`},
+	{"wedged_partitions", "queue has no partition column", `SELECT * FROM outbox.wedged_partitions('public.plain', '1 minute')`},
+	{"wedged_partitions", "older_than negative", `SELECT * FROM outbox.wedged_partitions('public.ev', '-1 minute')`},
+	{"wedged_partitions", "max_partitions out of range", `SELECT * FROM outbox.wedged_partitions('public.ev', '1 minute', 0)`},
+	{"check_indexes", "queue is not registered", `SELECT * FROM outbox.check_indexes('public.nosuch')`},
+	{"check_indexes", "queue is not a plain name", `SELECT * FROM outbox.check_indexes('public.ev--')`},
+	{"requeue_poisoned", "queue is not registered", `SELECT outbox.requeue_poisoned('public.nosuch')`},
+	{"requeue_poisoned", "ids contain NULL", `SELECT outbox.requeue_poisoned('public.ev', '{1,NULL}')`},
+	{"purge_sent", "queue is not registered", `SELECT outbox.purge_sent('public.nosuch')`},
+	{"purge_sent", "older_than negative", `SELECT outbox.purge_sent('public.ev', '-1 day')`},
+	{"purge_sent", "max_rows out of range", `SELECT outbox.purge_sent('public.ev', '1 day', 0)`},
+}
+
+func errorsFixture(t *testing.T) *testdb.DB {
+	t.Helper()
+	db := testdb.New(t)
+	_, err := db.Pool.Exec(context.Background(), `
+		SELECT outbox.create_queue('public.ev', 'k', max_attempts => 3);
+		SELECT outbox.create_queue('public.plain');
+		SELECT outbox.enqueue('public.ev', 'created', '{}', 'k1');
+		CREATE VIEW public.a_view AS SELECT 1 AS x;
+		CREATE TABLE public.not_a_queue (x int);
+		CREATE TABLE public.no_pk (id bigint, event_type text, payload jsonb, created_at timestamptz);
+		CREATE TABLE public.adoptable (id bigint PRIMARY KEY, event_type text NOT NULL, payload jsonb NOT NULL,
+		                               created_at timestamptz NOT NULL DEFAULT now(), k text);
+		INSERT INTO public.adoptable (id, event_type, payload) VALUES (1, 'e', '{}');`)
+	require.NoError(t, err)
+	return db
+}
+
+// TestErrorsDoc runs every bad call, checks that it fails and changes nothing, and renders the
+// SQLSTATE and message of each into docs/errors.md. The test fails when the file differs from
+// what the functions say; UPDATE_ERRORS_DOC=1 rewrites it.
+func TestErrorsDoc(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := errorsFixture(t)
+
+	var doc strings.Builder
+	doc.WriteString("# Bad input: error codes and messages\n\n")
+	doc.WriteString("Generated by `gocheck/errors_doc_test.go` from the functions themselves: the test runs every\n")
+	doc.WriteString("call below against a real database and fails when this file differs " +
+		"(`UPDATE_ERRORS_DOC=1 go test ./gocheck -run TestErrorsDoc` rewrites it).\n")
+	doc.WriteString("Every call here fails and changes nothing (the test compares a fingerprint of the whole state).\n\n")
+	doc.WriteString("SQLSTATEs: `22023` invalid argument (message `<function>: <argument> must ..., got <value>`), " +
+		"`42P01` queue not registered, `3F000` schema missing, `55000` row not held (lock mode), " +
+		"`42501` the caller's role may not call the function (see docs/security.md).\n")
+	before := stateFingerprint(t, db.Pool)
+	last := ""
+	for _, c := range badCalls {
+		if c.function != last {
+			fmt.Fprintf(&doc, "\n## outbox.%s\n\n| bad argument | SQLSTATE | message | call |\n|---|---|---|---|\n", c.function)
+			last = c.function
+		}
+		_, err := db.Pool.Exec(ctx, c.sql)
+		require.Error(t, err, "%s: %s must fail: %s", c.function, c.argument, c.sql)
+		code, msg := sqlState(err)
+		require.NotEmpty(t, code, "%s: %s: not a server error: %v", c.function, c.argument, err)
+		require.True(t, strings.HasPrefix(msg, c.function+": "), "%s: %s: message must name the function: %q", c.function, c.argument, msg)
+		require.Equal(t, before, stateFingerprint(t, db.Pool), "%s: %s changed something", c.function, c.argument)
+		fmt.Fprintf(&doc, "| %s | `%s` | %s | `%s` |\n", c.argument, code, mdCell(msg), mdCell(c.sql))
+	}
+
+	want := doc.String()
+	if os.Getenv("UPDATE_ERRORS_DOC") == "1" {
+		require.NoError(t, os.WriteFile(errorsDocPath, []byte(want), 0o644))
+		return
+	}
+	got, err := os.ReadFile(errorsDocPath)
+	require.NoError(t, err, "run UPDATE_ERRORS_DOC=1 go test ./gocheck -run TestErrorsDoc")
+	require.Equal(t, want, string(got),
+		"docs/errors.md is out of date: run UPDATE_ERRORS_DOC=1 go test ./gocheck -run TestErrorsDoc and review the diff")
+}
+
+func mdCell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
