@@ -624,8 +624,13 @@ DECLARE
 BEGIN
   PERFORM outbox._check_batch_size(fn, batch_size);
   v_ids := outbox._claim(v_q, batch_size, NULL, 'lock');
+  v_setting := 'pgdrain.held_' || v_q.queue_id;
+  -- SKIP LOCKED does not skip this transaction's own locks: a row it already holds (claimed by an
+  -- earlier claim_locked and not yet settled) would be handed out a second time.
+  v_ids := ARRAY(SELECT x FROM pg_catalog.unnest(v_ids) x
+                 WHERE x <> ALL (COALESCE(pg_catalog.string_to_array(
+                   NULLIF(pg_catalog.current_setting(v_setting, true), ''), ',')::bigint[], '{}')));
   IF pg_catalog.cardinality(v_ids) > 0 THEN
-    v_setting := 'pgdrain.held_' || v_q.queue_id;
     PERFORM pg_catalog.set_config(v_setting,
       pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
                            pg_catalog.array_to_string(v_ids, ',')), true);
@@ -1053,7 +1058,9 @@ $$;
 -- +goose StatementBegin
 -- Lock mode: records outcomes for rows this transaction claimed with claim_locked and still holds.
 -- Refuses (SQLSTATE 55000, nothing changed) any id this transaction does not hold. Returns how
--- many rows were recorded (a row already recorded in this transaction is not counted again).
+-- many rows were recorded. A settled row leaves the held set, so it is recorded at most once per
+-- claim: settling it again is refused like any row not held (else a second 'transient' would count
+-- a second attempt).
 CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -1065,6 +1072,7 @@ DECLARE
   v_q outbox.queues := outbox._queue(fn, queue);
   v_held bigint[];
   v_foreign bigint;
+  v_count bigint;
 BEGIN
   PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
   IF pg_catalog.cardinality(ids) = 0 THEN
@@ -1077,8 +1085,12 @@ BEGIN
     RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',
       fn, v_foreign, v_q.queue USING ERRCODE = '55000';
   END IF;
-  RETURN pg_catalog.cardinality(outbox._record(v_q, ids, NULL, outcomes,
+  v_count := pg_catalog.cardinality(outbox._record(v_q, ids, NULL, outcomes,
     COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)]))));
+  PERFORM pg_catalog.set_config('pgdrain.held_' || v_q.queue_id,
+    COALESCE((SELECT pg_catalog.string_agg(h::text, ',') FROM pg_catalog.unnest(v_held) h WHERE h <> ALL (ids)), ''),
+    true);
+  RETURN v_count;
 END;
 $$;
 -- +goose StatementEnd

@@ -17,8 +17,13 @@ DECLARE
 BEGIN
   PERFORM outbox._check_batch_size(fn, batch_size);
   v_ids := outbox._claim(v_q, batch_size, NULL, 'lock');
+  v_setting := 'pgdrain.held_' || v_q.queue_id;
+  -- SKIP LOCKED does not skip this transaction's own locks: a row it already holds (claimed by an
+  -- earlier claim_locked and not yet settled) would be handed out a second time.
+  v_ids := ARRAY(SELECT x FROM pg_catalog.unnest(v_ids) x
+                 WHERE x <> ALL (COALESCE(pg_catalog.string_to_array(
+                   NULLIF(pg_catalog.current_setting(v_setting, true), ''), ',')::bigint[], '{}')));
   IF pg_catalog.cardinality(v_ids) > 0 THEN
-    v_setting := 'pgdrain.held_' || v_q.queue_id;
     PERFORM pg_catalog.set_config(v_setting,
       pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
                            pg_catalog.array_to_string(v_ids, ',')), true);
