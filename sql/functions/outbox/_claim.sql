@@ -59,6 +59,9 @@ BEGIN
       INTO v_keys, v_heads
     FROM (SELECT h.partition_key, h.head_id FROM outbox.partition_heads h
           WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
+            -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
+            -- locks: without this a later pass would take them again.
+            AND (h.head_id IS NULL OR h.head_id <> ALL (v_all))
           ORDER BY h.attempt_count, h.head_id
           LIMIT v_remaining
           FOR NO KEY UPDATE SKIP LOCKED) s;
