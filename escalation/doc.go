@@ -1,0 +1,23 @@
+// Package escalation drives pgdrain's alert escalation ladder (schema alr, seed 000) from Go.
+//
+// An alert escalates through the steps of a policy ("telegram @oncall now, sms after 5 minutes,
+// the manager's webhook after 15"). Each tick an Engine takes a batch of due steps with
+// alr.take_due_steps — every step leased for a short time with its own fencing token — and for
+// each step, in order:
+//
+//  1. calls alr.apply_escalation(escalation_id, lease_token), which records the step (advances the
+//     ladder) only if the token is still the one in the row, the ladder runs and the alert fires;
+//  2. only when that returned true, delivers the step through the Notifier of its channel, with the
+//     engine's per-step timeout;
+//  3. journals the delivery in alr.delivery_journal (one row per real delivery).
+//
+// "Record, then deliver" gives at most one delivery per step: a batch slower than its lease (one
+// channel hangs) lets another engine retake the remaining steps with new tokens, and the late
+// engine's apply_escalation then returns false and it delivers nothing. The outbox drainer does the
+// opposite — deliver, then record — for at-least-once delivery of events; both share the idea that a
+// lease is a deadline and the token is ownership.
+//
+// A crashed engine never holds a step longer than its lease (2 minutes by default): the next take
+// after that gets it. An engine stopped through its context releases the steps it has not applied
+// yet (alr.release_step), so they are taken again at once.
+package escalation

@@ -1,0 +1,89 @@
+package escalation
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// WebhookNotifier delivers a step as an HTTP POST of a JSON WebhookPayload, with an
+// Idempotency-Key header (Step.IdempotencyKey) so the receiver can drop a repeat.
+type WebhookNotifier struct {
+	// URL receives the POST. Empty: the step's target is the URL.
+	URL string
+	// Client sends the request. Defaults to http.DefaultClient (the engine's StepTimeout still
+	// bounds every call through the context).
+	Client *http.Client
+}
+
+// WebhookPayload is the JSON body a WebhookNotifier posts.
+type WebhookPayload struct {
+	// IdempotencyKey repeats the Idempotency-Key header.
+	IdempotencyKey string `json:"idempotency_key"`
+	// Alert is the escalating alert.
+	Alert WebhookAlert `json:"alert"`
+	// Step is the step being delivered.
+	Step WebhookStep `json:"step"`
+}
+
+// WebhookAlert is the alert part of a WebhookPayload.
+type WebhookAlert struct {
+	// ID is the alert's id.
+	ID string `json:"id"`
+	// Name is the alert's name.
+	Name string `json:"name"`
+}
+
+// WebhookStep is the step part of a WebhookPayload.
+type WebhookStep struct {
+	// EscalationID is the ladder's id.
+	EscalationID string `json:"escalation_id"`
+	// Index is the step's index in its policy, from 0.
+	Index int `json:"index"`
+	// Channel is the step's channel.
+	Channel string `json:"channel"`
+	// Target is the step's target.
+	Target string `json:"target"`
+	// Message is the human text of the notification.
+	Message string `json:"message"`
+}
+
+// Notify posts the step; any status outside 2xx is an error.
+func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
+	url := n.URL
+	if url == "" {
+		url = s.Target
+	}
+	body, err := json.Marshal(WebhookPayload{
+		IdempotencyKey: s.IdempotencyKey(),
+		Alert:          WebhookAlert{ID: s.AlertID, Name: s.AlertName},
+		Step: WebhookStep{EscalationID: s.EscalationID, Index: s.StepIdx, Channel: s.Channel,
+			Target: s.Target, Message: s.Message()},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding webhook payload: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("building webhook request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", s.IdempotencyKey())
+	client := n.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("posting webhook: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("posting webhook: %s answered %s", url, resp.Status)
+	}
+	return nil
+}
