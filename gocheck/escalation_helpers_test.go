@@ -3,6 +3,7 @@ package gocheck
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,9 @@ func (h *hangingChannel) waitEntered(t *testing.T) escalation.Step {
 
 func newEngine(t *testing.T, pool *pgxpool.Pool, notifiers map[string]escalation.Notifier, cfg escalation.Config) *escalation.Engine {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	}
 	e, err := escalation.New(pool, notifiers, cfg)
 	require.NoError(t, err)
 	return e
