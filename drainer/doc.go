@@ -45,7 +45,8 @@
 //
 // Run LISTENs on the queue's channel over a dedicated connection (application_name
 // ListenerApplicationName(table)), reconnecting with backoff; polls every PollFallback anyway;
-// claims again at once after a full batch; and wakes when the earliest backoff or lease of the
+// claims again at once after a batch that found rows (always after a full one: more may wait; and
+// a recorded head unblocks its partition's successor, which no NOTIFY announces); and wakes when the earliest backoff or lease of the
 // queue ends. When Run's ctx is cancelled, applies in flight finish on a non-cancellable context
 // bounded by ApplyTimeout and are recorded, claimed rows not yet started are released (lease
 // mode) or left untouched by the COMMIT (lock mode), and Run returns nil.

@@ -132,7 +132,7 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 // Run drains the queue until ctx is cancelled. It first checks the queue's registration against
 // the Config (failing with an error naming the disagreeing field), logs check_indexes findings as
 // warnings, then claims on every NOTIFY, every PollFallback, as soon as the earliest backoff or
-// lease of the queue ends, and again at once after a full batch. On cancellation, applies in
+// lease of the queue ends, and again at once after a batch that found rows. On cancellation, applies in
 // flight finish (bounded by ApplyTimeout) and are recorded, claimed rows not yet started are
 // released, and Run returns nil. Database errors while draining are logged and retried.
 func (d *Drainer[T]) Run(ctx context.Context) error {

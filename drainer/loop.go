@@ -37,8 +37,9 @@ func (r *runner[T]) signal() {
 	}
 }
 
-// loop claims batches until ctx ends: at once after a full batch, otherwise on a wake-up, at the
-// earliest backoff or lease end in the queue, or after PollFallback.
+// loop claims batches until ctx ends: at once after any batch that found rows (so always after a
+// full one), otherwise on a wake-up, at the earliest backoff or lease end in the queue, or after
+// PollFallback.
 func (r *runner[T]) loop(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -56,7 +57,9 @@ func (r *runner[T]) loop(ctx context.Context) error {
 		case err != nil:
 			r.d.logger.ErrorContext(ctx, "draining batch failed; retrying", "err", err, "retry_in", errDelay)
 			wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
-		case n >= r.cfg.claimSize():
+		case n > 0:
+			// Claim again at once: a full batch may have left rows behind, and a recorded head
+			// unblocks its partition's successor, which no NOTIFY announces.
 			errDelay = errorDelayMin
 			continue
 		default:
