@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgdrain/pgdrain/drainer"
+)
+
+// Section 2: end-to-end drain throughput through the Go drainer (package drainer): a queue
+// pre-filled with o.events rows, drained to the last sent row by 1 or 4 replicas with a no-op
+// applier.
+
+// drainCase is one drainer configuration.
+type drainCase struct {
+	replicas, concurrency int
+	partitioned           bool
+	mode                  drainer.ClaimMode
+}
+
+func (c drainCase) String() string {
+	p := "unpartitioned"
+	if c.partitioned {
+		p = "partitioned"
+	}
+	return fmt.Sprintf("| %d | %d | %s | %s |", c.replicas, c.concurrency, p, c.mode)
+}
+
+// fillQueue creates queue q (partitioned over n/6 keys or not) holding n pending rows.
+func fillQueue(ctx context.Context, pool *pgxpool.Pool, q string, n int, partitioned bool) error {
+	if partitioned {
+		return execAll(ctx, pool, fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", q),
+			insertSQL(q, n, fmt.Sprintf("'key-' || (g %% %d)", max(n/6, 1))), "VACUUM ANALYZE "+q)
+	}
+	return execAll(ctx, pool, fmt.Sprintf("SELECT outbox.create_queue('%s')", q),
+		fmt.Sprintf(`INSERT INTO %s (event_type, payload) SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80))
+			FROM generate_series(1, %d) g`, q, n), "VACUUM ANALYZE "+q)
+}
+
+// waitDrained polls until q has no unsent row and returns when it saw that.
+func waitDrained(ctx context.Context, pool *pgxpool.Pool, q string, limit time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		var left bool
+		if err := pool.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE sent_at IS NULL)", q)).Scan(&left); err != nil {
+			return time.Time{}, err
+		}
+		if !left {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%s not drained after %s", q, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n int) (float64, error) {
+	if err := fillQueue(ctx, pool, q, n, c.partitioned); err != nil {
+		return 0, err
+	}
+	cfg := drainer.Config{Table: q, ApplyConcurrency: c.concurrency, ClaimMode: c.mode, PollFallback: time.Second}
+	if c.partitioned {
+		cfg.PartitionColumn = "resource_id"
+	}
+	decode := func(b []byte) (json.RawMessage, error) { return b, nil }
+	apply := func(context.Context, string, json.RawMessage) error { return nil }
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make(chan error, c.replicas)
+	start := time.Now()
+	for range c.replicas {
+		d, err := drainer.New(pool, cfg, decode, apply)
+		if err != nil {
+			cancel()
+			return 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.Run(runCtx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	end, err := waitDrained(ctx, pool, q, 5*time.Minute)
+	cancel()
+	wg.Wait()
+	close(errs)
+	if err != nil {
+		return 0, err
+	}
+	if e := <-errs; e != nil {
+		return 0, e
+	}
+	return float64(n) / end.Sub(start).Seconds(), nil
+}
+
+func benchDrain(ctx context.Context, o options, emit func(string)) error {
+	pool, err := freshDatabase(ctx, o.server, "bench_drain", true, 24)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	emit(fmt.Sprintf("## 2. End-to-end drain through the Go drainer, no-op applier\n\n%d pre-filled events (partitioned: about 6 per key) drained to the last sent row; "+
+		"events/s, median (min–max) of %d runs; BatchSize default (32; = ApplyConcurrency when that is > 1).\n\n", o.events, o.runs))
+	emit("| replicas | ApplyConcurrency | queue | mode | events/s |\n|---:|---:|---|---|---:|\n")
+	run := 0
+	for _, mode := range []drainer.ClaimMode{drainer.ClaimLease, drainer.ClaimLock} {
+		for _, partitioned := range []bool{false, true} {
+			for _, replicas := range []int{1, 4} {
+				for _, conc := range []int{1, 32} {
+					c := drainCase{replicas: replicas, concurrency: conc, partitioned: partitioned, mode: mode}
+					var rates []float64
+					for range o.runs {
+						run++
+						q := fmt.Sprintf("public.drain_%d", run)
+						r, err := drainOnce(ctx, pool, c, q, o.events)
+						if err != nil {
+							return fmt.Errorf("%s: %w", c, err)
+						}
+						rates = append(rates, r)
+						if err := execAll(ctx, pool, fmt.Sprintf("SELECT outbox.drop_queue('%s', true)", q)); err != nil {
+							return err
+						}
+					}
+					emit(fmt.Sprintf("%s %s |\n", c, summarize(rates).format("%.0f")))
+				}
+			}
+		}
+	}
+	emit("\n")
+	return nil
+}

@@ -1,0 +1,89 @@
+// Command bench measures pgdrain against itself and its peers on one PostgreSQL server and prints
+// markdown tables (medians of several runs with min–max) plus a PNG chart of claim cost vs
+// backlog depth into an output directory. Run it through `make bench`, which starts a throwaway
+// cluster with fsync on and sets DATABASE_URL.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// options are the command-line settings of one benchmark run.
+type options struct {
+	server   string
+	out      string
+	runs     int
+	maxDepth int
+	events   int
+	produce  time.Duration
+	sections string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.server, "dsn", os.Getenv("DATABASE_URL"), "PostgreSQL server URL (defaults to $DATABASE_URL)")
+	flag.StringVar(&o.out, "out", "bench/out", "directory for results.md and claim_cost.png")
+	flag.IntVar(&o.runs, "runs", 3, "runs per measurement (the median and min–max are reported)")
+	flag.IntVar(&o.maxDepth, "max-depth", 1_000_000, "deepest backlog for the claim-cost table")
+	flag.IntVar(&o.events, "events", 20_000, "events per drain-throughput run")
+	flag.DurationVar(&o.produce, "produce-for", 2*time.Second, "duration of one producer-cost run")
+	flag.StringVar(&o.sections, "sections", "claim,drain,peers,producer", "sections to run")
+	flag.Parse()
+	if o.server == "" {
+		fmt.Fprintln(os.Stderr, "bench: set DATABASE_URL or -dsn")
+		os.Exit(2)
+	}
+	// The drainer logs at info level per start and stop; the tables are the output here.
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	var report strings.Builder
+	emit := func(s string) {
+		fmt.Print(s)
+		report.WriteString(s)
+	}
+	emit(fmt.Sprintf("# pgdrain bench (%s)\n\n", time.Now().UTC().Format(time.RFC3339)))
+	if err := describeServer(ctx, o.server, emit); err != nil {
+		return err
+	}
+	started := time.Now()
+	want := func(s string) bool { return strings.Contains(","+o.sections+",", ","+s+",") }
+	if want("claim") {
+		if err := benchClaimCost(ctx, o, emit); err != nil {
+			return fmt.Errorf("claim cost: %w", err)
+		}
+	}
+	if want("drain") {
+		if err := benchDrain(ctx, o, emit); err != nil {
+			return fmt.Errorf("drain throughput: %w", err)
+		}
+	}
+	if want("peers") {
+		if err := benchPeers(ctx, o, emit); err != nil {
+			return fmt.Errorf("peers: %w", err)
+		}
+	}
+	if want("producer") {
+		if err := benchProducers(ctx, o, emit); err != nil {
+			return fmt.Errorf("producer cost: %w", err)
+		}
+	}
+	emit(fmt.Sprintf("\nTotal bench time: %s\n", time.Since(started).Round(time.Second)))
+	return os.WriteFile(filepath.Join(o.out, "results.md"), []byte(report.String()), 0o644)
+}
