@@ -184,3 +184,20 @@ func Test_ClaimPlan_ConsecutiveKeys_DoNotCost(t *testing.T) {
 	requireFlat(t, "consecutive keys 200 x 1,000", got, base)
 	requireSeedClaimCollapses(t, db.Pool, "consecutive keys", q, base)
 }
+
+// Test_ClaimPlan_StaleHeadStatistics_DoesNotCollapse: the statistics that go stale are not only
+// the queue table's. outbox.partition_heads was analyzed while it held a handful of heads (and
+// autovacuum has not come round yet), then a burst of 320,000 rows over 53,333 keys creates that
+// many heads. The queue table itself is freshly analyzed, so only the heads' statistics lie.
+func Test_ClaimPlan_StaleHeadStatistics_DoesNotCollapse(t *testing.T) {
+	t.Parallel()
+	db := newPlanDB(t)
+	base := healthyBaseline(t, db.Pool, true)
+	exec(t, db.Pool, "ALTER TABLE outbox.partition_heads SET (autovacuum_enabled = false)")
+	q := newQueue(t, db.Pool, "public.burst_heads", true)
+	fillInterleaved(t, db.Pool, q, 320_000, 320_000/rowsPerKey)
+	exec(t, db.Pool, "ANALYZE public.burst_heads")
+	got := measureClaim(t, db.Pool, q, claimBatchSize)
+	require.EqualValues(t, claimBatchSize, got.Rows)
+	requireFlat(t, "stale partition_heads stats, burst 320,000 rows / 53,333 keys", got, base)
+}
