@@ -144,7 +144,9 @@ func Test_ClaimPlan_PoisonedBacklog_Spread_DoesNotCost(t *testing.T) {
 	got := measureClaim(t, db.Pool, q, claimBatchSize)
 	require.EqualValues(t, claimBatchSize, got.Rows)
 	requireFlat(t, "20,000 poisoned over 10,000 keys + 1,000 ready", got, base)
-	requireSeedClaimCollapses(t, db.Pool, "poisoned spread", q, base)
+	// No control here: with two poisoned rows per key seed 001's predicate copies fine once the
+	// storm's dead versions are pruned, so this state pins our cost without claiming it is hostile.
+	logSeedClaim(t, db.Pool, "poisoned spread", q, base)
 }
 
 // Test_ClaimPlan_PoisonedBacklog_AheadOfLiveRows_DoesNotCost: 10 hot keys whose first 2,000 rows

@@ -32,6 +32,14 @@ END $f$`
 // requires it to cost more than hostileFactor times the baseline.
 func requireSeedClaimCollapses(t *testing.T, pool *pgxpool.Pool, state, queue string, base claimCost) {
 	t.Helper()
+	got := logSeedClaim(t, pool, state, queue, base)
+	require.Greaterf(t, got.Buffers, hostileFactor*base.Buffers,
+		"control: seed 001's claim should collapse in state %q, or the state is not hostile", state)
+}
+
+// logSeedClaim measures seed 001's claim on queue and logs it beside the baseline.
+func logSeedClaim(t *testing.T, pool *pgxpool.Pool, state, queue string, base claimCost) claimCost {
+	t.Helper()
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, seedClaimSQL)
 	require.NoError(t, err)
@@ -43,6 +51,5 @@ func requireSeedClaimCollapses(t *testing.T, pool *pgxpool.Pool, state, queue st
 	require.NoError(t, err)
 	t.Logf("%-60s %6d buffers (%.2fx baseline), %d rows", "control: seed 001's claim, "+state, got.Buffers,
 		float64(got.Buffers)/float64(base.Buffers), got.Rows)
-	require.Greaterf(t, got.Buffers, hostileFactor*base.Buffers,
-		"control: seed 001's claim should collapse in state %q, or the state is not hostile", state)
+	return got
 }

@@ -29,6 +29,7 @@ CREATE TABLE outbox.partition_heads (
   head_id bigint,
   attempt_count integer NOT NULL DEFAULT 0,
   parked_until timestamptz,
+  floor_id bigint NOT NULL DEFAULT 0,
   PRIMARY KEY (queue_id, partition_key)
 ) WITH (fillfactor = 70);
 CREATE INDEX partition_heads_ready ON outbox.partition_heads (queue_id, attempt_count, head_id)
@@ -37,6 +38,10 @@ CREATE INDEX partition_heads_parked ON outbox.partition_heads (queue_id, parked_
   WHERE parked_until IS NOT NULL;
 COMMENT ON TABLE outbox.partition_heads IS
   'Claimable partition heads of partitioned queues (internal; maintained by triggers and the outbox functions).';
+COMMENT ON COLUMN outbox.partition_heads.floor_id IS
+  'Every row of the partition with a smaller id is sent or poisoned: searches for the head start here, '
+  'so poisoned rows are skipped once, not on every claim. Raised only while no producer of the '
+  'partition is in flight (outbox._partition_lock); a producer whose rows fall below it lowers it.';
 COMMENT ON COLUMN outbox.partition_heads.parked_until IS
   'Until when the head is not claimable (its lease or backoff); NULL = ready to claim.';
 -- +goose StatementEnd
@@ -145,8 +150,10 @@ $$;
 -- work), never through the pending rows themselves, so blocked successors, leased heads, heads in
 -- backoff and poisoned rows cost nothing: a head that is leased or backing off is "parked" until
 -- its time and is woken (at most a bounded number per call) when that time has come. Heads are
--- locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent claimers skip and producers (FOR KEY
--- SHARE) do not wait for. Each candidate is still checked against the FIFO rule on the queue table.
+-- locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent claimers skip and producers (who hold
+-- only advisory locks) do not wait for. Each candidate is still checked against the FIFO rule on the queue table,
+-- from the partition's floor (below it every row is sent or poisoned), so poisoned rows in front of
+-- a head are not walked again on every claim.
 CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
 RETURNS bigint[]
 LANGUAGE plpgsql
@@ -164,6 +171,9 @@ DECLARE
   v_ids bigint[];
   v_keys text[];
   v_heads bigint[];
+  v_floors bigint[];
+  v_ctids tid[];
+  v_claimed_ctids tid[];
   v_claimed_keys text[];
   v_stale text[];
   v_remaining integer := p_batch_size;
@@ -185,18 +195,20 @@ BEGIN
   END IF;
 
   -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
+  -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
   UPDATE outbox.partition_heads h SET parked_until = NULL
-  WHERE (h.queue_id, h.partition_key) IN (
-    SELECT w.queue_id, w.partition_key FROM outbox.partition_heads w
+  WHERE h.ctid = ANY (ARRAY(
+    SELECT w.ctid FROM outbox.partition_heads w
     WHERE w.queue_id = p_q.queue_id AND w.parked_until <= pg_catalog.now()
     ORDER BY w.parked_until
     LIMIT GREATEST(4 * p_batch_size, 64)
-    FOR NO KEY UPDATE SKIP LOCKED);
+    FOR NO KEY UPDATE SKIP LOCKED));
 
   FOR pass IN 1..3 LOOP
-    SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id)
-      INTO v_keys, v_heads
-    FROM (SELECT h.partition_key, h.head_id FROM outbox.partition_heads h
+    SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+           pg_catalog.array_agg(s.floor_id), pg_catalog.array_agg(s.ctid)
+      INTO v_keys, v_heads, v_floors, v_ctids
+    FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.ctid FROM outbox.partition_heads h
           WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
             -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
             -- locks: without this a later pass would take them again.
@@ -207,15 +219,20 @@ BEGIN
     EXIT WHEN v_keys IS NULL;
 
     EXECUTE pg_catalog.format(
-      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text) FROM (
-         SELECT t.id, t.%2$I FROM %1$s t
-         WHERE t.id = ANY ($1) AND %3$s
+      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text), pg_catalog.array_agg(t.head_ctid)
+       FROM (
+         SELECT t.id, t.%2$I, c.head_ctid FROM unnest($1::bigint[], $3::bigint[], $4::tid[]) AS c(id, floor_id, head_ctid)
+         JOIN %1$s t ON t.id = c.id
+         WHERE %3$s
+           -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
+           -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
            AND NOT EXISTS (SELECT 1 FROM %1$s p
-                           WHERE p.%2$I = t.%2$I AND p.id < t.id
-                             AND p.sent_at IS NULL AND p.attempt_count < $2)
-         FOR UPDATE SKIP LOCKED) t',
+                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                             AND p.sent_at IS NULL AND p.attempt_count < $2
+                           OFFSET 0)
+         FOR UPDATE OF t SKIP LOCKED) t',
       v_table, p_q.partition_column, v_due)
-      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts;
+      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids;
 
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;
@@ -226,7 +243,7 @@ BEGIN
            WHERE id = ANY ($1)', v_table)
           USING v_ids, p_lease;
         UPDATE outbox.partition_heads h SET parked_until = pg_catalog.now() + p_lease
-        WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_claimed_keys);
+        WHERE h.ctid = ANY (v_claimed_ctids);
       END IF;
     END IF;
 
@@ -255,6 +272,23 @@ AS $$
 BEGIN
   RAISE EXCEPTION '%: %', p_function, p_message USING ERRCODE = '22023';
 END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The advisory lock that stands for a partition (hashed into 1024 slots per queue): producers hold
+-- it shared from their insert trigger until they commit; whoever deletes an empty head or raises a
+-- partition's floor first takes it exclusively (try, never wait). So a head is never deleted, and
+-- a floor never raised, over a producer's uncommitted rows. Slots, not keys: a 10,000-key insert
+-- takes at most 1024 locks, and the lock table does not overflow.
+CREATE OR REPLACE FUNCTION outbox._partition_lock(p_queue_id integer, p_key text)
+RETURNS bigint
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = ''
+AS $$
+  SELECT (pg_catalog.int8(1885823232 + p_queue_id) << 32) | (pg_catalog.hashtext(p_key) & 1023);
 $$;
 -- +goose StatementEnd
 
@@ -427,11 +461,15 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- Points the head of each given partition at its first deliverable row (smallest id among unsent,
--- not poisoned rows), parked until that row's lease or backoff ends; creates missing heads. A
--- partition with no deliverable row loses its head, unless a producer still holds it (FOR KEY
--- SHARE: its rows are not committed yet), in which case the head is left empty for a later claim.
--- The caller must have written its own changes in an earlier statement, so they are visible here.
+-- Points the head of each given partition at its first deliverable row (the smallest id at or above
+-- the partition's floor among unsent, not poisoned rows), parked until that row's lease or backoff
+-- ends; creates missing heads. The caller must have written its own changes in an earlier
+-- statement, so they are visible here.
+-- A partition found empty loses its head, and a partition whose head search stepped over poisoned
+-- rows gets its floor raised past them, but only under the partition's advisory lock taken
+-- exclusively (try, never wait) and after a second look with a newer snapshot: a producer in
+-- flight holds that lock shared, so its uncommitted rows never lose their head. When the lock is
+-- busy an empty head (head_id NULL) is parked for a second and looked at again by a later claim.
 CREATE OR REPLACE FUNCTION outbox._refresh_heads(p_q outbox.queues, p_keys text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -439,43 +477,86 @@ VOLATILE
 SET search_path = ''
 AS $$
 DECLARE
-  v_empty text[];
+  v_next constant text := pg_catalog.format(
+    'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head,
+            NULLIF(GREATEST(n.next_attempt_at, n.leased_until, pg_catalog.now()), pg_catalog.now()) AS parked,
+            n.id IS NULL OR n.id > fl.floor_id AND EXISTS (
+              SELECT 1 FROM %1$s s WHERE s.%2$I = k.key::%3$s AND s.sent_at IS NULL
+                AND s.id >= fl.floor_id AND s.id < n.id) AS tidy
+     FROM pg_catalog.unnest($1::text[]) AS k(key)
+     CROSS JOIN LATERAL (
+       SELECT COALESCE(x.floor_id, 0) AS floor_id, x.floor_id IS NOT NULL AS has_head
+       FROM (SELECT (SELECT h.floor_id FROM outbox.partition_heads h
+                     WHERE h.queue_id = $3 AND h.partition_key = k.key) AS floor_id) x) fl
+     LEFT JOIN LATERAL (
+       SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
+       FROM %1$s t
+       WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2 AND t.id >= fl.floor_id
+       ORDER BY t.id LIMIT 1) n ON true',
+    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type);
+  v_tidy text[];
+  v_locked text[];
+  v_busy text[];
 BEGIN
   IF p_keys IS NULL OR pg_catalog.cardinality(p_keys) = 0 THEN
     RETURN;
   END IF;
+  -- Point heads at their next row; partitions that are empty or stepped over poisoned rows are
+  -- only collected here, so the common uncontended case writes each of them once, below.
   EXECUTE pg_catalog.format(
-    'WITH next AS (
-       SELECT k.key, n.id, n.attempt_count,
-              NULLIF(GREATEST(n.next_attempt_at, n.leased_until, pg_catalog.now()), pg_catalog.now()) AS parked
-       FROM pg_catalog.unnest($1::text[]) AS k(key)
-       LEFT JOIN LATERAL (
-         SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
-         FROM %1$s t
-         WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2
-         ORDER BY t.id LIMIT 1) n ON true),
+    'WITH next AS (%s),
      upd AS (
        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
-       SELECT $3, next.key, next.id, next.attempt_count, next.parked FROM next WHERE next.id IS NOT NULL
+       SELECT $3, next.key, next.id, next.attempt_count, next.parked
+       FROM next WHERE next.id IS NOT NULL AND NOT next.tidy
        ON CONFLICT (queue_id, partition_key) DO UPDATE
          SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
              parked_until = EXCLUDED.parked_until)
-     SELECT pg_catalog.array_agg(next.key) FROM next WHERE next.id IS NULL',
-    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type)
-    INTO v_empty USING p_keys, p_q.max_attempts, p_q.queue_id;
-
-  IF v_empty IS NOT NULL THEN
-    WITH gone AS (
-      DELETE FROM outbox.partition_heads h
-      WHERE (h.queue_id, h.partition_key) IN (
-        SELECT x.queue_id, x.partition_key FROM outbox.partition_heads x
-        WHERE x.queue_id = p_q.queue_id AND x.partition_key = ANY (v_empty)
-        FOR UPDATE SKIP LOCKED)
-      RETURNING h.partition_key)
-    UPDATE outbox.partition_heads h SET head_id = NULL, attempt_count = 0, parked_until = NULL
-    WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_empty)
-      AND h.partition_key NOT IN (SELECT gone.partition_key FROM gone);
+     SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FROM next WHERE next.tidy', v_next)
+    INTO v_tidy USING p_keys, p_q.max_attempts, p_q.queue_id;
+  IF v_tidy IS NULL THEN
+    RETURN;
   END IF;
+
+  SELECT pg_catalog.array_agg(k) INTO v_locked
+  FROM pg_catalog.unnest(v_tidy) AS k
+  WHERE pg_catalog.pg_try_advisory_xact_lock(outbox._partition_lock(p_q.queue_id, k));
+  SELECT pg_catalog.array_agg(k) INTO v_busy
+  FROM pg_catalog.unnest(v_tidy) AS k
+  WHERE k <> ALL (COALESCE(v_locked, '{}'));
+
+  -- Lock busy (a producer of the partition is in flight): point the head at what we found, the
+  -- floor stays; an empty head is parked for a second and looked at again by a later claim.
+  IF v_busy IS NOT NULL THEN
+    EXECUTE pg_catalog.format(
+      'WITH next AS (%s)
+       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
+       SELECT $3, next.key, next.id, COALESCE(next.attempt_count, 0),
+              CASE WHEN next.id IS NULL THEN pg_catalog.now() + interval ''1 second'' ELSE next.parked END
+       FROM next WHERE next.id IS NOT NULL OR next.has_head
+       ON CONFLICT (queue_id, partition_key) DO UPDATE
+         SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+             parked_until = EXCLUDED.parked_until', v_next)
+      USING v_busy, p_q.max_attempts, p_q.queue_id;
+  END IF;
+  IF v_locked IS NULL THEN
+    RETURN;
+  END IF;
+
+  -- Under the exclusive lock, with a newer snapshot (rows committed before the lock are visible):
+  -- delete empty heads, raise floors past poisoned rows.
+  EXECUTE pg_catalog.format(
+    'WITH next AS (%s),
+     gone AS (
+       DELETE FROM outbox.partition_heads h USING next
+       WHERE next.id IS NULL AND h.queue_id = $3 AND h.partition_key = next.key)
+     INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+     SELECT $3, next.key, next.id, next.attempt_count, next.parked, next.id
+     FROM next WHERE next.id IS NOT NULL
+     ON CONFLICT (queue_id, partition_key) DO UPDATE
+       SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next)
+    USING v_locked, p_q.max_attempts, p_q.queue_id;
 END;
 $$;
 -- +goose StatementEnd
@@ -832,8 +913,11 @@ BEGIN
     EXECUTE pg_catalog.format(
       'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
          FOR EACH STATEMENT EXECUTE FUNCTION outbox.tg_queue__heads(%s, %L)', v_rel, v_queue_id, v_col);
-    -- Rows that were pending before adoption need their partition heads too.
-    PERFORM outbox._rebuild_heads(v_queue_id);
+    -- Rows that were pending before adoption need their partition heads too (a registered
+    -- queue already has them, kept up to date by the trigger).
+    IF v_old.queue_id IS NULL THEN
+      PERFORM outbox._rebuild_heads(v_queue_id);
+    END IF;
   END IF;
 END;
 $$;
@@ -1051,6 +1135,10 @@ BEGIN
          ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END)
     INTO v_count, v_keys USING v_q.max_attempts, ids;
   IF v_q.partition_column IS NOT NULL THEN
+    -- The requeued rows may lie below their partitions' floors: search those partitions from 0.
+    UPDATE outbox.partition_heads h SET floor_id = 0
+    FROM pg_catalog.unnest(v_keys) AS k
+    WHERE h.queue_id = v_q.queue_id AND h.partition_key = k;
     PERFORM outbox._refresh_heads(v_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;
   RETURN v_count;
@@ -1133,9 +1221,9 @@ $$;
 -- +goose StatementBegin
 -- Statement-level AFTER INSERT trigger of a partitioned queue: makes sure every key written by the
 -- statement has a row in outbox.partition_heads, so claims never walk blocked successors.
--- An existing head is held FOR KEY SHARE until this transaction ends: producers never block each
--- other (shared lock, stored in the tuple, so a 10,000-key insert does not fill the lock table),
--- while a claimer that finds the partition empty can not delete the head under an uncommitted row.
+-- It first takes the partitions' advisory locks SHARED (outbox._partition_lock) until this
+-- transaction ends: producers never block each other, and nobody deletes a head or raises a floor
+-- over rows that are not committed yet. No tuple is written for a key that already has a head.
 -- Arguments: queue_id, partition column.
 CREATE OR REPLACE FUNCTION outbox.tg_queue__heads()
 RETURNS trigger
@@ -1146,36 +1234,31 @@ DECLARE
   v_queue_id integer := TG_ARGV[0]::integer;
   v_keys text[];
   v_ids bigint[];
-  v_done text[];
 BEGIN
   EXECUTE pg_catalog.format(
     'SELECT pg_catalog.array_agg(k ORDER BY k), pg_catalog.array_agg(min_id ORDER BY k)
        FROM (SELECT %I::text AS k, pg_catalog.min(id) AS min_id
                FROM pgdrain_new_rows WHERE sent_at IS NULL GROUP BY 1) s', TG_ARGV[1])
     INTO v_keys, v_ids;
-  WHILE v_keys IS NOT NULL LOOP
-    SELECT pg_catalog.array_agg(h.partition_key) INTO v_done
-    FROM (SELECT h.partition_key FROM outbox.partition_heads h
-          WHERE h.queue_id = v_queue_id AND h.partition_key = ANY (v_keys)
-          ORDER BY h.partition_key
-          FOR KEY SHARE) h;
+  IF v_keys IS NULL THEN
+    RETURN NULL;
+  END IF;
 
-    WITH ins AS (
-      INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id)
-      SELECT v_queue_id, u.k, u.id
-      FROM unnest(v_keys, v_ids) AS u(k, id)
-      WHERE u.k <> ALL (COALESCE(v_done, '{}'))
-      ORDER BY u.k
-      ON CONFLICT DO NOTHING
-      RETURNING partition_key)
-    SELECT pg_catalog.array_cat(v_done, pg_catalog.array_agg(ins.partition_key)) INTO v_done FROM ins;
+  PERFORM pg_catalog.pg_advisory_xact_lock_shared(l)
+  FROM (SELECT DISTINCT outbox._partition_lock(v_queue_id, k) AS l
+        FROM pg_catalog.unnest(v_keys) AS k ORDER BY 1) s;
 
-    -- Keys whose head appeared or vanished between the two statements: go round again.
-    SELECT pg_catalog.array_agg(u.k ORDER BY u.k), pg_catalog.array_agg(u.id ORDER BY u.k)
-      INTO v_keys, v_ids
-    FROM unnest(v_keys, v_ids) AS u(k, id)
-    WHERE u.k <> ALL (COALESCE(v_done, '{}'));
-  END LOOP;
+  INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
+  SELECT v_queue_id, u.k, u.id, u.id
+  FROM unnest(v_keys, v_ids) AS u(k, id)
+  ORDER BY u.k
+  ON CONFLICT DO NOTHING;
+
+  -- Rows that got their ids before a floor was raised past them (the raiser could not see them
+  -- yet): lower the floor so the head search finds them.
+  UPDATE outbox.partition_heads h SET floor_id = u.id
+  FROM unnest(v_keys, v_ids) AS u(k, id)
+  WHERE h.queue_id = v_queue_id AND h.partition_key = u.k AND h.floor_id > u.id;
   RETURN NULL;
 END;
 $$;

@@ -84,7 +84,7 @@ SELECT col_is_pk('outbox', 'queues', 'queue_id', 'outbox.queues is keyed by queu
 SELECT col_is_unique('outbox', 'queues', 'queue', 'a queue name is registered at most once');
 SELECT has_table('outbox', 'partition_heads', 'the partition head table outbox.partition_heads exists');
 SELECT columns_are('outbox', 'partition_heads',
-  ARRAY['queue_id','partition_key','head_id','attempt_count','parked_until'],
+  ARRAY['queue_id','partition_key','head_id','attempt_count','parked_until','floor_id'],
   'outbox.partition_heads holds one head per partition with pending work');
 SELECT col_is_pk('outbox', 'partition_heads', ARRAY['queue_id','partition_key'],
   'outbox.partition_heads has one row per (queue, partition)');

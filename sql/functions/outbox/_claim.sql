@@ -6,8 +6,10 @@
 -- work), never through the pending rows themselves, so blocked successors, leased heads, heads in
 -- backoff and poisoned rows cost nothing: a head that is leased or backing off is "parked" until
 -- its time and is woken (at most a bounded number per call) when that time has come. Heads are
--- locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent claimers skip and producers (FOR KEY
--- SHARE) do not wait for. Each candidate is still checked against the FIFO rule on the queue table.
+-- locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent claimers skip and producers (who hold
+-- only advisory locks) do not wait for. Each candidate is still checked against the FIFO rule on the queue table,
+-- from the partition's floor (below it every row is sent or poisoned), so poisoned rows in front of
+-- a head are not walked again on every claim.
 CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
 RETURNS bigint[]
 LANGUAGE plpgsql
@@ -25,6 +27,9 @@ DECLARE
   v_ids bigint[];
   v_keys text[];
   v_heads bigint[];
+  v_floors bigint[];
+  v_ctids tid[];
+  v_claimed_ctids tid[];
   v_claimed_keys text[];
   v_stale text[];
   v_remaining integer := p_batch_size;
@@ -46,18 +51,20 @@ BEGIN
   END IF;
 
   -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
+  -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
   UPDATE outbox.partition_heads h SET parked_until = NULL
-  WHERE (h.queue_id, h.partition_key) IN (
-    SELECT w.queue_id, w.partition_key FROM outbox.partition_heads w
+  WHERE h.ctid = ANY (ARRAY(
+    SELECT w.ctid FROM outbox.partition_heads w
     WHERE w.queue_id = p_q.queue_id AND w.parked_until <= pg_catalog.now()
     ORDER BY w.parked_until
     LIMIT GREATEST(4 * p_batch_size, 64)
-    FOR NO KEY UPDATE SKIP LOCKED);
+    FOR NO KEY UPDATE SKIP LOCKED));
 
   FOR pass IN 1..3 LOOP
-    SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id)
-      INTO v_keys, v_heads
-    FROM (SELECT h.partition_key, h.head_id FROM outbox.partition_heads h
+    SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+           pg_catalog.array_agg(s.floor_id), pg_catalog.array_agg(s.ctid)
+      INTO v_keys, v_heads, v_floors, v_ctids
+    FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.ctid FROM outbox.partition_heads h
           WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
             -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
             -- locks: without this a later pass would take them again.
@@ -68,15 +75,20 @@ BEGIN
     EXIT WHEN v_keys IS NULL;
 
     EXECUTE pg_catalog.format(
-      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text) FROM (
-         SELECT t.id, t.%2$I FROM %1$s t
-         WHERE t.id = ANY ($1) AND %3$s
+      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text), pg_catalog.array_agg(t.head_ctid)
+       FROM (
+         SELECT t.id, t.%2$I, c.head_ctid FROM unnest($1::bigint[], $3::bigint[], $4::tid[]) AS c(id, floor_id, head_ctid)
+         JOIN %1$s t ON t.id = c.id
+         WHERE %3$s
+           -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
+           -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
            AND NOT EXISTS (SELECT 1 FROM %1$s p
-                           WHERE p.%2$I = t.%2$I AND p.id < t.id
-                             AND p.sent_at IS NULL AND p.attempt_count < $2)
-         FOR UPDATE SKIP LOCKED) t',
+                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                             AND p.sent_at IS NULL AND p.attempt_count < $2
+                           OFFSET 0)
+         FOR UPDATE OF t SKIP LOCKED) t',
       v_table, p_q.partition_column, v_due)
-      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts;
+      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids;
 
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;
@@ -87,7 +99,7 @@ BEGIN
            WHERE id = ANY ($1)', v_table)
           USING v_ids, p_lease;
         UPDATE outbox.partition_heads h SET parked_until = pg_catalog.now() + p_lease
-        WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_claimed_keys);
+        WHERE h.ctid = ANY (v_claimed_ctids);
       END IF;
     END IF;
 

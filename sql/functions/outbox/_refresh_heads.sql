@@ -1,8 +1,12 @@
--- Points the head of each given partition at its first deliverable row (smallest id among unsent,
--- not poisoned rows), parked until that row's lease or backoff ends; creates missing heads. A
--- partition with no deliverable row loses its head, unless a producer still holds it (FOR KEY
--- SHARE: its rows are not committed yet), in which case the head is left empty for a later claim.
--- The caller must have written its own changes in an earlier statement, so they are visible here.
+-- Points the head of each given partition at its first deliverable row (the smallest id at or above
+-- the partition's floor among unsent, not poisoned rows), parked until that row's lease or backoff
+-- ends; creates missing heads. The caller must have written its own changes in an earlier
+-- statement, so they are visible here.
+-- A partition found empty loses its head, and a partition whose head search stepped over poisoned
+-- rows gets its floor raised past them, but only under the partition's advisory lock taken
+-- exclusively (try, never wait) and after a second look with a newer snapshot: a producer in
+-- flight holds that lock shared, so its uncommitted rows never lose their head. When the lock is
+-- busy an empty head (head_id NULL) is parked for a second and looked at again by a later claim.
 CREATE OR REPLACE FUNCTION outbox._refresh_heads(p_q outbox.queues, p_keys text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -10,42 +14,85 @@ VOLATILE
 SET search_path = ''
 AS $$
 DECLARE
-  v_empty text[];
+  v_next constant text := pg_catalog.format(
+    'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head,
+            NULLIF(GREATEST(n.next_attempt_at, n.leased_until, pg_catalog.now()), pg_catalog.now()) AS parked,
+            n.id IS NULL OR n.id > fl.floor_id AND EXISTS (
+              SELECT 1 FROM %1$s s WHERE s.%2$I = k.key::%3$s AND s.sent_at IS NULL
+                AND s.id >= fl.floor_id AND s.id < n.id) AS tidy
+     FROM pg_catalog.unnest($1::text[]) AS k(key)
+     CROSS JOIN LATERAL (
+       SELECT COALESCE(x.floor_id, 0) AS floor_id, x.floor_id IS NOT NULL AS has_head
+       FROM (SELECT (SELECT h.floor_id FROM outbox.partition_heads h
+                     WHERE h.queue_id = $3 AND h.partition_key = k.key) AS floor_id) x) fl
+     LEFT JOIN LATERAL (
+       SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
+       FROM %1$s t
+       WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2 AND t.id >= fl.floor_id
+       ORDER BY t.id LIMIT 1) n ON true',
+    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type);
+  v_tidy text[];
+  v_locked text[];
+  v_busy text[];
 BEGIN
   IF p_keys IS NULL OR pg_catalog.cardinality(p_keys) = 0 THEN
     RETURN;
   END IF;
+  -- Point heads at their next row; partitions that are empty or stepped over poisoned rows are
+  -- only collected here, so the common uncontended case writes each of them once, below.
   EXECUTE pg_catalog.format(
-    'WITH next AS (
-       SELECT k.key, n.id, n.attempt_count,
-              NULLIF(GREATEST(n.next_attempt_at, n.leased_until, pg_catalog.now()), pg_catalog.now()) AS parked
-       FROM pg_catalog.unnest($1::text[]) AS k(key)
-       LEFT JOIN LATERAL (
-         SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
-         FROM %1$s t
-         WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2
-         ORDER BY t.id LIMIT 1) n ON true),
+    'WITH next AS (%s),
      upd AS (
        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
-       SELECT $3, next.key, next.id, next.attempt_count, next.parked FROM next WHERE next.id IS NOT NULL
+       SELECT $3, next.key, next.id, next.attempt_count, next.parked
+       FROM next WHERE next.id IS NOT NULL AND NOT next.tidy
        ON CONFLICT (queue_id, partition_key) DO UPDATE
          SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
              parked_until = EXCLUDED.parked_until)
-     SELECT pg_catalog.array_agg(next.key) FROM next WHERE next.id IS NULL',
-    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type)
-    INTO v_empty USING p_keys, p_q.max_attempts, p_q.queue_id;
-
-  IF v_empty IS NOT NULL THEN
-    WITH gone AS (
-      DELETE FROM outbox.partition_heads h
-      WHERE (h.queue_id, h.partition_key) IN (
-        SELECT x.queue_id, x.partition_key FROM outbox.partition_heads x
-        WHERE x.queue_id = p_q.queue_id AND x.partition_key = ANY (v_empty)
-        FOR UPDATE SKIP LOCKED)
-      RETURNING h.partition_key)
-    UPDATE outbox.partition_heads h SET head_id = NULL, attempt_count = 0, parked_until = NULL
-    WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_empty)
-      AND h.partition_key NOT IN (SELECT gone.partition_key FROM gone);
+     SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FROM next WHERE next.tidy', v_next)
+    INTO v_tidy USING p_keys, p_q.max_attempts, p_q.queue_id;
+  IF v_tidy IS NULL THEN
+    RETURN;
   END IF;
+
+  SELECT pg_catalog.array_agg(k) INTO v_locked
+  FROM pg_catalog.unnest(v_tidy) AS k
+  WHERE pg_catalog.pg_try_advisory_xact_lock(outbox._partition_lock(p_q.queue_id, k));
+  SELECT pg_catalog.array_agg(k) INTO v_busy
+  FROM pg_catalog.unnest(v_tidy) AS k
+  WHERE k <> ALL (COALESCE(v_locked, '{}'));
+
+  -- Lock busy (a producer of the partition is in flight): point the head at what we found, the
+  -- floor stays; an empty head is parked for a second and looked at again by a later claim.
+  IF v_busy IS NOT NULL THEN
+    EXECUTE pg_catalog.format(
+      'WITH next AS (%s)
+       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
+       SELECT $3, next.key, next.id, COALESCE(next.attempt_count, 0),
+              CASE WHEN next.id IS NULL THEN pg_catalog.now() + interval ''1 second'' ELSE next.parked END
+       FROM next WHERE next.id IS NOT NULL OR next.has_head
+       ON CONFLICT (queue_id, partition_key) DO UPDATE
+         SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+             parked_until = EXCLUDED.parked_until', v_next)
+      USING v_busy, p_q.max_attempts, p_q.queue_id;
+  END IF;
+  IF v_locked IS NULL THEN
+    RETURN;
+  END IF;
+
+  -- Under the exclusive lock, with a newer snapshot (rows committed before the lock are visible):
+  -- delete empty heads, raise floors past poisoned rows.
+  EXECUTE pg_catalog.format(
+    'WITH next AS (%s),
+     gone AS (
+       DELETE FROM outbox.partition_heads h USING next
+       WHERE next.id IS NULL AND h.queue_id = $3 AND h.partition_key = next.key)
+     INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+     SELECT $3, next.key, next.id, next.attempt_count, next.parked, next.id
+     FROM next WHERE next.id IS NOT NULL
+     ON CONFLICT (queue_id, partition_key) DO UPDATE
+       SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next)
+    USING v_locked, p_q.max_attempts, p_q.queue_id;
 END;
 $$;

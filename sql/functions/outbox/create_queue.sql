@@ -180,8 +180,11 @@ BEGIN
     EXECUTE pg_catalog.format(
       'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
          FOR EACH STATEMENT EXECUTE FUNCTION outbox.tg_queue__heads(%s, %L)', v_rel, v_queue_id, v_col);
-    -- Rows that were pending before adoption need their partition heads too.
-    PERFORM outbox._rebuild_heads(v_queue_id);
+    -- Rows that were pending before adoption need their partition heads too (a registered
+    -- queue already has them, kept up to date by the trigger).
+    IF v_old.queue_id IS NULL THEN
+      PERFORM outbox._rebuild_heads(v_queue_id);
+    END IF;
   END IF;
 END;
 $$;

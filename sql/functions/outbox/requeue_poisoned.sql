@@ -27,6 +27,10 @@ BEGIN
          ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END)
     INTO v_count, v_keys USING v_q.max_attempts, ids;
   IF v_q.partition_column IS NOT NULL THEN
+    -- The requeued rows may lie below their partitions' floors: search those partitions from 0.
+    UPDATE outbox.partition_heads h SET floor_id = 0
+    FROM pg_catalog.unnest(v_keys) AS k
+    WHERE h.queue_id = v_q.queue_id AND h.partition_key = k;
     PERFORM outbox._refresh_heads(v_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;
   RETURN v_count;

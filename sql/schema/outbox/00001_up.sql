@@ -27,6 +27,7 @@ CREATE TABLE outbox.partition_heads (
   head_id bigint,
   attempt_count integer NOT NULL DEFAULT 0,
   parked_until timestamptz,
+  floor_id bigint NOT NULL DEFAULT 0,
   PRIMARY KEY (queue_id, partition_key)
 ) WITH (fillfactor = 70);
 CREATE INDEX partition_heads_ready ON outbox.partition_heads (queue_id, attempt_count, head_id)
@@ -35,5 +36,9 @@ CREATE INDEX partition_heads_parked ON outbox.partition_heads (queue_id, parked_
   WHERE parked_until IS NOT NULL;
 COMMENT ON TABLE outbox.partition_heads IS
   'Claimable partition heads of partitioned queues (internal; maintained by triggers and the outbox functions).';
+COMMENT ON COLUMN outbox.partition_heads.floor_id IS
+  'Every row of the partition with a smaller id is sent or poisoned: searches for the head start here, '
+  'so poisoned rows are skipped once, not on every claim. Raised only while no producer of the '
+  'partition is in flight (outbox._partition_lock); a producer whose rows fall below it lowers it.';
 COMMENT ON COLUMN outbox.partition_heads.parked_until IS
   'Until when the head is not claimable (its lease or backoff); NULL = ready to claim.';
