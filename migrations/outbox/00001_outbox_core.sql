@@ -41,7 +41,7 @@ COMMENT ON TABLE outbox.partition_heads IS
 COMMENT ON COLUMN outbox.partition_heads.floor_id IS
   'Every row of the partition with a smaller id is sent or poisoned: searches for the head start here, '
   'so poisoned rows are skipped once, not on every claim. Raised only while no producer of the '
-  'partition is in flight (outbox._partition_lock); a producer whose rows fall below it lowers it.';
+  'partition is in flight (its advisory lock, see tg_queue__heads); a producer whose rows fall below it lowers it.';
 COMMENT ON COLUMN outbox.partition_heads.parked_until IS
   'Until when the head is not claimable (its lease or backoff); NULL = ready to claim.';
 -- +goose StatementEnd
@@ -161,6 +161,8 @@ VOLATILE
 SET search_path = ''
 SET enable_seqscan = off
 SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
   v_table regclass := p_q.table_oid::regclass;
@@ -272,23 +274,6 @@ AS $$
 BEGIN
   RAISE EXCEPTION '%: %', p_function, p_message USING ERRCODE = '22023';
 END;
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
--- The advisory lock that stands for a partition (hashed into 1024 slots per queue): producers hold
--- it shared from their insert trigger until they commit; whoever deletes an empty head or raises a
--- partition's floor first takes it exclusively (try, never wait). So a head is never deleted, and
--- a floor never raised, over a producer's uncommitted rows. Slots, not keys: a 10,000-key insert
--- takes at most 1024 locks, and the lock table does not overflow.
-CREATE OR REPLACE FUNCTION outbox._partition_lock(p_queue_id integer, p_key text)
-RETURNS bigint
-LANGUAGE sql
-IMMUTABLE
-PARALLEL SAFE
-SET search_path = ''
-AS $$
-  SELECT (pg_catalog.int8(1885823232 + p_queue_id) << 32) | (pg_catalog.hashtext(p_key) & 1023);
 $$;
 -- +goose StatementEnd
 
@@ -466,7 +451,8 @@ $$;
 -- ends; creates missing heads. The caller must have written its own changes in an earlier
 -- statement, so they are visible here.
 -- A partition found empty loses its head, and a partition whose head search stepped over poisoned
--- rows gets its floor raised past them, but only under the partition's advisory lock taken
+-- rows gets its floor raised past them, but only under the partition's advisory lock (slot
+-- hashtext(key) & 1023 of lock space 1885823232 + queue_id, see tg_queue__heads) taken
 -- exclusively (try, never wait) and after a second look with a newer snapshot: a producer in
 -- flight holds that lock shared, so its uncommitted rows never lose their head. When the lock is
 -- busy an empty head (head_id NULL) is parked for a second and looked at again by a later claim.
@@ -475,6 +461,9 @@ RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
   v_next constant text := pg_catalog.format(
@@ -520,7 +509,7 @@ BEGIN
 
   SELECT pg_catalog.array_agg(k) INTO v_locked
   FROM pg_catalog.unnest(v_tidy) AS k
-  WHERE pg_catalog.pg_try_advisory_xact_lock(outbox._partition_lock(p_q.queue_id, k));
+  WHERE pg_catalog.pg_try_advisory_xact_lock(1885823232 + p_q.queue_id, pg_catalog.hashtext(k) & 1023);
   SELECT pg_catalog.array_agg(k) INTO v_busy
   FROM pg_catalog.unnest(v_tidy) AS k
   WHERE k <> ALL (COALESCE(v_locked, '{}'));
@@ -1221,19 +1210,28 @@ $$;
 -- +goose StatementBegin
 -- Statement-level AFTER INSERT trigger of a partitioned queue: makes sure every key written by the
 -- statement has a row in outbox.partition_heads, so claims never walk blocked successors.
--- It first takes the partitions' advisory locks SHARED (outbox._partition_lock) until this
+-- It first takes the partitions' advisory locks SHARED (see below) until this
 -- transaction ends: producers never block each other, and nobody deletes a head or raises a floor
 -- over rows that are not committed yet. No tuple is written for a key that already has a head.
+-- The partition lock: advisory lock (1885823232 + queue_id, hashtext(key) & 1023), i.e. 1024 slots
+-- per queue, so a 10,000-key insert takes at most 1024 locks and the lock table does not overflow.
 -- Arguments: queue_id, partition column.
 CREATE OR REPLACE FUNCTION outbox.tg_queue__heads()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = ''
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
   v_queue_id integer := TG_ARGV[0]::integer;
   v_keys text[];
   v_ids bigint[];
+  v_new_keys text[];
+  v_new_ids bigint[];
+  v_low_keys text[];
+  v_low_ids bigint[];
 BEGIN
   EXECUTE pg_catalog.format(
     'SELECT pg_catalog.array_agg(k ORDER BY k), pg_catalog.array_agg(min_id ORDER BY k)
@@ -1244,21 +1242,34 @@ BEGIN
     RETURN NULL;
   END IF;
 
-  PERFORM pg_catalog.pg_advisory_xact_lock_shared(l)
-  FROM (SELECT DISTINCT outbox._partition_lock(v_queue_id, k) AS l
+  PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + v_queue_id, s.slot)
+  FROM (SELECT DISTINCT pg_catalog.hashtext(k) & 1023 AS slot
         FROM pg_catalog.unnest(v_keys) AS k ORDER BY 1) s;
 
-  INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
-  SELECT v_queue_id, u.k, u.id, u.id
+  -- One index probe per key finds the keys with no head yet and the heads whose floor was raised
+  -- past our rows (the raiser could not see them yet); both are rare, and only they are written.
+  SELECT pg_catalog.array_agg(u.k) FILTER (WHERE h.floor_id IS NULL),
+         pg_catalog.array_agg(u.id) FILTER (WHERE h.floor_id IS NULL),
+         pg_catalog.array_agg(u.k) FILTER (WHERE h.floor_id > u.id),
+         pg_catalog.array_agg(u.id) FILTER (WHERE h.floor_id > u.id)
+    INTO v_new_keys, v_new_ids, v_low_keys, v_low_ids
   FROM unnest(v_keys, v_ids) AS u(k, id)
-  ORDER BY u.k
-  ON CONFLICT DO NOTHING;
+  LEFT JOIN outbox.partition_heads h ON h.queue_id = v_queue_id AND h.partition_key = u.k;
 
-  -- Rows that got their ids before a floor was raised past them (the raiser could not see them
-  -- yet): lower the floor so the head search finds them.
-  UPDATE outbox.partition_heads h SET floor_id = u.id
-  FROM unnest(v_keys, v_ids) AS u(k, id)
-  WHERE h.queue_id = v_queue_id AND h.partition_key = u.k AND h.floor_id > u.id;
+  IF v_new_keys IS NOT NULL THEN
+    INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
+    SELECT v_queue_id, u.k, u.id, u.id
+    FROM unnest(v_new_keys, v_new_ids) AS u(k, id)
+    ORDER BY u.k
+    ON CONFLICT (queue_id, partition_key) DO UPDATE
+      SET floor_id = LEAST(outbox.partition_heads.floor_id, EXCLUDED.floor_id)
+      WHERE outbox.partition_heads.floor_id > EXCLUDED.floor_id;
+  END IF;
+  IF v_low_keys IS NOT NULL THEN
+    UPDATE outbox.partition_heads h SET floor_id = u.id
+    FROM unnest(v_low_keys, v_low_ids) AS u(k, id)
+    WHERE h.queue_id = v_queue_id AND h.partition_key = u.k AND h.floor_id > u.id;
+  END IF;
   RETURN NULL;
 END;
 $$;

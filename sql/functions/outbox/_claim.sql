@@ -17,6 +17,8 @@ VOLATILE
 SET search_path = ''
 SET enable_seqscan = off
 SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
   v_table regclass := p_q.table_oid::regclass;

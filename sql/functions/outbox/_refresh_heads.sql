@@ -3,7 +3,8 @@
 -- ends; creates missing heads. The caller must have written its own changes in an earlier
 -- statement, so they are visible here.
 -- A partition found empty loses its head, and a partition whose head search stepped over poisoned
--- rows gets its floor raised past them, but only under the partition's advisory lock taken
+-- rows gets its floor raised past them, but only under the partition's advisory lock (slot
+-- hashtext(key) & 1023 of lock space 1885823232 + queue_id, see tg_queue__heads) taken
 -- exclusively (try, never wait) and after a second look with a newer snapshot: a producer in
 -- flight holds that lock shared, so its uncommitted rows never lose their head. When the lock is
 -- busy an empty head (head_id NULL) is parked for a second and looked at again by a later claim.
@@ -12,6 +13,9 @@ RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
   v_next constant text := pg_catalog.format(
@@ -57,7 +61,7 @@ BEGIN
 
   SELECT pg_catalog.array_agg(k) INTO v_locked
   FROM pg_catalog.unnest(v_tidy) AS k
-  WHERE pg_catalog.pg_try_advisory_xact_lock(outbox._partition_lock(p_q.queue_id, k));
+  WHERE pg_catalog.pg_try_advisory_xact_lock(1885823232 + p_q.queue_id, pg_catalog.hashtext(k) & 1023);
   SELECT pg_catalog.array_agg(k) INTO v_busy
   FROM pg_catalog.unnest(v_tidy) AS k
   WHERE k <> ALL (COALESCE(v_locked, '{}'));

@@ -1,18 +1,27 @@
 -- Statement-level AFTER INSERT trigger of a partitioned queue: makes sure every key written by the
 -- statement has a row in outbox.partition_heads, so claims never walk blocked successors.
--- It first takes the partitions' advisory locks SHARED (outbox._partition_lock) until this
+-- It first takes the partitions' advisory locks SHARED (see below) until this
 -- transaction ends: producers never block each other, and nobody deletes a head or raises a floor
 -- over rows that are not committed yet. No tuple is written for a key that already has a head.
+-- The partition lock: advisory lock (1885823232 + queue_id, hashtext(key) & 1023), i.e. 1024 slots
+-- per queue, so a 10,000-key insert takes at most 1024 locks and the lock table does not overflow.
 -- Arguments: queue_id, partition column.
 CREATE OR REPLACE FUNCTION outbox.tg_queue__heads()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = ''
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
   v_queue_id integer := TG_ARGV[0]::integer;
   v_keys text[];
   v_ids bigint[];
+  v_new_keys text[];
+  v_new_ids bigint[];
+  v_low_keys text[];
+  v_low_ids bigint[];
 BEGIN
   EXECUTE pg_catalog.format(
     'SELECT pg_catalog.array_agg(k ORDER BY k), pg_catalog.array_agg(min_id ORDER BY k)
@@ -23,21 +32,34 @@ BEGIN
     RETURN NULL;
   END IF;
 
-  PERFORM pg_catalog.pg_advisory_xact_lock_shared(l)
-  FROM (SELECT DISTINCT outbox._partition_lock(v_queue_id, k) AS l
+  PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + v_queue_id, s.slot)
+  FROM (SELECT DISTINCT pg_catalog.hashtext(k) & 1023 AS slot
         FROM pg_catalog.unnest(v_keys) AS k ORDER BY 1) s;
 
-  INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
-  SELECT v_queue_id, u.k, u.id, u.id
+  -- One index probe per key finds the keys with no head yet and the heads whose floor was raised
+  -- past our rows (the raiser could not see them yet); both are rare, and only they are written.
+  SELECT pg_catalog.array_agg(u.k) FILTER (WHERE h.floor_id IS NULL),
+         pg_catalog.array_agg(u.id) FILTER (WHERE h.floor_id IS NULL),
+         pg_catalog.array_agg(u.k) FILTER (WHERE h.floor_id > u.id),
+         pg_catalog.array_agg(u.id) FILTER (WHERE h.floor_id > u.id)
+    INTO v_new_keys, v_new_ids, v_low_keys, v_low_ids
   FROM unnest(v_keys, v_ids) AS u(k, id)
-  ORDER BY u.k
-  ON CONFLICT DO NOTHING;
+  LEFT JOIN outbox.partition_heads h ON h.queue_id = v_queue_id AND h.partition_key = u.k;
 
-  -- Rows that got their ids before a floor was raised past them (the raiser could not see them
-  -- yet): lower the floor so the head search finds them.
-  UPDATE outbox.partition_heads h SET floor_id = u.id
-  FROM unnest(v_keys, v_ids) AS u(k, id)
-  WHERE h.queue_id = v_queue_id AND h.partition_key = u.k AND h.floor_id > u.id;
+  IF v_new_keys IS NOT NULL THEN
+    INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
+    SELECT v_queue_id, u.k, u.id, u.id
+    FROM unnest(v_new_keys, v_new_ids) AS u(k, id)
+    ORDER BY u.k
+    ON CONFLICT (queue_id, partition_key) DO UPDATE
+      SET floor_id = LEAST(outbox.partition_heads.floor_id, EXCLUDED.floor_id)
+      WHERE outbox.partition_heads.floor_id > EXCLUDED.floor_id;
+  END IF;
+  IF v_low_keys IS NOT NULL THEN
+    UPDATE outbox.partition_heads h SET floor_id = u.id
+    FROM unnest(v_low_keys, v_low_ids) AS u(k, id)
+    WHERE h.queue_id = v_queue_id AND h.partition_key = u.k AND h.floor_id > u.id;
+  END IF;
   RETURN NULL;
 END;
 $$;

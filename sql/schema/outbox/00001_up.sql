@@ -39,6 +39,6 @@ COMMENT ON TABLE outbox.partition_heads IS
 COMMENT ON COLUMN outbox.partition_heads.floor_id IS
   'Every row of the partition with a smaller id is sent or poisoned: searches for the head start here, '
   'so poisoned rows are skipped once, not on every claim. Raised only while no producer of the '
-  'partition is in flight (outbox._partition_lock); a producer whose rows fall below it lowers it.';
+  'partition is in flight (its advisory lock, see tg_queue__heads); a producer whose rows fall below it lowers it.';
 COMMENT ON COLUMN outbox.partition_heads.parked_until IS
   'Until when the head is not claimable (its lease or backoff); NULL = ready to claim.';
