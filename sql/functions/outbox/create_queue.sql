@@ -2,6 +2,8 @@
 -- and, for a partitioned queue, the trigger that keeps outbox.partition_heads; then registers the
 -- queue. Idempotent: calling it again with new settings updates them; the partition column can not
 -- change. An adopted table keeps its rows; missing lease columns are added as NULL = "free".
+-- A created table gets fillfactor 80, so writing a lease is a HOT update (no index touched), and
+-- autovacuum settings for a table that is mostly empty and churns.
 CREATE OR REPLACE FUNCTION outbox.create_queue(
   queue text,
   partition_column text DEFAULT NULL,
@@ -91,7 +93,7 @@ BEGIN
          leased_until timestamptz,
          lease_token uuid,
          last_error text%s
-       ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
+       ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
                autovacuum_vacuum_insert_scale_factor = 0.01)',
       v_schema, v_table,
       CASE WHEN v_col IS NULL THEN '' ELSE pg_catalog.format(', %I text NOT NULL', v_col) END);
