@@ -139,25 +139,10 @@ type chaosRun struct {
 func runChaos(t *testing.T, mode drainer.ClaimMode, soak time.Duration) {
 	ctx := context.Background()
 	db := testdb.New(t)
-	_, err := db.Pool.Exec(ctx, `
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
 		SELECT outbox.create_queue('public.chaos', 'resource_id', max_attempts => 10,
 		                           backoff_min => '20 milliseconds', backoff_max => '200 milliseconds');
-		CREATE TABLE public.chaos_audit (seq bigserial PRIMARY KEY, id bigint NOT NULL, kind text NOT NULL,
-		                                 old_token uuid, new_token uuid, live_lease boolean);
-		-- Every write to a queue row, in order: claims (a new token) and results (sent, or an attempt).
-		CREATE FUNCTION public.chaos_audit() RETURNS trigger LANGUAGE plpgsql SET search_path = '' AS $$
-		BEGIN
-		  IF OLD.sent_at IS NULL AND (NEW.sent_at IS NOT NULL OR NEW.attempt_count <> OLD.attempt_count
-		                              OR NEW.next_attempt_at IS DISTINCT FROM OLD.next_attempt_at) THEN
-		    INSERT INTO public.chaos_audit (id, kind, old_token, live_lease)
-		    VALUES (OLD.id, CASE WHEN NEW.sent_at IS NOT NULL THEN 'sent' ELSE 'failed' END, OLD.lease_token,
-		            OLD.leased_until > pg_catalog.clock_timestamp());
-		  ELSIF NEW.lease_token IS NOT NULL AND NEW.lease_token IS DISTINCT FROM OLD.lease_token THEN
-		    INSERT INTO public.chaos_audit (id, kind, old_token, new_token) VALUES (OLD.id, 'claim', OLD.lease_token, NEW.lease_token);
-		  END IF;
-		  RETURN NEW;
-		END $$;
-		CREATE TRIGGER chaos_audit BEFORE UPDATE ON public.chaos FOR EACH ROW EXECUTE FUNCTION public.chaos_audit();`)
+		%s`, chaosAuditSQL("public.chaos")))
 	require.NoError(t, err)
 
 	run := &chaosRun{t: t, db: db, mode: mode,
@@ -334,25 +319,13 @@ func (c *chaosRun) verify() {
 	t := c.t
 	ctx := context.Background()
 	var events, sent, poisoned, leased, wrongPoison, sentUndelivered int64
-	var stale, doubleSent int64
 	require.NoError(t, c.db.Pool.QueryRow(ctx, `
 		SELECT count(*), count(*) FILTER (WHERE sent_at IS NOT NULL),
 		       count(*) FILTER (WHERE sent_at IS NULL AND attempt_count >= 10),
 		       count(*) FILTER (WHERE lease_token IS NOT NULL OR leased_until IS NOT NULL),
 		       count(*) FILTER (WHERE (sent_at IS NULL) <> (id % $1 = 0))
 		FROM public.chaos`, chaosRejectEvery).Scan(&events, &sent, &poisoned, &leased, &wrongPoison))
-	// Stale: a result written with a token other than the one the row's latest claim issued, a
-	// token that had already recorded a result, or (lock mode, no tokens) over another's live lease.
-	require.NoError(t, c.db.Pool.QueryRow(ctx, `
-		WITH r AS (
-		  SELECT a.*, (SELECT c.new_token FROM public.chaos_audit c
-		               WHERE c.id = a.id AND c.kind = 'claim' AND c.seq < a.seq ORDER BY c.seq DESC LIMIT 1) AS issued,
-		         count(*) OVER (PARTITION BY a.id, a.old_token) AS uses
-		  FROM public.chaos_audit a WHERE a.kind <> 'claim')
-		SELECT count(*) FILTER (WHERE CASE WHEN $1 THEN old_token IS DISTINCT FROM issued OR uses > 1
-		                                   ELSE old_token IS NOT NULL AND live_lease END),
-		       (SELECT count(*) FROM (SELECT id FROM public.chaos_audit WHERE kind = 'sent' GROUP BY id HAVING count(*) > 1) d)
-		FROM r`, c.mode == drainer.ClaimLease).Scan(&stale, &doubleSent))
+	stale, doubleSent := chaosAuditFindings(t, c.db.Pool, "public.chaos", c.mode == drainer.ClaimLease)
 	rows, err := c.db.Pool.Query(ctx, `SELECT id FROM public.chaos WHERE sent_at IS NOT NULL`)
 	require.NoError(t, err)
 	sentIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
@@ -387,4 +360,44 @@ func (c *chaosRun) verify() {
 	require.Zero(t, doubleSent, "no row was marked sent twice")
 	require.Positive(t, c.termed.Load(), "connections were terminated")
 	require.Positive(t, c.abrupt.Load(), "replicas were killed abruptly")
+}
+
+// chaosAuditSQL installs, on queue table, a trigger that logs every write to a row in
+// public.chaos_audit, in order: claims (a new lease token) and results (sent, or an attempt).
+func chaosAuditSQL(table string) string {
+	return fmt.Sprintf(`
+		CREATE TABLE public.chaos_audit (seq bigserial PRIMARY KEY, id bigint NOT NULL, kind text NOT NULL,
+		                                 old_token uuid, new_token uuid, live_lease boolean);
+		CREATE FUNCTION public.chaos_audit() RETURNS trigger LANGUAGE plpgsql SET search_path = '' AS $$
+		BEGIN
+		  IF OLD.sent_at IS NULL AND (NEW.sent_at IS NOT NULL OR NEW.attempt_count <> OLD.attempt_count
+		                              OR NEW.next_attempt_at IS DISTINCT FROM OLD.next_attempt_at) THEN
+		    INSERT INTO public.chaos_audit (id, kind, old_token, live_lease)
+		    VALUES (OLD.id, CASE WHEN NEW.sent_at IS NOT NULL THEN 'sent' ELSE 'failed' END, OLD.lease_token,
+		            OLD.leased_until > pg_catalog.clock_timestamp());
+		  ELSIF NEW.lease_token IS NOT NULL AND NEW.lease_token IS DISTINCT FROM OLD.lease_token THEN
+		    INSERT INTO public.chaos_audit (id, kind, old_token, new_token) VALUES (OLD.id, 'claim', OLD.lease_token, NEW.lease_token);
+		  END IF;
+		  RETURN NEW;
+		END $$;
+		CREATE TRIGGER chaos_audit BEFORE UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION public.chaos_audit();`, table)
+}
+
+// chaosAuditFindings counts stale records and rows marked sent twice in the audit log. Stale, lease
+// mode: a result written with a token other than the one the row's latest claim issued, or with a
+// token that had already recorded a result. Lock mode has no tokens (the row lock is the fence):
+// stale is a result written over a live lease, which only a lease-mode claimer could hold.
+func chaosAuditFindings(t *testing.T, pool *pgxpool.Pool, table string, leaseMode bool) (stale, doubleSent int64) {
+	t.Helper()
+	require.NoError(t, pool.QueryRow(context.Background(), `
+		WITH r AS (
+		  SELECT a.*, (SELECT c.new_token FROM public.chaos_audit c
+		               WHERE c.id = a.id AND c.kind = 'claim' AND c.seq < a.seq ORDER BY c.seq DESC LIMIT 1) AS issued,
+		         count(*) OVER (PARTITION BY a.id, a.old_token) AS uses
+		  FROM public.chaos_audit a WHERE a.kind <> 'claim')
+		SELECT count(*) FILTER (WHERE CASE WHEN $1 THEN old_token IS DISTINCT FROM issued OR uses > 1
+		                                   ELSE old_token IS NOT NULL AND live_lease END),
+		       (SELECT count(*) FROM (SELECT id FROM public.chaos_audit WHERE kind = 'sent' GROUP BY id HAVING count(*) > 1) d)
+		FROM r`, leaseMode).Scan(&stale, &doubleSent))
+	return stale, doubleSent
 }
