@@ -23,7 +23,11 @@ COMMENT ON TABLE outbox.queues IS 'Registry of queues: one row per queue table, 
 -- One row per partition that has pending work: its first deliverable row (head_id), and until when
 -- it is parked (leased or backing off; NULL = ready). Claims read this table, never the blocked
 -- successors, so their cost does not grow with the backlog.
-CREATE TABLE outbox.partition_heads (
+-- UNLOGGED: it is derived state, rewritten on every claim and result, and rebuildable from the
+-- queue tables; not writing WAL for it is most of what it costs. After a crash (or on a promoted
+-- standby) PostgreSQL empties it, and so outbox.partition_heads_built, and the next claim of each
+-- queue rebuilds its heads from the queue table (outbox._restore_heads).
+CREATE UNLOGGED TABLE outbox.partition_heads (
   queue_id integer NOT NULL,
   partition_key text NOT NULL,
   head_id bigint,
@@ -31,7 +35,7 @@ CREATE TABLE outbox.partition_heads (
   parked_until timestamptz,
   floor_id bigint NOT NULL DEFAULT 0,
   PRIMARY KEY (queue_id, partition_key)
-) WITH (fillfactor = 70);
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 CREATE INDEX partition_heads_ready ON outbox.partition_heads (queue_id, attempt_count, head_id)
   WHERE parked_until IS NULL;
 CREATE INDEX partition_heads_parked ON outbox.partition_heads (queue_id, parked_until)
@@ -44,6 +48,14 @@ COMMENT ON COLUMN outbox.partition_heads.floor_id IS
   'partition is in flight (its advisory lock, see tg_queue__heads); a producer whose rows fall below it lowers it.';
 COMMENT ON COLUMN outbox.partition_heads.parked_until IS
   'Until when the head is not claimable (its lease or backoff); NULL = ready to claim.';
+
+-- A row per partitioned queue whose heads are complete. Emptied with partition_heads by crash
+-- recovery, which is how a claim knows it must rebuild them first.
+CREATE UNLOGGED TABLE outbox.partition_heads_built (
+  queue_id integer PRIMARY KEY
+);
+COMMENT ON TABLE outbox.partition_heads_built IS
+  'Partitioned queues whose partition_heads are complete (internal; emptied by crash recovery).';
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -163,6 +175,9 @@ SET enable_seqscan = off
 SET enable_sort = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   v_table regclass := p_q.table_oid::regclass;
@@ -194,6 +209,10 @@ BEGIN
         USING v_all, p_lease;
     END IF;
     RETURN v_all;
+  END IF;
+
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._restore_heads(p_q);
   END IF;
 
   -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
@@ -362,7 +381,8 @@ $$;
 
 -- +goose StatementBegin
 -- Recomputes the partition heads of a queue from its pending rows (after adoption, or after an
--- operator changed rows by hand). Partitions with no deliverable row lose their head.
+-- operator changed rows by hand): every head is dropped and made again, floors from 0.
+-- Partitions with no deliverable row lose their head. Marks the heads complete.
 CREATE OR REPLACE FUNCTION outbox._rebuild_heads(p_queue_id integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -381,6 +401,7 @@ BEGIN
   IF v_q.channel IS NOT NULL THEN
     PERFORM outbox._refresh_heads(v_q, v_q.channel::text[]);
   END IF;
+  INSERT INTO outbox.partition_heads_built (queue_id) VALUES (p_queue_id) ON CONFLICT DO NOTHING;
 END;
 $$;
 -- +goose StatementEnd
@@ -399,6 +420,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   v_done bigint[];
@@ -464,6 +486,9 @@ SET search_path = ''
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   v_next constant text := pg_catalog.format(
@@ -546,6 +571,35 @@ BEGIN
        SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
            parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next)
     USING v_locked, p_q.max_attempts, p_q.queue_id;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Brings back the partition heads of a queue after crash recovery (or a standby's promotion)
+-- emptied the unlogged heads tables: every partition with pending rows gets its head again.
+-- Heads producers made since then are kept (upsert). Runs once per queue: the first claim takes
+-- the queue's rebuild lock, looks again, and rebuilds; concurrent claims wait for it.
+CREATE OR REPLACE FUNCTION outbox._restore_heads(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_keys text[];
+BEGIN
+  PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, -1);
+  IF EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    RETURN;
+  END IF;
+  EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.array_agg(DISTINCT %I::text) FROM %s WHERE sent_at IS NULL AND attempt_count < $1',
+    p_q.partition_column, p_q.table_oid::regclass)
+    INTO v_keys USING p_q.max_attempts;
+  UPDATE outbox.partition_heads h SET floor_id = 0 WHERE h.queue_id = p_q.queue_id;
+  PERFORM outbox._refresh_heads(p_q, v_keys);
+  INSERT INTO outbox.partition_heads_built (queue_id) VALUES (p_q.queue_id) ON CONFLICT DO NOTHING;
 END;
 $$;
 -- +goose StatementEnd
@@ -931,6 +985,7 @@ BEGIN
     PERFORM outbox._invalid(fn, 'drop_table must not be NULL');
   END IF;
   DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_q.queue_id;
+  DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id;
   DELETE FROM outbox.queues q WHERE q.queue_id = v_q.queue_id;
   IF drop_table THEN
     EXECUTE pg_catalog.format('DROP TABLE %s', v_q.table_oid::regclass);
@@ -1091,6 +1146,10 @@ BEGIN
   IF v_key IS NOT NULL THEN
     PERFORM outbox._refresh_heads(v_q, ARRAY[v_key]);
   END IF;
+  IF v_found THEN
+    -- The row is claimable now: wake an idle drainer rather than leave it to the next poll.
+    PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  END IF;
   RETURN COALESCE(v_found, false);
 END;
 $$;
@@ -1131,6 +1190,9 @@ BEGIN
     FROM pg_catalog.unnest(v_keys) AS k
     WHERE h.queue_id = v_q.queue_id AND h.partition_key = k;
     PERFORM outbox._refresh_heads(v_q, pg_catalog.array_remove(v_keys, NULL));
+  END IF;
+  IF v_count > 0 THEN
+    PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
   END IF;
   RETURN v_count;
 END;
@@ -1225,6 +1287,9 @@ SET search_path = ''
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   v_queue_id integer := TG_ARGV[0]::integer;
@@ -1241,6 +1306,7 @@ BEGIN
                FROM pgdrain_new_rows WHERE sent_at IS NULL GROUP BY 1) s', TG_ARGV[1])
     INTO v_keys, v_ids;
   IF v_keys IS NULL THEN
+    PERFORM pg_catalog.set_config('pgdrain.quiet_' || TG_RELID, 'on', true);
     RETURN NULL;
   END IF;
 
@@ -1256,7 +1322,10 @@ BEGIN
          pg_catalog.array_agg(u.id) FILTER (WHERE h.floor_id > u.id)
     INTO v_new_keys, v_new_ids, v_low_keys, v_low_ids
   FROM unnest(v_keys, v_ids) AS u(k, id)
-  LEFT JOIN outbox.partition_heads h ON h.queue_id = v_queue_id AND h.partition_key = u.k;
+  -- LATERAL: a probe on both key columns per key, whatever the statistics of the heads table say
+  -- (a join may scan every head of the queue when they were last analyzed while it was empty).
+  LEFT JOIN LATERAL (SELECT x.floor_id FROM outbox.partition_heads x
+                     WHERE x.queue_id = v_queue_id AND x.partition_key = u.k) h ON true;
 
   IF v_new_keys IS NOT NULL THEN
     INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
@@ -1267,6 +1336,9 @@ BEGIN
       SET floor_id = LEAST(outbox.partition_heads.floor_id, EXCLUDED.floor_id)
       WHERE outbox.partition_heads.floor_id > EXCLUDED.floor_id;
   END IF;
+  -- Tell pgdrain_notify (fired next) whether this statement made any partition claimable.
+  PERFORM pg_catalog.set_config('pgdrain.quiet_' || TG_RELID,
+                                CASE WHEN v_new_keys IS NULL THEN 'on' ELSE 'off' END, true);
   IF v_low_keys IS NOT NULL THEN
     UPDATE outbox.partition_heads h SET floor_id = u.id
     FROM unnest(v_low_keys, v_low_ids) AS u(k, id)
@@ -1279,7 +1351,11 @@ $$;
 
 -- +goose StatementBegin
 -- Statement-level AFTER INSERT trigger: one NOTIFY per statement (PostgreSQL folds identical
--- notifications of one transaction into one), never one per row.
+-- notifications of one transaction into one), never one per row. On a partitioned queue it stays
+-- quiet when the statement only added rows behind existing partition heads (pgdrain_heads fires
+-- first and says so): those rows become claimable when their head is done, and the drainer that
+-- finishes the head claims again at once. NOTIFY takes a cluster-wide lock at commit, so skipping
+-- it is what keeps many concurrent producers of busy keys from queueing behind each other.
 -- Arguments: channel, queue name (the payload).
 CREATE OR REPLACE FUNCTION outbox.tg_queue__notify()
 RETURNS trigger
@@ -1287,6 +1363,9 @@ LANGUAGE plpgsql
 SET search_path = ''
 AS $$
 BEGIN
+  IF pg_catalog.current_setting('pgdrain.quiet_' || TG_RELID, true) = 'on' THEN
+    RETURN NULL;
+  END IF;
   PERFORM pg_catalog.pg_notify(TG_ARGV[0], TG_ARGV[1]);
   RETURN NULL;
 END;

@@ -19,6 +19,9 @@ SET enable_seqscan = off
 SET enable_sort = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   v_table regclass := p_q.table_oid::regclass;
@@ -50,6 +53,10 @@ BEGIN
         USING v_all, p_lease;
     END IF;
     RETURN v_all;
+  END IF;
+
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._restore_heads(p_q);
   END IF;
 
   -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.

@@ -1,5 +1,6 @@
 -- Recomputes the partition heads of a queue from its pending rows (after adoption, or after an
--- operator changed rows by hand). Partitions with no deliverable row lose their head.
+-- operator changed rows by hand): every head is dropped and made again, floors from 0.
+-- Partitions with no deliverable row lose their head. Marks the heads complete.
 CREATE OR REPLACE FUNCTION outbox._rebuild_heads(p_queue_id integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -18,5 +19,6 @@ BEGIN
   IF v_q.channel IS NOT NULL THEN
     PERFORM outbox._refresh_heads(v_q, v_q.channel::text[]);
   END IF;
+  INSERT INTO outbox.partition_heads_built (queue_id) VALUES (p_queue_id) ON CONFLICT DO NOTHING;
 END;
 $$;

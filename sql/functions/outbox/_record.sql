@@ -11,6 +11,7 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   v_done bigint[];

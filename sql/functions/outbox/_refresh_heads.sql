@@ -16,6 +16,9 @@ SET search_path = ''
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   v_next constant text := pg_catalog.format(

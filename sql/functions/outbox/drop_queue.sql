@@ -14,6 +14,7 @@ BEGIN
     PERFORM outbox._invalid(fn, 'drop_table must not be NULL');
   END IF;
   DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_q.queue_id;
+  DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id;
   DELETE FROM outbox.queues q WHERE q.queue_id = v_q.queue_id;
   IF drop_table THEN
     EXECUTE pg_catalog.format('DROP TABLE %s', v_q.table_oid::regclass);

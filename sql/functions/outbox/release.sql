@@ -29,6 +29,10 @@ BEGIN
   IF v_key IS NOT NULL THEN
     PERFORM outbox._refresh_heads(v_q, ARRAY[v_key]);
   END IF;
+  IF v_found THEN
+    -- The row is claimable now: wake an idle drainer rather than leave it to the next poll.
+    PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  END IF;
   RETURN COALESCE(v_found, false);
 END;
 $$;

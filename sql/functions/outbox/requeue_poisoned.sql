@@ -33,6 +33,9 @@ BEGIN
     WHERE h.queue_id = v_q.queue_id AND h.partition_key = k;
     PERFORM outbox._refresh_heads(v_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;
+  IF v_count > 0 THEN
+    PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  END IF;
   RETURN v_count;
 END;
 $$;

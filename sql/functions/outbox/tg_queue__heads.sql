@@ -13,6 +13,9 @@ SET search_path = ''
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
   v_queue_id integer := TG_ARGV[0]::integer;
@@ -29,6 +32,7 @@ BEGIN
                FROM pgdrain_new_rows WHERE sent_at IS NULL GROUP BY 1) s', TG_ARGV[1])
     INTO v_keys, v_ids;
   IF v_keys IS NULL THEN
+    PERFORM pg_catalog.set_config('pgdrain.quiet_' || TG_RELID, 'on', true);
     RETURN NULL;
   END IF;
 
@@ -44,7 +48,10 @@ BEGIN
          pg_catalog.array_agg(u.id) FILTER (WHERE h.floor_id > u.id)
     INTO v_new_keys, v_new_ids, v_low_keys, v_low_ids
   FROM unnest(v_keys, v_ids) AS u(k, id)
-  LEFT JOIN outbox.partition_heads h ON h.queue_id = v_queue_id AND h.partition_key = u.k;
+  -- LATERAL: a probe on both key columns per key, whatever the statistics of the heads table say
+  -- (a join may scan every head of the queue when they were last analyzed while it was empty).
+  LEFT JOIN LATERAL (SELECT x.floor_id FROM outbox.partition_heads x
+                     WHERE x.queue_id = v_queue_id AND x.partition_key = u.k) h ON true;
 
   IF v_new_keys IS NOT NULL THEN
     INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
@@ -55,6 +62,9 @@ BEGIN
       SET floor_id = LEAST(outbox.partition_heads.floor_id, EXCLUDED.floor_id)
       WHERE outbox.partition_heads.floor_id > EXCLUDED.floor_id;
   END IF;
+  -- Tell pgdrain_notify (fired next) whether this statement made any partition claimable.
+  PERFORM pg_catalog.set_config('pgdrain.quiet_' || TG_RELID,
+                                CASE WHEN v_new_keys IS NULL THEN 'on' ELSE 'off' END, true);
   IF v_low_keys IS NOT NULL THEN
     UPDATE outbox.partition_heads h SET floor_id = u.id
     FROM unnest(v_low_keys, v_low_ids) AS u(k, id)

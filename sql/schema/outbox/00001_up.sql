@@ -21,7 +21,11 @@ COMMENT ON TABLE outbox.queues IS 'Registry of queues: one row per queue table, 
 -- One row per partition that has pending work: its first deliverable row (head_id), and until when
 -- it is parked (leased or backing off; NULL = ready). Claims read this table, never the blocked
 -- successors, so their cost does not grow with the backlog.
-CREATE TABLE outbox.partition_heads (
+-- UNLOGGED: it is derived state, rewritten on every claim and result, and rebuildable from the
+-- queue tables; not writing WAL for it is most of what it costs. After a crash (or on a promoted
+-- standby) PostgreSQL empties it, and so outbox.partition_heads_built, and the next claim of each
+-- queue rebuilds its heads from the queue table (outbox._restore_heads).
+CREATE UNLOGGED TABLE outbox.partition_heads (
   queue_id integer NOT NULL,
   partition_key text NOT NULL,
   head_id bigint,
@@ -29,7 +33,7 @@ CREATE TABLE outbox.partition_heads (
   parked_until timestamptz,
   floor_id bigint NOT NULL DEFAULT 0,
   PRIMARY KEY (queue_id, partition_key)
-) WITH (fillfactor = 70);
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 CREATE INDEX partition_heads_ready ON outbox.partition_heads (queue_id, attempt_count, head_id)
   WHERE parked_until IS NULL;
 CREATE INDEX partition_heads_parked ON outbox.partition_heads (queue_id, parked_until)
@@ -42,3 +46,11 @@ COMMENT ON COLUMN outbox.partition_heads.floor_id IS
   'partition is in flight (its advisory lock, see tg_queue__heads); a producer whose rows fall below it lowers it.';
 COMMENT ON COLUMN outbox.partition_heads.parked_until IS
   'Until when the head is not claimable (its lease or backoff); NULL = ready to claim.';
+
+-- A row per partitioned queue whose heads are complete. Emptied with partition_heads by crash
+-- recovery, which is how a claim knows it must rebuild them first.
+CREATE UNLOGGED TABLE outbox.partition_heads_built (
+  queue_id integer PRIMARY KEY
+);
+COMMENT ON TABLE outbox.partition_heads_built IS
+  'Partitioned queues whose partition_heads are complete (internal; emptied by crash recovery).';

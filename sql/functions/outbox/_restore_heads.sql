@@ -1,0 +1,26 @@
+-- Brings back the partition heads of a queue after crash recovery (or a standby's promotion)
+-- emptied the unlogged heads tables: every partition with pending rows gets its head again.
+-- Heads producers made since then are kept (upsert). Runs once per queue: the first claim takes
+-- the queue's rebuild lock, looks again, and rebuilds; concurrent claims wait for it.
+CREATE OR REPLACE FUNCTION outbox._restore_heads(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_keys text[];
+BEGIN
+  PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, -1);
+  IF EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    RETURN;
+  END IF;
+  EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.array_agg(DISTINCT %I::text) FROM %s WHERE sent_at IS NULL AND attempt_count < $1',
+    p_q.partition_column, p_q.table_oid::regclass)
+    INTO v_keys USING p_q.max_attempts;
+  UPDATE outbox.partition_heads h SET floor_id = 0 WHERE h.queue_id = p_q.queue_id;
+  PERFORM outbox._refresh_heads(p_q, v_keys);
+  INSERT INTO outbox.partition_heads_built (queue_id) VALUES (p_q.queue_id) ON CONFLICT DO NOTHING;
+END;
+$$;
