@@ -949,6 +949,15 @@ BEGIN
                               pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
   END IF;
 
+  -- Producers write with a plain INSERT (RETURNING id is common); the heads trigger runs as owner.
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pgdrain_producer') THEN
+    EXECUTE pg_catalog.format('GRANT INSERT, SELECT (id) ON %s TO pgdrain_producer', v_rel);
+    v_missing := pg_catalog.pg_get_serial_sequence(v_rel::text, 'id');
+    IF v_missing IS NOT NULL THEN
+      EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO pgdrain_producer', v_missing);
+    END IF;
+  END IF;
+
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
   EXECUTE pg_catalog.format(
     'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
@@ -1201,7 +1210,8 @@ $$;
 
 -- +goose StatementBegin
 -- Lock mode: records outcomes for rows this transaction claimed with claim_locked and still holds.
--- Refuses (SQLSTATE 55000, nothing changed) any id this transaction does not hold. Returns how
+-- Refuses (SQLSTATE 55000, nothing changed) any id this transaction does not hold: the id must be
+-- in claim_locked's list for this transaction and its row lock must be this transaction's. Returns how
 -- many rows were recorded. A settled row leaves the held set, so it is recorded at most once per
 -- claim: settling it again is refused like any row not held (else a second 'transient' would count
 -- a second attempt).
@@ -1225,7 +1235,15 @@ BEGIN
   v_held := pg_catalog.string_to_array(
     NULLIF(pg_catalog.current_setting('pgdrain.held_' || v_q.queue_id, true), ''), ',')::bigint[];
   SELECT x INTO v_foreign FROM pg_catalog.unnest(ids) x WHERE x <> ALL (COALESCE(v_held, '{}')) LIMIT 1;
-  IF FOUND THEN
+  IF NOT FOUND THEN
+    -- The setting is only a list any session could SET LOCAL: the row lock itself must be ours
+    -- too (claim_locked's FOR UPDATE leaves this transaction's xid in xmax).
+    EXECUTE pg_catalog.format(
+      'SELECT x FROM pg_catalog.unnest($1::bigint[]) AS x LEFT JOIN %s t ON t.id = x
+       WHERE t.xmax IS DISTINCT FROM pg_catalog.pg_current_xact_id()::xid LIMIT 1', v_q.table_oid::regclass)
+      INTO v_foreign USING ids;
+  END IF;
+  IF v_foreign IS NOT NULL THEN
     RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',
       fn, v_foreign, v_q.queue USING ERRCODE = '55000';
   END IF;

@@ -173,6 +173,15 @@ BEGIN
                               pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
   END IF;
 
+  -- Producers write with a plain INSERT (RETURNING id is common); the heads trigger runs as owner.
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pgdrain_producer') THEN
+    EXECUTE pg_catalog.format('GRANT INSERT, SELECT (id) ON %s TO pgdrain_producer', v_rel);
+    v_missing := pg_catalog.pg_get_serial_sequence(v_rel::text, 'id');
+    IF v_missing IS NOT NULL THEN
+      EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO pgdrain_producer', v_missing);
+    END IF;
+  END IF;
+
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
   EXECUTE pg_catalog.format(
     'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
