@@ -30,8 +30,10 @@ type job struct {
 
 // applyJobs applies jobs with at most ApplyConcurrency at a time, in claim order. It stops starting
 // new ones once ctx is cancelled; those already started run to the end on a context that ignores
-// the cancellation. prepare, when given, runs before each apply and may veto it.
-func (r *runner[T]) applyJobs(ctx context.Context, jobs []*job, prepare func(context.Context, *job) bool) {
+// the cancellation. prepare, when given, runs before each apply and may veto it; finished, when
+// given, is told of each job whose apply has ended.
+func (r *runner[T]) applyJobs(ctx context.Context, jobs []*job, prepare func(context.Context, *job) bool,
+	finished func(*job)) {
 	inner := context.WithoutCancel(ctx)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -48,6 +50,9 @@ func (r *runner[T]) applyJobs(ctx context.Context, jobs []*job, prepare func(con
 					continue
 				}
 				r.applyOne(inner, j)
+				if finished != nil {
+					finished(j)
+				}
 			}
 		})
 	}

@@ -10,7 +10,8 @@ import (
 )
 
 // leaseBatch is one round of lease mode: claim_batch (short transaction), applies outside any
-// transaction, one apply_results round trip, and release of the rows not started.
+// transaction, one apply_results round trip (more only when a slow apply holds the batch so long
+// that finished rows would otherwise lose their leases), and release of the rows not started.
 func (r *runner[T]) leaseBatch(ctx context.Context) (int, error) {
 	start := time.Now()
 	rows, err := r.d.pool.Query(ctx, `
@@ -34,8 +35,9 @@ func (r *runner[T]) leaseBatch(ctx context.Context) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
 	}
-	r.applyJobs(ctx, jobs, r.ensureLease)
-	r.recordLeased(ctx, jobs)
+	rec := r.startRecorder(ctx)
+	r.applyJobs(ctx, jobs, r.ensureLease, rec.finished)
+	rec.close()
 	r.releaseUnstarted(ctx, jobs)
 	return len(jobs), nil
 }

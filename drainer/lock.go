@@ -39,7 +39,7 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	}
 	r.d.metrics.observeClaim(ClaimLock, time.Since(start))
 
-	r.applyJobs(ctx, jobs, nil)
+	r.applyJobs(ctx, jobs, nil, nil)
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
