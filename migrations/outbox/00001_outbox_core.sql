@@ -1317,6 +1317,7 @@ DECLARE
   v_new_ids bigint[];
   v_low_keys text[];
   v_low_ids bigint[];
+  v_low record;
 BEGIN
   EXECUTE pg_catalog.format(
     'SELECT pg_catalog.array_agg(k ORDER BY k), pg_catalog.array_agg(min_id ORDER BY k)
@@ -1345,22 +1346,38 @@ BEGIN
   LEFT JOIN LATERAL (SELECT x.floor_id FROM outbox.partition_heads x
                      WHERE x.queue_id = v_queue_id AND x.partition_key = u.k) h ON true;
 
+  -- New heads, in key order, never waiting on a committed one (DO NOTHING takes no lock). A key
+  -- whose head another producer made meanwhile may carry a floor above our rows: lowered below.
   IF v_new_keys IS NOT NULL THEN
-    INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
-    SELECT v_queue_id, u.k, u.id, u.id
+    WITH ins AS (
+      INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
+      SELECT v_queue_id, u.k, u.id, u.id
+      FROM unnest(v_new_keys, v_new_ids) AS u(k, id)
+      ORDER BY u.k
+      ON CONFLICT (queue_id, partition_key) DO NOTHING
+      RETURNING partition_key)
+    SELECT pg_catalog.array_cat(v_low_keys, pg_catalog.array_agg(u.k)),
+           pg_catalog.array_cat(v_low_ids, pg_catalog.array_agg(u.id))
+      INTO v_low_keys, v_low_ids
     FROM unnest(v_new_keys, v_new_ids) AS u(k, id)
-    ORDER BY u.k
-    ON CONFLICT (queue_id, partition_key) DO UPDATE
-      SET floor_id = LEAST(outbox.partition_heads.floor_id, EXCLUDED.floor_id)
-      WHERE outbox.partition_heads.floor_id > EXCLUDED.floor_id;
+    WHERE u.k NOT IN (SELECT ins.partition_key FROM ins);
   END IF;
+
   -- Tell pgdrain_notify (fired next) whether this statement made any partition claimable.
   PERFORM pg_catalog.set_config('pgdrain.quiet_' || TG_RELID,
                                 CASE WHEN v_new_keys IS NULL THEN 'on' ELSE 'off' END, true);
+
+  -- Rows that got their ids before a floor was raised past them (the raiser could not see them
+  -- yet): lower the floor so the head search finds them. Rare; one key at a time in key order, so
+  -- two producers never lock the same heads in opposite orders.
   IF v_low_keys IS NOT NULL THEN
-    UPDATE outbox.partition_heads h SET floor_id = u.id
-    FROM unnest(v_low_keys, v_low_ids) AS u(k, id)
-    WHERE h.queue_id = v_queue_id AND h.partition_key = u.k AND h.floor_id > u.id;
+    FOR v_low IN
+      SELECT u.k, pg_catalog.min(u.id) AS id FROM unnest(v_low_keys, v_low_ids) AS u(k, id)
+      GROUP BY u.k ORDER BY u.k
+    LOOP
+      UPDATE outbox.partition_heads h SET floor_id = v_low.id
+      WHERE h.queue_id = v_queue_id AND h.partition_key = v_low.k AND h.floor_id > v_low.id;
+    END LOOP;
   END IF;
   RETURN NULL;
 END;
