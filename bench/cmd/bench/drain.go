@@ -21,6 +21,7 @@ type drainCase struct {
 	replicas, concurrency int
 	partitioned           bool
 	mode                  drainer.ClaimMode
+	batchSize             int // 0 = the default (32)
 }
 
 func (c drainCase) String() string {
@@ -64,7 +65,8 @@ func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n
 	if err := fillQueue(ctx, pool, q, n, c.partitioned); err != nil {
 		return 0, err
 	}
-	cfg := drainer.Config{Table: q, ApplyConcurrency: c.concurrency, ClaimMode: c.mode, PollFallback: time.Second}
+	cfg := drainer.Config{Table: q, ApplyConcurrency: c.concurrency, ClaimMode: c.mode, PollFallback: time.Second,
+		BatchSize: c.batchSize}
 	if c.partitioned {
 		cfg.PartitionColumn = "resource_id"
 	}
@@ -131,6 +133,40 @@ func benchDrain(ctx context.Context, o options, emit func(string)) error {
 					}
 					emit(fmt.Sprintf("%s %s |\n", c, summarize(rates).format("%.0f")))
 				}
+			}
+		}
+	}
+	emit("\n")
+	return benchBatchSize(ctx, pool, o, emit, run)
+}
+
+// benchBatchSize: the same drain with larger claims (ApplyConcurrency 1, 4 replicas), which spread
+// each statement's and each commit's cost over more rows.
+func benchBatchSize(ctx context.Context, pool *pgxpool.Pool, o options, emit func(string), run int) error {
+	emit(fmt.Sprintf("### 2b. Batch size (4 replicas, ApplyConcurrency 1, %d events)\n\n", o.events))
+	emit("| queue | mode | BatchSize | events/s |\n|---|---|---:|---:|\n")
+	for _, mode := range []drainer.ClaimMode{drainer.ClaimLease, drainer.ClaimLock} {
+		for _, partitioned := range []bool{false, true} {
+			for _, size := range []int{32, 256, 1000} {
+				c := drainCase{replicas: 4, concurrency: 1, partitioned: partitioned, mode: mode, batchSize: size}
+				var rates []float64
+				for range o.runs {
+					run++
+					q := fmt.Sprintf("public.drain_%d", run)
+					r, err := drainOnce(ctx, pool, c, q, o.events)
+					if err != nil {
+						return fmt.Errorf("%s batch %d: %w", c, size, err)
+					}
+					rates = append(rates, r)
+					if err := execAll(ctx, pool, fmt.Sprintf("SELECT outbox.drop_queue('%s', true)", q)); err != nil {
+						return err
+					}
+				}
+				p := "unpartitioned"
+				if partitioned {
+					p = "partitioned"
+				}
+				emit(fmt.Sprintf("| %s | %s | %d | %s |\n", p, mode, size, summarize(rates).format("%.0f")))
 			}
 		}
 	}
