@@ -23,6 +23,9 @@ BEGIN
   v_ids := ARRAY(SELECT x FROM pg_catalog.unnest(v_ids) x
                  WHERE x <> ALL (COALESCE(pg_catalog.string_to_array(
                    NULLIF(pg_catalog.current_setting(v_setting, true), ''), ',')::bigint[], '{}')));
+  IF pg_catalog.cardinality(v_ids) = 0 THEN
+    RETURN;  -- not even a query: id = ANY('{}') would let the planner pick any partial index
+  END IF;
   IF pg_catalog.cardinality(v_ids) > 0 THEN
     PERFORM pg_catalog.set_config(v_setting,
       pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
