@@ -178,6 +178,7 @@ SET enable_mergejoin = off
 SET enable_bitmapscan = off
 SET enable_material = off
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
   v_table regclass := p_q.table_oid::regclass;
@@ -421,6 +422,7 @@ VOLATILE
 SET search_path = ''
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
   v_done bigint[];
@@ -489,6 +491,7 @@ SET enable_mergejoin = off
 SET enable_bitmapscan = off
 SET enable_material = off
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
   v_next constant text := pg_catalog.format(
@@ -713,6 +716,7 @@ VOLATILE
 SET search_path = ''
 SET enable_seqscan = off
 SET enable_sort = off
+SET jit = off
 AS $$
 DECLARE
   fn constant text := 'claim_batch';
@@ -1297,6 +1301,7 @@ LANGUAGE plpgsql
 STABLE
 SET search_path = ''
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
   v_q outbox.queues := outbox._queue('stats', queue);
@@ -1336,6 +1341,7 @@ SET enable_mergejoin = off
 SET enable_bitmapscan = off
 SET enable_material = off
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
   v_queue_id integer := TG_ARGV[0]::integer;

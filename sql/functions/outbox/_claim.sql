@@ -22,6 +22,7 @@ SET enable_mergejoin = off
 SET enable_bitmapscan = off
 SET enable_material = off
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
   v_table regclass := p_q.table_oid::regclass;

@@ -12,6 +12,7 @@ VOLATILE
 SET search_path = ''
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
   v_done bigint[];

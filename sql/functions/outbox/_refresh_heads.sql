@@ -19,6 +19,7 @@ SET enable_mergejoin = off
 SET enable_bitmapscan = off
 SET enable_material = off
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
   v_next constant text := pg_catalog.format(

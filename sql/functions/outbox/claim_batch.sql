@@ -9,6 +9,7 @@ VOLATILE
 SET search_path = ''
 SET enable_seqscan = off
 SET enable_sort = off
+SET jit = off
 AS $$
 DECLARE
   fn constant text := 'claim_batch';

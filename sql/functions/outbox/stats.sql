@@ -9,6 +9,7 @@ LANGUAGE plpgsql
 STABLE
 SET search_path = ''
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
   v_q outbox.queues := outbox._queue('stats', queue);

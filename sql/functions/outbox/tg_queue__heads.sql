@@ -16,6 +16,7 @@ SET enable_mergejoin = off
 SET enable_bitmapscan = off
 SET enable_material = off
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
   v_queue_id integer := TG_ARGV[0]::integer;
