@@ -7,6 +7,7 @@ require (
 	github.com/pgdrain/pgdrain v0.0.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
+	golang.org/x/image v0.48.0
 )
 
 require (

@@ -1,17 +1,22 @@
 package main
 
 import (
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
 	"math"
 	"os"
+
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
 )
 
 // writeChart draws claim buffers against backlog depth on log-log axes: x decades from 10^3,
 // y decades from 10^1, a grey gridline per decade, blue = pgdrain, red = seed 001's claim.
 func writeChart(path string, points []depthPoint) error {
-	const w, h, pad = 640, 400, 40
+	const w, h, pad = 720, 440, 60
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	white, grey, black := color.RGBA{255, 255, 255, 255}, color.RGBA{220, 220, 220, 255}, color.RGBA{0, 0, 0, 255}
 	for y := 0; y < h; y++ {
@@ -63,12 +68,28 @@ func writeChart(path string, points []depthPoint) error {
 			}
 		}
 	}
+	for d := x0; d <= x1; d++ {
+		label(img, px(math.Pow(10, d))-12, h-pad+16, fmt.Sprintf("1e%d", int(d)), black)
+	}
+	for d := y0; d <= y1; d++ {
+		label(img, 8, py(math.Pow(10, d))+4, fmt.Sprintf("1e%d", int(d)), black)
+	}
+	label(img, w/2-90, h-12, "pending rows (backlog depth, log)", black)
+	label(img, 8, 20, "shared buffers per claim_batch(q, 32) (log)", black)
+	label(img, w-pad-250, 40, "blue: pgdrain claim_batch", series[1].c)
+	label(img, w-pad-250, 56, "red: seed 001's claim predicate", series[0].c)
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	return png.Encode(f, img)
+}
+
+// label writes text with its baseline at (x, y).
+func label(img *image.RGBA, x, y int, text string, c color.RGBA) {
+	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
+	d.DrawString(text)
 }
 
 func line(img *image.RGBA, xa, ya, xb, yb int, c color.RGBA) {
