@@ -12,9 +12,9 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-// Section 3: the same workload through River (no-op worker) and through a raw-SQL floor: one
-// hand-written claim statement and one ack statement per 32-row batch, no functions, triggers or
-// NOTIFY, on the same server in the same run.
+// Section 3: the same workload through River (no-op worker), Graphile Worker (no-op task, Node.js;
+// see graphile.go) and through a raw-SQL floor: one hand-written claim statement and one ack
+// statement per 32-row batch, no functions, triggers or NOTIFY, on the same server in the same run.
 
 const rawTable = `
 CREATE TABLE public.raw_queue (
@@ -166,7 +166,7 @@ func riverOnce(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) 
 }
 
 func benchPeers(ctx context.Context, o options, emit func(string)) error {
-	emit(fmt.Sprintf("## 3. Peers on the same server: raw-SQL floor and River\n\n%d events, median (min–max) of %d runs.\n\n", o.events, o.runs))
+	emit(fmt.Sprintf("## 3. Peers on the same server: raw-SQL floor, River and Graphile Worker\n\n%d events, median (min–max) of %d runs.\n\n", o.events, o.runs))
 	emit("| system | settings | events/s |\n|---|---|---:|\n")
 	rawPool, err := freshDatabase(ctx, o.server, "bench_raw", false, 8)
 	if err != nil {
@@ -206,7 +206,9 @@ func benchPeers(ctx context.Context, o options, emit func(string)) error {
 		}
 		rates = append(rates, r)
 	}
-	emit(fmt.Sprintf("| River v0.51.2, no-op worker | FetchCooldown 2ms, FetchPollInterval 20ms, MaxWorkers %d, pool 40, jobs pre-inserted with InsertManyFast | %s |\n\n",
+	emit(fmt.Sprintf("| River v0.51.2, no-op worker | FetchCooldown 2ms, FetchPollInterval 20ms, MaxWorkers %d, pool 40, jobs pre-inserted with InsertManyFast | %s |\n",
 		riverWorkers, summarize(rates).format("%.0f")))
+	benchGraphile(ctx, o, emit)
+	emit("\n")
 	return nil
 }
