@@ -382,8 +382,9 @@ $$;
 
 -- +goose StatementBegin
 -- Recomputes the partition heads of a queue from its pending rows (after adoption, or after an
--- operator changed rows by hand): every head is dropped and made again, floors from 0.
--- Partitions with no deliverable row lose their head. Marks the heads complete.
+-- operator changed rows by hand): every head is dropped and made again, floors from 0, the same way
+-- heads come back after a crash (_restore_heads). Partitions with no deliverable row lose their
+-- head. Marks the heads complete.
 CREATE OR REPLACE FUNCTION outbox._rebuild_heads(p_queue_id integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -394,15 +395,9 @@ DECLARE
   v_q outbox.queues;
 BEGIN
   SELECT * INTO STRICT v_q FROM outbox.queues q WHERE q.queue_id = p_queue_id;
-  EXECUTE pg_catalog.format(
-    'SELECT pg_catalog.array_agg(DISTINCT %I::text) FROM %s WHERE sent_at IS NULL AND attempt_count < $1',
-    v_q.partition_column, v_q.table_oid::regclass)
-    INTO v_q.channel USING v_q.max_attempts;
   DELETE FROM outbox.partition_heads h WHERE h.queue_id = p_queue_id;
-  IF v_q.channel IS NOT NULL THEN
-    PERFORM outbox._refresh_heads(v_q, v_q.channel::text[]);
-  END IF;
-  INSERT INTO outbox.partition_heads_built (queue_id) VALUES (p_queue_id) ON CONFLICT DO NOTHING;
+  DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = p_queue_id;
+  PERFORM outbox._restore_heads(v_q);
 END;
 $$;
 -- +goose StatementEnd
@@ -789,11 +784,9 @@ BEGIN
   IF pg_catalog.cardinality(v_ids) = 0 THEN
     RETURN;  -- not even a query: id = ANY('{}') would let the planner pick any partial index
   END IF;
-  IF pg_catalog.cardinality(v_ids) > 0 THEN
-    PERFORM pg_catalog.set_config(v_setting,
-      pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
-                           pg_catalog.array_to_string(v_ids, ',')), true);
-  END IF;
+  PERFORM pg_catalog.set_config(v_setting,
+    pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
+                         pg_catalog.array_to_string(v_ids, ',')), true);
   RETURN QUERY EXECUTE pg_catalog.format(
     'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.created_at
      FROM %s t WHERE t.id = ANY ($1) ORDER BY t.attempt_count, t.id',
@@ -838,6 +831,8 @@ DECLARE
   v_type text;
   v_queue_id integer;
   v_missing text;
+  v_has_nulls boolean;
+  v_sequence text;
 BEGIN
   IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -946,8 +941,8 @@ BEGIN
       END IF;
       -- A NULL key would make a row independent of its partition and silently lose order.
       EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
-        INTO STRICT v_missing;
-      IF v_missing::boolean THEN
+        INTO STRICT v_has_nulls;
+      IF v_has_nulls THEN
         PERFORM outbox._invalid(fn, pg_catalog.format(
           'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
       END IF;
@@ -984,9 +979,9 @@ BEGIN
   -- Producers write with a plain INSERT (RETURNING id is common); the heads trigger runs as owner.
   IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pgdrain_producer') THEN
     EXECUTE pg_catalog.format('GRANT INSERT, SELECT (id) ON %s TO pgdrain_producer', v_rel);
-    v_missing := pg_catalog.pg_get_serial_sequence(v_rel::text, 'id');
-    IF v_missing IS NOT NULL THEN
-      EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO pgdrain_producer', v_missing);
+    v_sequence := pg_catalog.pg_get_serial_sequence(v_rel::text, 'id');
+    IF v_sequence IS NOT NULL THEN
+      EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO pgdrain_producer', v_sequence);
     END IF;
   END IF;
 

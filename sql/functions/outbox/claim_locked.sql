@@ -26,11 +26,9 @@ BEGIN
   IF pg_catalog.cardinality(v_ids) = 0 THEN
     RETURN;  -- not even a query: id = ANY('{}') would let the planner pick any partial index
   END IF;
-  IF pg_catalog.cardinality(v_ids) > 0 THEN
-    PERFORM pg_catalog.set_config(v_setting,
-      pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
-                           pg_catalog.array_to_string(v_ids, ',')), true);
-  END IF;
+  PERFORM pg_catalog.set_config(v_setting,
+    pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
+                         pg_catalog.array_to_string(v_ids, ',')), true);
   RETURN QUERY EXECUTE pg_catalog.format(
     'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.created_at
      FROM %s t WHERE t.id = ANY ($1) ORDER BY t.attempt_count, t.id',

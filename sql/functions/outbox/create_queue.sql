@@ -30,6 +30,8 @@ DECLARE
   v_type text;
   v_queue_id integer;
   v_missing text;
+  v_has_nulls boolean;
+  v_sequence text;
 BEGIN
   IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -138,8 +140,8 @@ BEGIN
       END IF;
       -- A NULL key would make a row independent of its partition and silently lose order.
       EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
-        INTO STRICT v_missing;
-      IF v_missing::boolean THEN
+        INTO STRICT v_has_nulls;
+      IF v_has_nulls THEN
         PERFORM outbox._invalid(fn, pg_catalog.format(
           'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
       END IF;
@@ -176,9 +178,9 @@ BEGIN
   -- Producers write with a plain INSERT (RETURNING id is common); the heads trigger runs as owner.
   IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pgdrain_producer') THEN
     EXECUTE pg_catalog.format('GRANT INSERT, SELECT (id) ON %s TO pgdrain_producer', v_rel);
-    v_missing := pg_catalog.pg_get_serial_sequence(v_rel::text, 'id');
-    IF v_missing IS NOT NULL THEN
-      EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO pgdrain_producer', v_missing);
+    v_sequence := pg_catalog.pg_get_serial_sequence(v_rel::text, 'id');
+    IF v_sequence IS NOT NULL THEN
+      EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO pgdrain_producer', v_sequence);
     END IF;
   END IF;
 
