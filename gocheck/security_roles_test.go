@@ -162,6 +162,7 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 	want := map[string]string{
 		"outbox.enqueue(text,text,jsonb,text)":                               "definer producer",
 		"outbox.tg_queue__heads()":                                           "definer -",
+		"outbox.tg_queue__commit()":                                          "definer -",
 		"outbox.claim_batch(text,integer,interval)":                          "definer worker",
 		"outbox.apply_result(text,bigint,uuid,text,text)":                    "definer worker",
 		"outbox.apply_results(text,bigint[],uuid[],text[],text[])":           "definer worker",

@@ -3,7 +3,8 @@
 # always carries the full body of every function it changes (never a diff).
 # Usage: scripts/new-migration.sh MODULE NAME FUNCTION...   (FUNCTION = file name without .sql, or
 #        "all" for every function of the module; an optional sql/schema/MODULE/NNNNN_up.sql (and _down.sql) with the
-#        same number is put first)
+#        same number is put first, and NNNNN_after.sql then sql/privileges/MODULE.sql last: CREATE OR
+#        REPLACE FUNCTION resets SECURITY DEFINER, so every migration that replaces functions re-applies them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 module=${1:?module}; name=${2:?name}; shift 2
@@ -28,6 +29,10 @@ fi
   for f in "${files[@]}"; do
     [ -e "$f" ] || { echo "new-migration: no $f" >&2; exit 2; }
     echo "-- +goose StatementBegin"; cat "$f"; echo "-- +goose StatementEnd"; echo
+  done
+  for s in sql/schema/$module/${next}_after.sql sql/privileges/$module.sql; do
+    [ -e "$s" ] || continue
+    echo "-- +goose StatementBegin"; cat "$s"; echo "-- +goose StatementEnd"; echo
   done
   echo "-- +goose Down"
   if [ -e "sql/schema/$module/${next}_down.sql" ]; then

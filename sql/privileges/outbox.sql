@@ -1,4 +1,4 @@
--- Who may call what in schema outbox (canonical source; migration 00002 carries the same
+-- Who may call what in schema outbox (canonical source; migrations 00002 and 00003 carry the same
 -- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
 -- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
 --
@@ -13,6 +13,7 @@ GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operat
 -- and builds SQL only with format('%I') / regclass.
 ALTER FUNCTION outbox.enqueue(text, text, jsonb, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__heads() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[]) SECURITY DEFINER;
@@ -27,7 +28,7 @@ ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
 
 -- Producers: enqueue. A plain INSERT needs INSERT on the queue table, granted per table
--- (GRANT INSERT ON public.events TO pgdrain_producer); the heads trigger runs as definer.
+-- (GRANT INSERT ON public.events TO pgdrain_producer); the heads and commit triggers run as definer.
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text) TO pgdrain_producer;
 
 -- Workers: both claim modes, results, heartbeats, releases.

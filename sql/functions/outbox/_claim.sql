@@ -59,6 +59,12 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
     PERFORM outbox._restore_heads(p_q);
   END IF;
+  -- Keys this very transaction wrote get their heads at its commit; a claim in the same
+  -- transaction (a test, a script) makes them now.
+  IF pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys', true) <> '' THEN
+    PERFORM outbox._refresh_heads(p_q,
+      pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys')::text[]);
+  END IF;
 
   -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
   -- By ctid: a TID scan touches exactly these heads whatever the statistics say.

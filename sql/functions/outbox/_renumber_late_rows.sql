@@ -1,0 +1,54 @@
+-- Gives this transaction's pending rows of the late keys new ids from the queue's id sequence, in
+-- their order: larger than every id given out so far, so also than every committed row of the key
+-- (see outbox._commit_partitions). Returns each renumbered key with its new smallest and largest id.
+-- Skipped (the key keeps id order, and commits after a larger id keep that position) when ids do
+-- not come from a sequence, or the sequence is behind the committed ids (ids given explicitly):
+-- a new id must be larger than the committed ones and must not collide with a later default.
+-- Arguments: the keys, and this transaction's smallest and largest id of each (aligned arrays).
+CREATE OR REPLACE FUNCTION outbox._renumber_late_rows(p_q outbox.queues, p_keys text[], p_los bigint[], p_his bigint[])
+RETURNS TABLE(k text, lo bigint, hi bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_table regclass := p_q.table_oid::regclass;
+  v_sequence regclass := pg_catalog.pg_get_serial_sequence(v_table::text, 'id')::regclass;
+  v_clock bigint;
+  v_ids bigint[];
+  v_old bigint;
+  v_new bigint;
+  i integer;
+BEGIN
+  IF v_sequence IS NULL THEN
+    RETURN;
+  END IF;
+  FOR i IN 1..pg_catalog.cardinality(p_keys) LOOP
+    SELECT c.committed_max INTO v_clock FROM outbox.partition_clocks c
+    WHERE c.queue_id = p_q.queue_id AND c.slot = pg_catalog.hashtext(p_keys[i]) & 65535;
+    CONTINUE WHEN COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) < v_clock;
+
+    EXECUTE pg_catalog.format(
+      'SELECT pg_catalog.array_agg(t.id ORDER BY t.id) FROM %s t
+       WHERE t.%I = $1::%s AND t.id BETWEEN $2 AND $3 AND t.sent_at IS NULL
+         AND outbox._written_here(t.xmin)', v_table, p_q.partition_column, p_q.partition_type)
+      INTO v_ids USING p_keys[i], p_los[i], p_his[i];
+    CONTINUE WHEN v_ids IS NULL;
+
+    k := p_keys[i];
+    lo := NULL;
+    FOREACH v_old IN ARRAY v_ids LOOP
+      EXECUTE pg_catalog.format(
+        'UPDATE %s SET id = pg_catalog.nextval($2) WHERE id = $1 RETURNING id', v_table)
+        INTO v_new USING v_old, v_sequence;
+      lo := COALESCE(lo, v_new);
+    END LOOP;
+    hi := v_new;
+    RETURN NEXT;
+  END LOOP;
+END;
+$$;
