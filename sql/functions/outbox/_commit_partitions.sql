@@ -1,24 +1,24 @@
 -- Commit step of one partitioned queue for the current transaction (called by tg_queue__commit):
 -- makes per-key delivery order equal commit order, and gives new keys their partition head.
 --
--- 1. Takes the commit lock of every partition slot the transaction wrote, exclusively, in slot
---    order, held until the commit is complete (advisory lock (1885823232 + queue_id, 1024 + slot));
---    more than 64 slots take the queue's whole commit lock (objid 2048) instead, so a bulk insert
---    does not fill the lock table. Commits that share a slot are therefore serialised from here on,
---    and nothing else waits for these locks, so they can not deadlock.
+-- 1. Takes the commit lock of every key hash the transaction wrote (hashtext(key) & 65535),
+--    exclusively, in hash order, held until the commit is complete (advisory lock
+--    (1885823232 + queue_id, 65536 + hash)); more than 256 hashes take the queue's whole commit
+--    lock (objid -2) instead, so a bulk insert does not fill the lock table. Commits that share a
+--    hash are serialised from here on; nothing else waits for these locks, so they can not deadlock.
 -- 2. A key is late when a transaction that committed before us wrote a row of it (or of a key
---    with the same 16-bit hash) with a larger id than our smallest: outbox.partition_clocks keeps
+--    with the same hash) with a larger id than our smallest: outbox.partition_clocks keeps
 --    the largest committed id per hash, written only under these locks. A late key's rows of this
 --    transaction get new ids from the id sequence, in their order, larger than every id already
 --    given out: delivered order (id order) is then commit order. Not late (the usual case): no row
 --    is written twice.
--- 3. Creates the heads of new keys (no waiting on producers: heads are created only here, under the
---    slot lock), wakes a head a claim left empty while we were open, and lowers a floor that lies
---    above our rows; NOTIFY when a partition became claimable.
+-- 3. Creates the heads of new keys (no waiting on producers: heads are created only here, under
+--    the key's commit lock), wakes a head a claim left empty while we were open, and lowers a floor
+--    that lies above our rows; NOTIFY when a partition became claimable.
 -- 4. Raises the clocks to our largest ids.
 --
 -- Under REPEATABLE READ or SERIALIZABLE the clocks are read in the transaction's snapshot; when
--- another producer of the same hash committed after it, raising the clock fails with
+-- another producer of the same hash committed after it started, raising the clock fails with
 -- serialization_failure (40001), which those isolation levels already oblige the caller to retry.
 CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues)
 RETURNS void
@@ -38,11 +38,13 @@ DECLARE
   v_keys text[] := NULLIF(pg_catalog.current_setting(v_setting || '_keys', true), '')::text[];
   v_mins bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_mins', true), '')::bigint[];
   v_maxs bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[];
-  v_slots integer[];
+  v_renumbered boolean := false;
   v_late text[];
   v_new text[];
   v_empty text[];
-  v_low record;
+  v_low_keys text[];
+  v_low_ids bigint[];
+  i integer;
 BEGIN
   PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
           pg_catalog.set_config(v_setting || '_mins', '', true),
@@ -51,23 +53,31 @@ BEGIN
     RETURN;
   END IF;
 
-  SELECT pg_catalog.array_agg(DISTINCT pg_catalog.hashtext(k) & 1023) INTO v_slots
-  FROM pg_catalog.unnest(v_keys) AS k;
-  IF pg_catalog.cardinality(v_slots) > 64 THEN
-    PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, 2048);
+  IF pg_catalog.cardinality(v_keys) > 256
+     AND (SELECT pg_catalog.count(DISTINCT pg_catalog.hashtext(k) & 65535) FROM pg_catalog.unnest(v_keys) AS k) > 256 THEN
+    PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, -2);
   ELSE
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + p_q.queue_id, 2048);
-    PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, 1024 + s.slot)
-    FROM (SELECT pg_catalog.unnest(v_slots) AS slot ORDER BY 1) s;
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + p_q.queue_id, -2),
+            pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, 65536 + s.slot)
+    FROM (SELECT DISTINCT pg_catalog.hashtext(k) & 65535 AS slot FROM pg_catalog.unnest(v_keys) AS k ORDER BY 1) s;
   END IF;
 
   -- A new statement: in READ COMMITTED its snapshot sees every commit that released these locks.
-  SELECT pg_catalog.array_agg(u.k ORDER BY u.k) INTO v_late
-  FROM unnest(v_keys, v_mins) AS u(k, lo)
-  WHERE EXISTS (SELECT 1 FROM outbox.partition_clocks c
-                WHERE c.queue_id = p_q.queue_id AND c.slot = pg_catalog.hashtext(u.k) & 65535
-                  AND c.committed_max > u.lo);
-  IF v_late IS NOT NULL THEN
+  -- One probe per key of the clocks and the heads (LATERAL: index probes whatever the statistics
+  -- of these small tables say). Late keys are renumbered, then probed again.
+  LOOP
+    SELECT pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found IS NULL),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found AND h.head_id IS NULL),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo),
+           pg_catalog.array_agg(u.lo ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
+      INTO v_late, v_new, v_empty, v_low_keys, v_low_ids
+    FROM unnest(v_keys, v_mins) AS u(k, lo)
+    LEFT JOIN LATERAL (SELECT x.committed_max FROM outbox.partition_clocks x
+                       WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
+    LEFT JOIN LATERAL (SELECT true AS found, x.head_id, x.floor_id FROM outbox.partition_heads x
+                       WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k) h ON true;
+    EXIT WHEN v_late IS NULL OR v_renumbered;
     SELECT pg_catalog.array_agg(u.k ORDER BY u.k),
            pg_catalog.array_agg(COALESCE(r.lo, u.lo) ORDER BY u.k),
            pg_catalog.array_agg(COALESCE(r.hi, u.hi) ORDER BY u.k)
@@ -78,24 +88,19 @@ BEGIN
                  WHERE x.k = ANY (v_late)),
                 (SELECT pg_catalog.array_agg(x.hi ORDER BY x.k) FROM unnest(v_keys, v_maxs) AS x(k, hi)
                  WHERE x.k = ANY (v_late))) r ON r.k = u.k;
-  END IF;
+    v_renumbered := true;
+  END LOOP;
 
-  -- Heads: one probe per key. New keys get theirs (in key order; DO NOTHING covers a head this
-  -- transaction's own claims made). A floor above our rows (only possible for ids given explicitly
-  -- or without a sequence) is lowered, one key at a time in key order.
-  SELECT pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE NOT h.found),
-         pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found AND h.head_id IS NULL)
-    INTO v_new, v_empty
-  FROM pg_catalog.unnest(v_keys) AS u(k)
-  LEFT JOIN LATERAL (SELECT true AS found, x.head_id FROM outbox.partition_heads x
-                     WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k) h0 ON true
-  CROSS JOIN LATERAL (SELECT COALESCE(h0.found, false) AS found, h0.head_id) h;
+  -- New keys get their heads (in key order; DO NOTHING covers a head this transaction's own claims
+  -- made). A floor above our rows (only possible for ids given explicitly or without a sequence,
+  -- which are not renumbered) is lowered, one key at a time in key order.
   -- A head left empty and parked by a claim that ran while we were open: wake it for our rows.
   IF v_empty IS NOT NULL THEN
-    UPDATE outbox.partition_heads h SET head_id = u.lo, parked_until = NULL
-    FROM unnest(v_keys, v_mins) AS u(k, lo)
-    WHERE u.k = ANY (v_empty) AND h.queue_id = p_q.queue_id AND h.partition_key = u.k
-      AND h.head_id IS NULL;
+    FOR i IN 1..pg_catalog.cardinality(v_keys) LOOP
+      CONTINUE WHEN v_keys[i] <> ALL (v_empty);
+      UPDATE outbox.partition_heads h SET head_id = v_mins[i], parked_until = NULL
+      WHERE h.queue_id = p_q.queue_id AND h.partition_key = v_keys[i] AND h.head_id IS NULL;
+    END LOOP;
     PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
   END IF;
   IF v_new IS NOT NULL THEN
@@ -112,15 +117,12 @@ BEGIN
       PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
     END IF;
   END IF;
-  FOR v_low IN
-    SELECT u.k, u.lo FROM unnest(v_keys, v_mins) AS u(k, lo)
-    WHERE EXISTS (SELECT 1 FROM outbox.partition_heads x
-                  WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k AND x.floor_id > u.lo)
-    ORDER BY u.k
-  LOOP
-    UPDATE outbox.partition_heads h SET floor_id = v_low.lo
-    WHERE h.queue_id = p_q.queue_id AND h.partition_key = v_low.k AND h.floor_id > v_low.lo;
-  END LOOP;
+  IF v_low_keys IS NOT NULL THEN
+    FOR i IN 1..pg_catalog.cardinality(v_low_keys) LOOP
+      UPDATE outbox.partition_heads h SET floor_id = v_low_ids[i]
+      WHERE h.queue_id = p_q.queue_id AND h.partition_key = v_low_keys[i] AND h.floor_id > v_low_ids[i];
+    END LOOP;
+  END IF;
 
   INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max)
   SELECT p_q.queue_id, pg_catalog.hashtext(u.k) & 65535, pg_catalog.max(u.hi)

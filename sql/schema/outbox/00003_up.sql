@@ -1,5 +1,5 @@
 -- Per-key commit order (issue 6): the largest committed id per (queue, 16-bit key hash), written
--- only by producers' commit step under the slot's commit lock (outbox._commit_partitions). A
+-- only by producers' commit step under the hash's commit lock (outbox._commit_partitions). A
 -- producer whose smallest id of a key is below it committed late and has its rows renumbered.
 -- UNLOGGED like partition_heads: crash recovery ends every open transaction, so an empty table is
 -- a correct state to restart from.
