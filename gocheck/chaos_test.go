@@ -40,6 +40,12 @@ const (
 	// chaosWindow bounds the chaos in make test (PGDRAIN_SOAK adds to it); the replicas then drain
 	// what is left undisturbed, the peer still flaky.
 	chaosWindow = 20 * time.Second
+	// chaosRacers producers race each other (see chaosRace), each writing chaosRaceKeys of
+	// chaosRaceKeySpace keys of their own per transaction: keys without a backlog, delivered as soon
+	// as they commit, so a late commit would show as a smaller id after a larger one.
+	chaosRacers       = 3
+	chaosRaceKeys     = 4
+	chaosRaceKeySpace = 8
 )
 
 // TestChaos drains one partitioned queue with four drainer replicas while everything around them
@@ -47,6 +53,9 @@ const (
 // gracefully, some abruptly: connections cut and no new ones, like a killed process); drainer
 // connections killed with pg_terminate_backend. Lease mode and lock mode run side by side, each on
 // its own database. With PGDRAIN_SOAK=10m (make soak) producers keep going for that long.
+//
+// Racing producers write keys of their own in short transactions that commit out of id order, so
+// the per-key order check also covers concurrent producers (late rows renumbered at their commit).
 //
 // At the end: every event is sent or poisoned (exactly the rejected ones), none is leased, every
 // sent event reached the peer, per key the peer's first deliveries came in id order, and no result
@@ -177,6 +186,26 @@ func runChaos(t *testing.T, mode drainer.ClaimMode, soak time.Duration) {
 		}
 	})
 
+	// Racing producers: short transactions writing a few random keys in random order, pausing before
+	// COMMIT, so their commits come in another order than their ids: per-key order then rests on the
+	// commit step renumbering late rows, and opposite key orders must not deadlock.
+	for range chaosRacers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-producing:
+					return
+				default:
+				}
+				n, err := chaosRace(ctx, db.Pool)
+				if !assertNoErr(t, err, "racing producer") {
+					return
+				}
+				run.produced.Add(n)
+			}
+		})
+	}
+
 	// Replicas: each slot runs a drainer for a random while, stops it (a third abruptly), starts anew.
 	slots := make([]*chaosReplica, chaosReplicas)
 	var slotsMu sync.Mutex
@@ -253,6 +282,25 @@ func runChaos(t *testing.T, mode drainer.ClaimMode, soak time.Duration) {
 	}
 	run.calmFor = time.Since(began) - run.chaosFor
 	run.verify()
+}
+
+// chaosRace is one racing producer transaction: chaosRaceKeys random race keys, one INSERT each, a
+// pause, COMMIT. It returns the rows it committed.
+func chaosRace(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for range chaosRaceKeys {
+			if _, err := tx.Exec(ctx, `INSERT INTO public.chaos (event_type, payload, resource_id)
+				VALUES ('race', '{}', 'race-' || $1::int)`, rand.IntN(chaosRaceKeySpace)); err != nil {
+				return err
+			}
+		}
+		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return chaosRaceKeys, nil
 }
 
 func assertNoErr(t *testing.T, err error, what string) bool {
