@@ -1,0 +1,52 @@
+-- The commit step (pgdrain_commit, run here with SET CONSTRAINTS ... IMMEDIATE, which is what COMMIT
+-- does): heads for new keys, clocks raised to the largest ids, and a key whose clock says another
+-- transaction committed a larger id gets this transaction's rows renumbered past it, in order.
+BEGIN;
+SELECT plan(9);
+
+SELECT test_helpers.new_queue('k') AS q \gset
+SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
+SELECT test_helpers.add(:'q', 2, 'late') AS late_ids \gset
+SELECT test_helpers.add(:'q', 1, 'fresh') AS fresh_ids \gset
+-- As if another transaction had committed a row of 'late' with the larger of our two ids.
+INSERT INTO outbox.partition_clocks (queue_id, slot, committed_max)
+VALUES (:qid, hashtext('late') & 65535, (:'late_ids'::bigint[])[2]);
+
+SELECT is(current_setting('pgdrain.commit_armed'), 'on', 'the first insert of the transaction armed the commit step');
+SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+
+SELECT results_eq(format('SELECT array_agg(id ORDER BY id) FROM %s WHERE k = %L', :'q', 'fresh'),
+                  format('SELECT %L::bigint[]', :'fresh_ids'), 'a key that is not late keeps its ids');
+SELECT results_eq(format('SELECT count(*) FILTER (WHERE id = ANY (%L::bigint[])), count(*), min(id) > %s FROM %s WHERE k = %L',
+                         :'late_ids', (:'late_ids'::bigint[])[2], :'q', 'late'),
+                  $$VALUES (0::bigint, 2::bigint, true)$$,
+                  'the late key''s two rows got new ids, larger than the committed one');
+SELECT results_eq(format('SELECT payload->>''i'' FROM %s WHERE k = %L ORDER BY id', :'q', 'late'),
+                  format('SELECT x::text FROM unnest(ARRAY[1, 2]) x'),
+                  'renumbering keeps their order');
+SELECT results_eq(format($$SELECT h.partition_key, h.head_id = (SELECT min(id) FROM %s t WHERE t.k = h.partition_key)
+                           FROM outbox.partition_heads h WHERE h.queue_id = %s ORDER BY 1$$, :'q', :qid),
+                  $$VALUES ('fresh'::text, true), ('late', true)$$,
+                  'both keys got a head, pointing at their (new) first row');
+SELECT results_eq(format($$SELECT c.committed_max = (SELECT max(id) FROM %s t WHERE hashtext(t.k) & 65535 = c.slot)
+                           FROM outbox.partition_clocks c WHERE c.queue_id = %s$$, :'q', :qid),
+                  $$VALUES (true), (true)$$,
+                  'each key''s clock holds its largest committed id');
+SELECT is(ARRAY[current_setting('pgdrain.commit_armed'), current_setting('pgdrain.commit_queues'),
+                current_setting(format('pgdrain.commit_%s_keys', :'q'::regclass::oid))],
+          ARRAY['', '', ''], 'the commit step disarmed and forgot what it did');
+
+-- More than 256 key hashes: one exclusive commit lock for the whole queue instead of one per hash.
+SELECT count(test_helpers.add(:'q', 1, 'bulk-' || g)) AS _ FROM generate_series(1, 300) g \gset
+SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SELECT ok(EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND mode = 'ExclusiveLock'
+                    AND classid = (1885823232 + :qid)::oid AND objid = 4294967294::oid),
+          'a 300-key transaction holds the queue''s commit lock exclusively');
+SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+             AND classid = (1885823232 + :qid)::oid AND objid::bigint BETWEEN 65536 AND 131071), 2::bigint,
+          'per-hash commit locks only for the first, smaller commit step (2 keys)');
+
+SELECT * FROM finish();
+ROLLBACK;
