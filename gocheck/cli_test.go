@@ -228,6 +228,17 @@ func TestCLI_CheckNamesEveryProblem(t *testing.T) {
 	require.Equal(t, cli.ExitProblems, text.code)
 	require.Contains(t, text.stdout, "cli_decoy")
 	require.Contains(t, text.stdout, "ENABLE TRIGGER pgdrain_heads")
+
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.cli_events', 'account_id')`)
+	cliExec(t, db.Pool, `DROP TRIGGER pgdrain_commit ON public.cli_events`)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cli_events", "--dsn", db.URL)
+	var triggers []string
+	for _, p := range r.Problems {
+		if p.Check == "triggers" {
+			triggers = append(triggers, p.Problem+" "+*p.Name)
+		}
+	}
+	require.Equal(t, []string{"missing pgdrain_commit"}, triggers, "create_queue restored the others")
 }
 
 func TestCLI_ExitCodes(t *testing.T) {

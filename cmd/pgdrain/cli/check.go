@@ -135,10 +135,11 @@ func checkAutovacuum(ctx context.Context, conn *pgx.Conn, reloptions []string) (
 func checkTriggers(ctx context.Context, conn *pgx.Conn, table string, tableOID uint32, partitioned bool) ([]finding, error) {
 	want := map[string]string{"pgdrain_notify": "NOTIFY on insert, which wakes the drainers"}
 	if partitioned {
-		want["pgdrain_heads"] = "keeps outbox.partition_heads, which claims read"
+		want["pgdrain_heads"] = "notes the keys each statement writes, for the commit step"
+		want["pgdrain_commit"] = "orders commits per key and makes partition heads, which claims read"
 	}
 	var out []finding
-	for _, name := range []string{"pgdrain_notify", "pgdrain_heads"} {
+	for _, name := range []string{"pgdrain_notify", "pgdrain_heads", "pgdrain_commit"} {
 		why, ok := want[name]
 		if !ok {
 			continue
