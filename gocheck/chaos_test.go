@@ -159,22 +159,24 @@ func runChaos(t *testing.T, mode drainer.ClaimMode, soak time.Duration) {
 	chaosCtx, stopChaos := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 
+	// Soak: producers keep the backlog bounded so the run ends drained.
+	boundBacklog := func() {
+		for soak > 0 && chaosCtx.Err() == nil {
+			var pending int64
+			if db.Pool.QueryRow(ctx, `SELECT pending FROM outbox.stats('public.chaos')`).Scan(&pending) == nil && pending < 5*chaosKeys {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
 	// Producer: one event per key per round, in one INSERT per round, committed in id order.
 	producing := make(chan struct{})
 	wg.Go(func() {
 		defer close(producing)
 		deadline := time.Now().Add(soak)
 		for round := 0; round < chaosRounds || time.Now().Before(deadline); round++ {
-			if soak > 0 {
-				// Soak: keep the backlog bounded so the run ends drained.
-				for chaosCtx.Err() == nil {
-					var pending int64
-					if db.Pool.QueryRow(ctx, `SELECT pending FROM outbox.stats('public.chaos')`).Scan(&pending) == nil && pending < 5*chaosKeys {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-			}
+			boundBacklog()
 			tag, err := db.Pool.Exec(ctx, `INSERT INTO public.chaos (event_type, payload, resource_id)
 				SELECT 'chaos', jsonb_build_object('round', $1::int), 'key-' || g FROM generate_series(1, $2::int) g`,
 				round, chaosKeys)
@@ -197,6 +199,7 @@ func runChaos(t *testing.T, mode drainer.ClaimMode, soak time.Duration) {
 					return
 				default:
 				}
+				boundBacklog()
 				n, err := chaosRace(ctx, db.Pool)
 				if !assertNoErr(t, err, "racing producer") {
 					return

@@ -160,6 +160,7 @@ DECLARE
   v_mins bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_mins', true), '')::bigint[];
   v_maxs bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[];
   v_renumbered boolean := false;
+  v_issued bigint;
   v_late text[];
   v_new text[];
   v_empty text[];
@@ -245,8 +246,13 @@ BEGIN
     END LOOP;
   END IF;
 
+  -- The keys and ids come from transaction-local settings, which a producer could forge: a clock
+  -- is never raised above the last id the sequence gave out, so a forged one can not stop later
+  -- commits from being renumbered.
+  v_issued := pg_catalog.pg_sequence_last_value(
+    pg_catalog.pg_get_serial_sequence(p_q.table_oid::regclass::text, 'id')::regclass);
   INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max)
-  SELECT p_q.queue_id, pg_catalog.hashtext(u.k) & 65535, pg_catalog.max(u.hi)
+  SELECT p_q.queue_id, pg_catalog.hashtext(u.k) & 65535, LEAST(pg_catalog.max(u.hi), v_issued)
   FROM unnest(v_keys, v_maxs) AS u(k, hi)
   GROUP BY 2 ORDER BY 2
   ON CONFLICT (queue_id, slot) DO UPDATE
@@ -699,8 +705,11 @@ BEGIN
     EXECUTE pg_catalog.format(
       'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text), pg_catalog.array_agg(t.head_ctid)
        FROM (
-         SELECT t.id, t.%2$I, c.head_ctid FROM unnest($1::bigint[], $3::bigint[], $4::tid[]) AS c(id, floor_id, head_ctid)
-         JOIN %1$s t ON t.id = c.id
+         SELECT t.id, t.%2$I, c.head_ctid
+         FROM unnest($1::bigint[], $3::bigint[], $4::tid[], $5::text[]) AS c(id, floor_id, head_ctid, key)
+         -- A head must point at a row of its own partition (heads of new keys come from settings a
+         -- producer could forge); one that does not is stale and refreshed below.
+         JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
          WHERE %3$s
            -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
            -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
@@ -709,8 +718,8 @@ BEGIN
                              AND p.sent_at IS NULL AND p.attempt_count < $2
                            OFFSET 0)
          FOR UPDATE OF t SKIP LOCKED) t',
-      v_table, p_q.partition_column, v_due)
-      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids;
+      v_table, p_q.partition_column, v_due, p_q.partition_type)
+      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids, v_keys;
 
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;

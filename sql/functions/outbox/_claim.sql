@@ -93,8 +93,11 @@ BEGIN
     EXECUTE pg_catalog.format(
       'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text), pg_catalog.array_agg(t.head_ctid)
        FROM (
-         SELECT t.id, t.%2$I, c.head_ctid FROM unnest($1::bigint[], $3::bigint[], $4::tid[]) AS c(id, floor_id, head_ctid)
-         JOIN %1$s t ON t.id = c.id
+         SELECT t.id, t.%2$I, c.head_ctid
+         FROM unnest($1::bigint[], $3::bigint[], $4::tid[], $5::text[]) AS c(id, floor_id, head_ctid, key)
+         -- A head must point at a row of its own partition (heads of new keys come from settings a
+         -- producer could forge); one that does not is stale and refreshed below.
+         JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
          WHERE %3$s
            -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
            -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
@@ -103,8 +106,8 @@ BEGIN
                              AND p.sent_at IS NULL AND p.attempt_count < $2
                            OFFSET 0)
          FOR UPDATE OF t SKIP LOCKED) t',
-      v_table, p_q.partition_column, v_due)
-      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids;
+      v_table, p_q.partition_column, v_due, p_q.partition_type)
+      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids, v_keys;
 
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;

@@ -39,6 +39,7 @@ DECLARE
   v_mins bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_mins', true), '')::bigint[];
   v_maxs bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[];
   v_renumbered boolean := false;
+  v_issued bigint;
   v_late text[];
   v_new text[];
   v_empty text[];
@@ -124,8 +125,13 @@ BEGIN
     END LOOP;
   END IF;
 
+  -- The keys and ids come from transaction-local settings, which a producer could forge: a clock
+  -- is never raised above the last id the sequence gave out, so a forged one can not stop later
+  -- commits from being renumbered.
+  v_issued := pg_catalog.pg_sequence_last_value(
+    pg_catalog.pg_get_serial_sequence(p_q.table_oid::regclass::text, 'id')::regclass);
   INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max)
-  SELECT p_q.queue_id, pg_catalog.hashtext(u.k) & 65535, pg_catalog.max(u.hi)
+  SELECT p_q.queue_id, pg_catalog.hashtext(u.k) & 65535, LEAST(pg_catalog.max(u.hi), v_issued)
   FROM unnest(v_keys, v_maxs) AS u(k, hi)
   GROUP BY 2 ORDER BY 2
   ON CONFLICT (queue_id, slot) DO UPDATE

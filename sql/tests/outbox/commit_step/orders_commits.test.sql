@@ -2,7 +2,7 @@
 -- does): heads for new keys, clocks raised to the largest ids, and a key whose clock says another
 -- transaction committed a larger id gets this transaction's rows renumbered past it, in order.
 BEGIN;
-SELECT plan(9);
+SELECT plan(11);
 
 SELECT test_helpers.new_queue('k') AS q \gset
 SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
@@ -47,6 +47,33 @@ SELECT ok(EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = p
 SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
              AND classid = (1885823232 + :qid)::oid AND objid::bigint BETWEEN 65536 AND 131071), 2::bigint,
           'per-hash commit locks only for the first, smaller commit step (2 keys)');
+
+-- The settings the commit step reads are the producer's own: forged ones can not push a clock past
+-- the ids the sequence gave out (which would stop later commits from being renumbered).
+SELECT set_config(format('pgdrain.commit_%s_keys', :'q'::regclass::oid), '{forged}', true),
+       set_config(format('pgdrain.commit_%s_mins', :'q'::regclass::oid), '{1}', true),
+       set_config(format('pgdrain.commit_%s_maxs', :'q'::regclass::oid), '{9000000000}', true) IS NULL AS _ \gset
+SELECT test_helpers.add(:'q', 1, 'real') IS NULL AS _ \gset
+SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SELECT is((SELECT committed_max FROM outbox.partition_clocks WHERE queue_id = :qid AND slot = hashtext('forged') & 65535),
+          pg_sequence_last_value(pg_get_serial_sequence(:'q', 'id')::regclass),
+          'a forged id raises a clock no further than the last id given out');
+
+-- Nor can a forged key make a head that points at another partition's row: claims ignore it, and
+-- FIFO holds ('v' has two rows; the forged head 'evil' points at the second).
+SELECT test_helpers.add(:'q', 2, 'v') AS v_ids \gset
+SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SELECT set_config(format('pgdrain.commit_%s_keys', :'q'::regclass::oid), '{evil}', true),
+       set_config(format('pgdrain.commit_%s_mins', :'q'::regclass::oid), format('{%s}', (:'v_ids'::bigint[])[2]), true),
+       set_config(format('pgdrain.commit_%s_maxs', :'q'::regclass::oid), format('{%s}', (:'v_ids'::bigint[])[2]), true) IS NULL AS _ \gset
+SELECT test_helpers.add(:'q', 1, 'arms') IS NULL AS _ \gset
+SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SELECT ok((SELECT head_id FROM outbox.partition_heads WHERE queue_id = :qid AND partition_key = 'evil') = (:'v_ids'::bigint[])[2]
+          AND (SELECT array_agg(id) FROM outbox.claim_batch(:'q', 1000) WHERE partition_key = 'v') = ARRAY[(:'v_ids'::bigint[])[1]],
+          'a forged head pointing at another partition''s row claims nothing: only v''s first row is leased');
 
 SELECT * FROM finish();
 ROLLBACK;
