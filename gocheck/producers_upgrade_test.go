@@ -12,7 +12,7 @@ import (
 )
 
 // Upgrading outbox from 00002 to 00003 (commit order) with a registered partitioned queue that
-// holds pending and leased rows: the queue gets the commit-step trigger, its rows and lease stay,
+// holds pending and leased rows: its triggers and rows and lease stay, the commit step is installed,
 // the bad interleaving is then delivered in commit order; and back down to 00002, producers and
 // drains work with the old triggers.
 func TestProducers_UpgradeToCommitOrderKeepsRegisteredQueues(t *testing.T) {
@@ -47,7 +47,11 @@ func TestProducers_UpgradeToCommitOrderKeepsRegisteredQueues(t *testing.T) {
 	var triggers []string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(tgname::text ORDER BY tgname) FROM pg_trigger
 		WHERE tgrelid = 'public.events'::regclass AND NOT tgisinternal`).Scan(&triggers))
-	require.Equal(t, []string{"pgdrain_commit", "pgdrain_heads", "pgdrain_notify"}, triggers)
+	require.Equal(t, []string{"pgdrain_heads", "pgdrain_notify"}, triggers, "the queue's triggers are unchanged")
+	var hook bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger
+		WHERE tgrelid = 'outbox.commit_hooks'::regclass AND tgname = 'pgdrain_commit' AND tgdeferrable AND tginitdeferred)`).Scan(&hook))
+	require.True(t, hook, "the commit step's deferred trigger is installed")
 	var problems int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.check_indexes('public.events')`).Scan(&problems))
 	require.Zero(t, problems)

@@ -13,6 +13,16 @@ CREATE UNLOGGED TABLE outbox.partition_clocks (
 ) WITH (fillfactor = 50);
 COMMENT ON TABLE outbox.partition_clocks IS
   'Largest committed id per queue and key hash (hashtext(key) & 65535), for per-key commit order (internal).';
+
+-- One row per open transaction that wrote a partitioned queue, inserted by its first statement
+-- and deleted by its commit step; its only purpose is the deferred trigger event (see
+-- outbox.tg_queue__commit). Keeping that event off the queue tables keeps their DDL and TRUNCATE
+-- possible in the producing transaction.
+CREATE UNLOGGED TABLE outbox.commit_hooks (
+  xid xid8 PRIMARY KEY DEFAULT pg_catalog.pg_current_xact_id()
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+COMMENT ON TABLE outbox.commit_hooks IS
+  'Producers'' open transactions, each queueing its commit step (internal; empty when idle).';
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -20,7 +30,8 @@ COMMENT ON TABLE outbox.partition_clocks IS
 -- locks SHARED until this transaction ends (producers never block each other, and no claim deletes
 -- a head or raises a floor over rows that are not committed yet), then notes the statement's keys,
 -- with the smallest and largest new id of each, for this transaction's commit step
--- (outbox.tg_queue__commit), which orders them, renumbers late rows and creates missing heads.
+-- (outbox.tg_queue__commit, queued here once per transaction), which orders them, renumbers late
+-- rows and creates missing heads.
 -- Nothing is written here: a producer never waits on another producer's uncommitted head.
 -- The partition lock: advisory lock (1885823232 + queue_id, hashtext(key) & 1023), i.e. 1024 slots
 -- per queue, so a 10,000-key insert takes at most 1024 locks and the lock table does not overflow.
@@ -79,17 +90,26 @@ BEGIN
     PERFORM pg_catalog.set_config('pgdrain.commit_queues',
                                   (v_queues::text[] || TG_RELID::text)::text, true);
   END IF;
+  -- The first statement of the transaction queues the commit step: a row in outbox.commit_hooks,
+  -- whose deferred constraint trigger fires at COMMIT. The pending trigger event is on that table,
+  -- not on the queue table, so DDL and TRUNCATE of the queue in the same transaction still work.
+  IF pg_catalog.current_setting('pgdrain.commit_armed', true) IS DISTINCT FROM 'on' THEN
+    INSERT INTO outbox.commit_hooks DEFAULT VALUES;
+    PERFORM pg_catalog.set_config('pgdrain.commit_armed', 'on', true);
+  END IF;
   RETURN NULL;
 END;
 $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The commit step of producers: a constraint trigger (pgdrain_commit, DEFERRABLE INITIALLY
--- DEFERRED) queued once per transaction by its WHEN clause, so it fires once, at COMMIT, after the
--- transaction's last statement. It hands every partitioned queue the transaction wrote (noted by
--- outbox.tg_queue__heads) to outbox._commit_partitions, in queue_id order: the commit locks of all
--- transactions are then taken in one global order, and committing transactions never deadlock.
+-- The commit step of producers: the constraint trigger pgdrain_commit on outbox.commit_hooks
+-- (DEFERRABLE INITIALLY DEFERRED), whose row outbox.tg_queue__heads inserts once per transaction,
+-- so it fires once, at COMMIT, after the transaction's last statement. It hands every partitioned
+-- queue the transaction wrote to outbox._commit_partitions in queue_id order: the commit locks of
+-- all transactions are then taken in one global order, and committing transactions never deadlock.
+-- SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE runs it earlier (its locks are then held until
+-- the transaction ends); rows written after that queue it again.
 CREATE OR REPLACE FUNCTION outbox.tg_queue__commit()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -100,7 +120,7 @@ DECLARE
   v_queues text := NULLIF(pg_catalog.current_setting('pgdrain.commit_queues', true), '');
   v_q outbox.queues;
 BEGIN
-  -- Disarmed first: rows written after an early firing (SET CONSTRAINTS ... IMMEDIATE) queue it again.
+  DELETE FROM outbox.commit_hooks h WHERE h.xid = pg_catalog.pg_current_xact_id();
   PERFORM pg_catalog.set_config('pgdrain.commit_armed', '', true),
           pg_catalog.set_config('pgdrain.commit_queues', '', true);
   IF v_queues IS NULL THEN
@@ -339,245 +359,6 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- (Re)creates the triggers of a queue table: pgdrain_notify (NOTIFY per statement) and, when the
--- queue is partitioned, pgdrain_heads (notes each statement's keys) and pgdrain_commit (the commit
--- step, see outbox.tg_queue__commit). pgdrain_commit's WHEN clause queues it for the first row of a
--- transaction only: it arms a transaction-local setting, which the commit step disarms, so one
--- firing per transaction costs one setting lookup per row.
-CREATE OR REPLACE FUNCTION outbox._queue_triggers(p_q outbox.queues)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = ''
-SET client_min_messages = warning
-AS $$
-DECLARE
-  v_rel regclass := p_q.table_oid::regclass;
-BEGIN
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
-  EXECUTE pg_catalog.format(
-    'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
-       EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, p_q.channel, p_q.queue);
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_commit ON %s', v_rel);
-  IF p_q.partition_column IS NULL THEN
-    RETURN;
-  END IF;
-  EXECUTE pg_catalog.format(
-    'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
-       FOR EACH STATEMENT EXECUTE FUNCTION outbox.tg_queue__heads(%s, %L)',
-    v_rel, p_q.queue_id, p_q.partition_column);
-  EXECUTE pg_catalog.format(
-    'CREATE CONSTRAINT TRIGGER pgdrain_commit AFTER INSERT ON %s DEFERRABLE INITIALLY DEFERRED
-       FOR EACH ROW
-       WHEN (pg_catalog.current_setting(''pgdrain.commit_armed'', true) IS DISTINCT FROM ''on''
-             AND pg_catalog.set_config(''pgdrain.commit_armed'', ''on'', true) = ''on'')
-       EXECUTE FUNCTION outbox.tg_queue__commit()', v_rel);
-END;
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
--- Creates (or adopts) the queue table, exactly the two required partial indexes, the NOTIFY trigger
--- and, for a partitioned queue, the triggers that order commits and keep outbox.partition_heads
--- (outbox._queue_triggers); then registers the queue. Idempotent: calling it again with new settings updates them; the partition column can not
--- change. An adopted table keeps its rows; missing lease columns are added as NULL = "free".
--- A created table gets fillfactor 80, so writing a lease is a HOT update (no index touched), and
--- autovacuum settings for a table that is mostly empty and churns.
-CREATE OR REPLACE FUNCTION outbox.create_queue(
-  queue text,
-  partition_column text DEFAULT NULL,
-  max_attempts integer DEFAULT 10,
-  backoff_min interval DEFAULT '1 second',
-  backoff_max interval DEFAULT '30 seconds',
-  permanent_policy text DEFAULT 'poison',
-  channel text DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = ''
-SET client_min_messages = warning
-AS $$
-DECLARE
-  fn constant text := 'create_queue';
-  v_name text := outbox._queue_name(fn, queue);
-  v_schema text := pg_catalog.split_part(v_name, '.', 1);
-  v_table text := pg_catalog.split_part(v_name, '.', 2);
-  v_col text := pg_catalog.lower(partition_column);
-  v_channel text := COALESCE(channel, 'pgdrain_' || v_schema || '_' || v_table);
-  v_rel regclass;
-  v_old outbox.queues;
-  v_type text;
-  v_queue_id integer;
-  v_missing text;
-  v_has_nulls boolean;
-  v_sequence text;
-BEGIN
-  IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'partition_column must be a plain column name, got %L', partition_column));
-  END IF;
-  IF v_col IN ('id', 'event_type', 'payload', 'created_at', 'attempt_count', 'next_attempt_at',
-               'sent_at', 'leased_until', 'lease_token', 'last_error') THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'partition_column must not be one of the queue''s own columns, got %L', partition_column));
-  END IF;
-  IF max_attempts IS NULL OR max_attempts < 1 OR max_attempts > 1000 THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'max_attempts must be between 1 and 1000, got %s', COALESCE(max_attempts::text, 'NULL')));
-  END IF;
-  IF backoff_min IS NULL OR backoff_min <= interval '0' THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'backoff_min must be greater than 0, got %s', COALESCE(backoff_min::text, 'NULL')));
-  END IF;
-  IF backoff_max IS NULL OR backoff_max < backoff_min OR backoff_max > interval '1 day' THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'backoff_max must be between backoff_min (%s) and 1 day, got %s',
-      backoff_min, COALESCE(backoff_max::text, 'NULL')));
-  END IF;
-  IF permanent_policy IS NULL OR permanent_policy NOT IN ('poison', 'retry') THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'permanent_policy must be ''poison'' or ''retry'', got %L', permanent_policy));
-  END IF;
-  IF permanent_policy = 'retry' AND v_col IS NOT NULL THEN
-    PERFORM outbox._invalid(fn,
-      'permanent_policy ''retry'' is not allowed with a partition_column: an event that can never '
-      'apply would wedge its partition forever');
-  END IF;
-  IF v_channel !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'channel must be a plain name of at most 63 characters, got %L', v_channel));
-  END IF;
-  v_channel := pg_catalog.lower(v_channel);
-
-  SELECT * INTO v_old FROM outbox.queues q WHERE q.queue = v_name;
-  IF FOUND AND v_old.partition_column IS DISTINCT FROM v_col THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'partition_column of registered queue %s is %s and can not change to %s (drop_queue first)',
-      v_name, COALESCE(v_old.partition_column, 'NULL'), COALESCE(v_col, 'NULL')));
-  END IF;
-
-  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = v_schema) THEN
-    RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
-  END IF;
-  v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
-
-  IF v_rel IS NULL THEN
-    EXECUTE pg_catalog.format(
-      'CREATE TABLE %I.%I (
-         id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-         event_type text NOT NULL,
-         payload jsonb NOT NULL,
-         created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-         attempt_count integer NOT NULL DEFAULT 0,
-         next_attempt_at timestamptz,
-         sent_at timestamptz,
-         leased_until timestamptz,
-         lease_token uuid,
-         last_error text%s
-       ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
-               autovacuum_vacuum_insert_scale_factor = 0.01)',
-      v_schema, v_table,
-      CASE WHEN v_col IS NULL THEN '' ELSE pg_catalog.format(', %I text NOT NULL', v_col) END);
-    v_rel := pg_catalog.format('%I.%I', v_schema, v_table)::regclass;
-  ELSE
-    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) NOT IN ('r', 'p') THEN
-      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but is not a table', v_name));
-    END IF;
-    -- Adopt: the columns the application already writes must be there with the right types.
-    SELECT pg_catalog.string_agg(pg_catalog.format('%s %s', r.col, r.typ), ', ') INTO v_missing
-    FROM (VALUES ('id', 'bigint'), ('event_type', 'text'), ('payload', 'jsonb'),
-                 ('created_at', 'timestamp with time zone')) AS r(col, typ)
-    WHERE NOT EXISTS (
-      SELECT 1 FROM pg_catalog.pg_attribute a
-      WHERE a.attrelid = v_rel AND a.attname = r.col AND NOT a.attisdropped
-        AND pg_catalog.format_type(a.atttypid, a.atttypmod) = r.typ);
-    IF v_missing IS NOT NULL THEN
-      PERFORM outbox._invalid(fn, pg_catalog.format(
-        'queue %s exists but lacks required columns (or has other types): %s', v_name, v_missing));
-    END IF;
-    IF NOT EXISTS (
-      SELECT 1 FROM pg_catalog.pg_index i
-      WHERE i.indrelid = v_rel AND i.indisprimary AND i.indnatts = 1
-        AND i.indkey[0] = (SELECT a.attnum FROM pg_catalog.pg_attribute a
-                           WHERE a.attrelid = v_rel AND a.attname = 'id')) THEN
-      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but id is not its primary key', v_name));
-    END IF;
-    PERFORM outbox._run_commit_step_now(v_rel);
-    -- NULL in the new columns means "free / never tried", exactly the state of a fresh row.
-    EXECUTE pg_catalog.format(
-      'ALTER TABLE %s
-         ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0,
-         ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,
-         ADD COLUMN IF NOT EXISTS sent_at timestamptz,
-         ADD COLUMN IF NOT EXISTS leased_until timestamptz,
-         ADD COLUMN IF NOT EXISTS lease_token uuid,
-         ADD COLUMN IF NOT EXISTS last_error text', v_rel);
-    IF v_col IS NOT NULL THEN
-      IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                     WHERE a.attrelid = v_rel AND a.attname = v_col AND NOT a.attisdropped) THEN
-        PERFORM outbox._invalid(fn, pg_catalog.format(
-          'partition_column %s does not exist in %s', v_col, v_name));
-      END IF;
-      -- A NULL key would make a row independent of its partition and silently lose order.
-      EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
-        INTO STRICT v_has_nulls;
-      IF v_has_nulls THEN
-        PERFORM outbox._invalid(fn, pg_catalog.format(
-          'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
-      END IF;
-      EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', v_rel, v_col);
-    END IF;
-  END IF;
-
-  IF v_col IS NOT NULL THEN
-    SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO v_type
-    FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_col;
-  END IF;
-
-  INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
-                                  backoff_min, backoff_max, permanent_policy, channel)
-  VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
-          create_queue.backoff_max, create_queue.permanent_policy, v_channel)
-  ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
-    SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
-        backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
-        channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid
-  RETURNING q.queue_id INTO v_queue_id;
-
-  -- The two required indexes, unless an equivalent one (any name) is already there.
-  IF v_col IS NOT NULL AND NOT EXISTS (
-      SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'partition') THEN
-    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (%I, id) WHERE sent_at IS NULL',
-                              pg_catalog.left(v_table, 40) || '_pgdrain_partition', v_rel, v_col);
-  END IF;
-  IF NOT EXISTS (SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'claim') THEN
-    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (attempt_count, id) WHERE sent_at IS NULL',
-                              pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
-  END IF;
-
-  -- Producers write with a plain INSERT (RETURNING id is common); the heads trigger runs as owner.
-  IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pgdrain_producer') THEN
-    EXECUTE pg_catalog.format('GRANT INSERT, SELECT (id) ON %s TO pgdrain_producer', v_rel);
-    v_sequence := pg_catalog.pg_get_serial_sequence(v_rel::text, 'id');
-    IF v_sequence IS NOT NULL THEN
-      EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO pgdrain_producer', v_sequence);
-    END IF;
-  END IF;
-
-  PERFORM outbox._queue_triggers(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
-  IF v_col IS NOT NULL THEN
-    -- Rows that were pending before adoption need their partition heads too (a registered
-    -- queue already has them, kept up to date by the trigger).
-    IF v_old.queue_id IS NULL THEN
-      PERFORM outbox._rebuild_heads(v_queue_id);
-    END IF;
-  END IF;
-END;
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
 -- Unregisters a queue: removes its triggers, partition heads and clocks and registry row; with
 -- drop_table = true also drops the table. The indexes stay with the table.
 CREATE OR REPLACE FUNCTION outbox.drop_queue(queue text, drop_table boolean DEFAULT false)
@@ -593,7 +374,6 @@ BEGIN
   IF drop_table IS NULL THEN
     PERFORM outbox._invalid(fn, 'drop_table must not be NULL');
   END IF;
-  PERFORM outbox._run_commit_step_now(v_q.table_oid::regclass);
   DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_q.queue_id;
   DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id;
   DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_q.queue_id;
@@ -603,7 +383,6 @@ BEGIN
   ELSE
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_q.table_oid::regclass);
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_q.table_oid::regclass);
-    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_commit ON %s', v_q.table_oid::regclass);
   END IF;
 END;
 $$;
@@ -772,35 +551,8 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- Runs this transaction's pending commit step now (SET CONSTRAINTS ... IMMEDIATE, then back to
--- DEFERRED), so that DDL on a queue table written in the same transaction (create_queue adopting
--- or re-creating triggers, drop_queue) does not fail with "pending trigger events". The commit
--- locks it takes are then held until the transaction ends, exactly as at COMMIT.
-CREATE OR REPLACE FUNCTION outbox._run_commit_step_now(p_table regclass)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = ''
-AS $$
-DECLARE
-  v_schema text;
-BEGIN
-  SELECT n.nspname INTO v_schema
-  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-  WHERE c.oid = p_table;
-  IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
-             WHERE k.connamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = v_schema)
-               AND k.conname = 'pgdrain_commit') THEN
-    EXECUTE pg_catalog.format('SET CONSTRAINTS %I.pgdrain_commit IMMEDIATE', v_schema);
-    EXECUTE pg_catalog.format('SET CONSTRAINTS %I.pgdrain_commit DEFERRED', v_schema);
-  END IF;
-END;
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
--- Queues registered before this migration get the commit-step trigger.
-SELECT outbox._queue_triggers(q) FROM outbox.queues q ORDER BY q.queue_id;
+CREATE CONSTRAINT TRIGGER pgdrain_commit AFTER INSERT ON outbox.commit_hooks
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION outbox.tg_queue__commit();
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -864,22 +616,13 @@ GRANT SELECT ON outbox.queues TO pgdrain_operator;
 
 -- +goose Down
 -- +goose StatementBegin
--- Queues go back to the triggers of 00001: drop the commit step, then the new functions.
-DO $down$
-DECLARE
-  v_q outbox.queues;
-BEGIN
-  FOR v_q IN SELECT * FROM outbox.queues ORDER BY queue_id LOOP
-    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_commit ON %s', v_q.table_oid::regclass);
-  END LOOP;
-END
-$down$;
+-- Back to 00002: the commit step and its tables go; the functions 00003 replaced get their 00002
+-- bodies back, and the privileges of 00002 are applied again (CREATE OR REPLACE resets DEFINER).
+DROP TABLE outbox.commit_hooks;
 DROP FUNCTION outbox.tg_queue__commit();
 DROP FUNCTION outbox._commit_partitions(outbox.queues);
 DROP FUNCTION outbox._renumber_late_rows(outbox.queues, text[], bigint[], bigint[]);
 DROP FUNCTION outbox._written_here(xid);
-DROP FUNCTION outbox._queue_triggers(outbox.queues);
-DROP FUNCTION outbox._run_commit_step_now(regclass);
 DROP TABLE outbox.partition_clocks;
 -- Statement-level AFTER INSERT trigger of a partitioned queue: makes sure every key written by the
 -- statement has a row in outbox.partition_heads, so claims never walk blocked successors.
@@ -972,209 +715,6 @@ BEGIN
     END LOOP;
   END IF;
   RETURN NULL;
-END;
-$$;
--- Creates (or adopts) the queue table, exactly the two required partial indexes, the NOTIFY trigger
--- and, for a partitioned queue, the trigger that keeps outbox.partition_heads; then registers the
--- queue. Idempotent: calling it again with new settings updates them; the partition column can not
--- change. An adopted table keeps its rows; missing lease columns are added as NULL = "free".
--- A created table gets fillfactor 80, so writing a lease is a HOT update (no index touched), and
--- autovacuum settings for a table that is mostly empty and churns.
-CREATE OR REPLACE FUNCTION outbox.create_queue(
-  queue text,
-  partition_column text DEFAULT NULL,
-  max_attempts integer DEFAULT 10,
-  backoff_min interval DEFAULT '1 second',
-  backoff_max interval DEFAULT '30 seconds',
-  permanent_policy text DEFAULT 'poison',
-  channel text DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = ''
-SET client_min_messages = warning
-AS $$
-DECLARE
-  fn constant text := 'create_queue';
-  v_name text := outbox._queue_name(fn, queue);
-  v_schema text := pg_catalog.split_part(v_name, '.', 1);
-  v_table text := pg_catalog.split_part(v_name, '.', 2);
-  v_col text := pg_catalog.lower(partition_column);
-  v_channel text := COALESCE(channel, 'pgdrain_' || v_schema || '_' || v_table);
-  v_rel regclass;
-  v_old outbox.queues;
-  v_type text;
-  v_queue_id integer;
-  v_missing text;
-  v_has_nulls boolean;
-  v_sequence text;
-BEGIN
-  IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'partition_column must be a plain column name, got %L', partition_column));
-  END IF;
-  IF v_col IN ('id', 'event_type', 'payload', 'created_at', 'attempt_count', 'next_attempt_at',
-               'sent_at', 'leased_until', 'lease_token', 'last_error') THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'partition_column must not be one of the queue''s own columns, got %L', partition_column));
-  END IF;
-  IF max_attempts IS NULL OR max_attempts < 1 OR max_attempts > 1000 THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'max_attempts must be between 1 and 1000, got %s', COALESCE(max_attempts::text, 'NULL')));
-  END IF;
-  IF backoff_min IS NULL OR backoff_min <= interval '0' THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'backoff_min must be greater than 0, got %s', COALESCE(backoff_min::text, 'NULL')));
-  END IF;
-  IF backoff_max IS NULL OR backoff_max < backoff_min OR backoff_max > interval '1 day' THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'backoff_max must be between backoff_min (%s) and 1 day, got %s',
-      backoff_min, COALESCE(backoff_max::text, 'NULL')));
-  END IF;
-  IF permanent_policy IS NULL OR permanent_policy NOT IN ('poison', 'retry') THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'permanent_policy must be ''poison'' or ''retry'', got %L', permanent_policy));
-  END IF;
-  IF permanent_policy = 'retry' AND v_col IS NOT NULL THEN
-    PERFORM outbox._invalid(fn,
-      'permanent_policy ''retry'' is not allowed with a partition_column: an event that can never '
-      'apply would wedge its partition forever');
-  END IF;
-  IF v_channel !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'channel must be a plain name of at most 63 characters, got %L', v_channel));
-  END IF;
-  v_channel := pg_catalog.lower(v_channel);
-
-  SELECT * INTO v_old FROM outbox.queues q WHERE q.queue = v_name;
-  IF FOUND AND v_old.partition_column IS DISTINCT FROM v_col THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'partition_column of registered queue %s is %s and can not change to %s (drop_queue first)',
-      v_name, COALESCE(v_old.partition_column, 'NULL'), COALESCE(v_col, 'NULL')));
-  END IF;
-
-  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = v_schema) THEN
-    RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
-  END IF;
-  v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
-
-  IF v_rel IS NULL THEN
-    EXECUTE pg_catalog.format(
-      'CREATE TABLE %I.%I (
-         id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-         event_type text NOT NULL,
-         payload jsonb NOT NULL,
-         created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-         attempt_count integer NOT NULL DEFAULT 0,
-         next_attempt_at timestamptz,
-         sent_at timestamptz,
-         leased_until timestamptz,
-         lease_token uuid,
-         last_error text%s
-       ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
-               autovacuum_vacuum_insert_scale_factor = 0.01)',
-      v_schema, v_table,
-      CASE WHEN v_col IS NULL THEN '' ELSE pg_catalog.format(', %I text NOT NULL', v_col) END);
-    v_rel := pg_catalog.format('%I.%I', v_schema, v_table)::regclass;
-  ELSE
-    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) NOT IN ('r', 'p') THEN
-      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but is not a table', v_name));
-    END IF;
-    -- Adopt: the columns the application already writes must be there with the right types.
-    SELECT pg_catalog.string_agg(pg_catalog.format('%s %s', r.col, r.typ), ', ') INTO v_missing
-    FROM (VALUES ('id', 'bigint'), ('event_type', 'text'), ('payload', 'jsonb'),
-                 ('created_at', 'timestamp with time zone')) AS r(col, typ)
-    WHERE NOT EXISTS (
-      SELECT 1 FROM pg_catalog.pg_attribute a
-      WHERE a.attrelid = v_rel AND a.attname = r.col AND NOT a.attisdropped
-        AND pg_catalog.format_type(a.atttypid, a.atttypmod) = r.typ);
-    IF v_missing IS NOT NULL THEN
-      PERFORM outbox._invalid(fn, pg_catalog.format(
-        'queue %s exists but lacks required columns (or has other types): %s', v_name, v_missing));
-    END IF;
-    IF NOT EXISTS (
-      SELECT 1 FROM pg_catalog.pg_index i
-      WHERE i.indrelid = v_rel AND i.indisprimary AND i.indnatts = 1
-        AND i.indkey[0] = (SELECT a.attnum FROM pg_catalog.pg_attribute a
-                           WHERE a.attrelid = v_rel AND a.attname = 'id')) THEN
-      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but id is not its primary key', v_name));
-    END IF;
-    -- NULL in the new columns means "free / never tried", exactly the state of a fresh row.
-    EXECUTE pg_catalog.format(
-      'ALTER TABLE %s
-         ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0,
-         ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,
-         ADD COLUMN IF NOT EXISTS sent_at timestamptz,
-         ADD COLUMN IF NOT EXISTS leased_until timestamptz,
-         ADD COLUMN IF NOT EXISTS lease_token uuid,
-         ADD COLUMN IF NOT EXISTS last_error text', v_rel);
-    IF v_col IS NOT NULL THEN
-      IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                     WHERE a.attrelid = v_rel AND a.attname = v_col AND NOT a.attisdropped) THEN
-        PERFORM outbox._invalid(fn, pg_catalog.format(
-          'partition_column %s does not exist in %s', v_col, v_name));
-      END IF;
-      -- A NULL key would make a row independent of its partition and silently lose order.
-      EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
-        INTO STRICT v_has_nulls;
-      IF v_has_nulls THEN
-        PERFORM outbox._invalid(fn, pg_catalog.format(
-          'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
-      END IF;
-      EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', v_rel, v_col);
-    END IF;
-  END IF;
-
-  IF v_col IS NOT NULL THEN
-    SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO v_type
-    FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_col;
-  END IF;
-
-  INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
-                                  backoff_min, backoff_max, permanent_policy, channel)
-  VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
-          create_queue.backoff_max, create_queue.permanent_policy, v_channel)
-  ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
-    SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
-        backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
-        channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid
-  RETURNING q.queue_id INTO v_queue_id;
-
-  -- The two required indexes, unless an equivalent one (any name) is already there.
-  IF v_col IS NOT NULL AND NOT EXISTS (
-      SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'partition') THEN
-    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (%I, id) WHERE sent_at IS NULL',
-                              pg_catalog.left(v_table, 40) || '_pgdrain_partition', v_rel, v_col);
-  END IF;
-  IF NOT EXISTS (SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'claim') THEN
-    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (attempt_count, id) WHERE sent_at IS NULL',
-                              pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
-  END IF;
-
-  -- Producers write with a plain INSERT (RETURNING id is common); the heads trigger runs as owner.
-  IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pgdrain_producer') THEN
-    EXECUTE pg_catalog.format('GRANT INSERT, SELECT (id) ON %s TO pgdrain_producer', v_rel);
-    v_sequence := pg_catalog.pg_get_serial_sequence(v_rel::text, 'id');
-    IF v_sequence IS NOT NULL THEN
-      EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO pgdrain_producer', v_sequence);
-    END IF;
-  END IF;
-
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
-  EXECUTE pg_catalog.format(
-    'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
-       EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, v_channel, v_name);
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
-  IF v_col IS NOT NULL THEN
-    EXECUTE pg_catalog.format(
-      'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
-         FOR EACH STATEMENT EXECUTE FUNCTION outbox.tg_queue__heads(%s, %L)', v_rel, v_queue_id, v_col);
-    -- Rows that were pending before adoption need their partition heads too (a registered
-    -- queue already has them, kept up to date by the trigger).
-    IF v_old.queue_id IS NULL THEN
-      PERFORM outbox._rebuild_heads(v_queue_id);
-    END IF;
-  END IF;
 END;
 $$;
 -- Unregisters a queue: removes its triggers, partition heads and registry row; with

@@ -135,11 +135,10 @@ func checkAutovacuum(ctx context.Context, conn *pgx.Conn, reloptions []string) (
 func checkTriggers(ctx context.Context, conn *pgx.Conn, table string, tableOID uint32, partitioned bool) ([]finding, error) {
 	want := map[string]string{"pgdrain_notify": "NOTIFY on insert, which wakes the drainers"}
 	if partitioned {
-		want["pgdrain_heads"] = "notes the keys each statement writes, for the commit step"
-		want["pgdrain_commit"] = "orders commits per key and makes partition heads, which claims read"
+		want["pgdrain_heads"] = "notes the keys each statement writes and queues the commit step"
 	}
 	var out []finding
-	for _, name := range []string{"pgdrain_notify", "pgdrain_heads", "pgdrain_commit"} {
+	for _, name := range []string{"pgdrain_notify", "pgdrain_heads"} {
 		why, ok := want[name]
 		if !ok {
 			continue
@@ -157,6 +156,22 @@ func checkTriggers(ctx context.Context, conn *pgx.Conn, table string, tableOID u
 		case enabled == "D":
 			out = append(out, finding{Check: "triggers", Problem: "disabled", Name: ptr(name),
 				Detail: fmt.Sprintf("trigger %s on %s is disabled (%s); ALTER TABLE %s ENABLE TRIGGER %s", name, table, why, table, name)})
+		}
+	}
+	if partitioned {
+		var enabled string
+		err := conn.QueryRow(ctx, `
+			SELECT t.tgenabled::text FROM pg_catalog.pg_trigger t
+			WHERE t.tgrelid = 'outbox.commit_hooks'::regclass AND t.tgname = 'pgdrain_commit'`).Scan(&enabled)
+		switch {
+		case err == pgx.ErrNoRows:
+			out = append(out, finding{Check: "triggers", Problem: "missing", Name: ptr("outbox.pgdrain_commit"),
+				Detail: "the commit step's trigger pgdrain_commit on outbox.commit_hooks is missing: per-key commit order and partition heads of new keys depend on it; migrate outbox down to 2 and up again"})
+		case err != nil:
+			return nil, fmt.Errorf("reading triggers: %w", err)
+		case enabled == "D":
+			out = append(out, finding{Check: "triggers", Problem: "disabled", Name: ptr("outbox.pgdrain_commit"),
+				Detail: "the commit step's trigger is disabled: ALTER TABLE outbox.commit_hooks ENABLE TRIGGER pgdrain_commit"})
 		}
 	}
 	return out, nil

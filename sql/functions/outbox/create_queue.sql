@@ -1,6 +1,6 @@
 -- Creates (or adopts) the queue table, exactly the two required partial indexes, the NOTIFY trigger
--- and, for a partitioned queue, the triggers that order commits and keep outbox.partition_heads
--- (outbox._queue_triggers); then registers the queue. Idempotent: calling it again with new settings updates them; the partition column can not
+-- and, for a partitioned queue, the trigger that keeps outbox.partition_heads; then registers the
+-- queue. Idempotent: calling it again with new settings updates them; the partition column can not
 -- change. An adopted table keeps its rows; missing lease columns are added as NULL = "free".
 -- A created table gets fillfactor 80, so writing a lease is a HOT update (no index touched), and
 -- autovacuum settings for a table that is mostly empty and churns.
@@ -123,7 +123,6 @@ BEGIN
                            WHERE a.attrelid = v_rel AND a.attname = 'id')) THEN
       PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but id is not its primary key', v_name));
     END IF;
-    PERFORM outbox._run_commit_step_now(v_rel);
     -- NULL in the new columns means "free / never tried", exactly the state of a fresh row.
     EXECUTE pg_catalog.format(
       'ALTER TABLE %s
@@ -185,8 +184,15 @@ BEGIN
     END IF;
   END IF;
 
-  PERFORM outbox._queue_triggers(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+  EXECUTE pg_catalog.format(
+    'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+       EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, v_channel, v_name);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
   IF v_col IS NOT NULL THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
+         FOR EACH STATEMENT EXECUTE FUNCTION outbox.tg_queue__heads(%s, %L)', v_rel, v_queue_id, v_col);
     -- Rows that were pending before adoption need their partition heads too (a registered
     -- queue already has them, kept up to date by the trigger).
     IF v_old.queue_id IS NULL THEN

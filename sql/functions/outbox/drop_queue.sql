@@ -13,7 +13,6 @@ BEGIN
   IF drop_table IS NULL THEN
     PERFORM outbox._invalid(fn, 'drop_table must not be NULL');
   END IF;
-  PERFORM outbox._run_commit_step_now(v_q.table_oid::regclass);
   DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_q.queue_id;
   DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id;
   DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_q.queue_id;
@@ -23,7 +22,6 @@ BEGIN
   ELSE
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_q.table_oid::regclass);
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_q.table_oid::regclass);
-    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_commit ON %s', v_q.table_oid::regclass);
   END IF;
 END;
 $$;

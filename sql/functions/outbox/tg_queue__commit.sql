@@ -1,8 +1,10 @@
--- The commit step of producers: a constraint trigger (pgdrain_commit, DEFERRABLE INITIALLY
--- DEFERRED) queued once per transaction by its WHEN clause, so it fires once, at COMMIT, after the
--- transaction's last statement. It hands every partitioned queue the transaction wrote (noted by
--- outbox.tg_queue__heads) to outbox._commit_partitions, in queue_id order: the commit locks of all
--- transactions are then taken in one global order, and committing transactions never deadlock.
+-- The commit step of producers: the constraint trigger pgdrain_commit on outbox.commit_hooks
+-- (DEFERRABLE INITIALLY DEFERRED), whose row outbox.tg_queue__heads inserts once per transaction,
+-- so it fires once, at COMMIT, after the transaction's last statement. It hands every partitioned
+-- queue the transaction wrote to outbox._commit_partitions in queue_id order: the commit locks of
+-- all transactions are then taken in one global order, and committing transactions never deadlock.
+-- SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE runs it earlier (its locks are then held until
+-- the transaction ends); rows written after that queue it again.
 CREATE OR REPLACE FUNCTION outbox.tg_queue__commit()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -13,7 +15,7 @@ DECLARE
   v_queues text := NULLIF(pg_catalog.current_setting('pgdrain.commit_queues', true), '');
   v_q outbox.queues;
 BEGIN
-  -- Disarmed first: rows written after an early firing (SET CONSTRAINTS ... IMMEDIATE) queue it again.
+  DELETE FROM outbox.commit_hooks h WHERE h.xid = pg_catalog.pg_current_xact_id();
   PERFORM pg_catalog.set_config('pgdrain.commit_armed', '', true),
           pg_catalog.set_config('pgdrain.commit_queues', '', true);
   IF v_queues IS NULL THEN

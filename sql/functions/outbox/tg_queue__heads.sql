@@ -2,7 +2,8 @@
 -- locks SHARED until this transaction ends (producers never block each other, and no claim deletes
 -- a head or raises a floor over rows that are not committed yet), then notes the statement's keys,
 -- with the smallest and largest new id of each, for this transaction's commit step
--- (outbox.tg_queue__commit), which orders them, renumbers late rows and creates missing heads.
+-- (outbox.tg_queue__commit, queued here once per transaction), which orders them, renumbers late
+-- rows and creates missing heads.
 -- Nothing is written here: a producer never waits on another producer's uncommitted head.
 -- The partition lock: advisory lock (1885823232 + queue_id, hashtext(key) & 1023), i.e. 1024 slots
 -- per queue, so a 10,000-key insert takes at most 1024 locks and the lock table does not overflow.
@@ -60,6 +61,13 @@ BEGIN
   IF NOT TG_RELID::text = ANY (v_queues::text[]) THEN
     PERFORM pg_catalog.set_config('pgdrain.commit_queues',
                                   (v_queues::text[] || TG_RELID::text)::text, true);
+  END IF;
+  -- The first statement of the transaction queues the commit step: a row in outbox.commit_hooks,
+  -- whose deferred constraint trigger fires at COMMIT. The pending trigger event is on that table,
+  -- not on the queue table, so DDL and TRUNCATE of the queue in the same transaction still work.
+  IF pg_catalog.current_setting('pgdrain.commit_armed', true) IS DISTINCT FROM 'on' THEN
+    INSERT INTO outbox.commit_hooks DEFAULT VALUES;
+    PERFORM pg_catalog.set_config('pgdrain.commit_armed', 'on', true);
   END IF;
   RETURN NULL;
 END;

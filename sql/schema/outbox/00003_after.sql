@@ -1,2 +1,2 @@
--- Queues registered before this migration get the commit-step trigger.
-SELECT outbox._queue_triggers(q) FROM outbox.queues q ORDER BY q.queue_id;
+CREATE CONSTRAINT TRIGGER pgdrain_commit AFTER INSERT ON outbox.commit_hooks
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION outbox.tg_queue__commit();

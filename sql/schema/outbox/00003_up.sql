@@ -11,3 +11,13 @@ CREATE UNLOGGED TABLE outbox.partition_clocks (
 ) WITH (fillfactor = 50);
 COMMENT ON TABLE outbox.partition_clocks IS
   'Largest committed id per queue and key hash (hashtext(key) & 65535), for per-key commit order (internal).';
+
+-- One row per open transaction that wrote a partitioned queue, inserted by its first statement
+-- and deleted by its commit step; its only purpose is the deferred trigger event (see
+-- outbox.tg_queue__commit). Keeping that event off the queue tables keeps their DDL and TRUNCATE
+-- possible in the producing transaction.
+CREATE UNLOGGED TABLE outbox.commit_hooks (
+  xid xid8 PRIMARY KEY DEFAULT pg_catalog.pg_current_xact_id()
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+COMMENT ON TABLE outbox.commit_hooks IS
+  'Producers'' open transactions, each queueing its commit step (internal; empty when idle).';

@@ -1,5 +1,5 @@
--- The commit step (pgdrain_commit, run here with SET CONSTRAINTS ... IMMEDIATE, which is what COMMIT
--- does): heads for new keys, clocks raised to the largest ids, and a key whose clock says another
+-- The commit step (outbox.pgdrain_commit, run here with SET CONSTRAINTS ... IMMEDIATE, which is what
+-- COMMIT does): heads for new keys, clocks raised to the largest ids, and a key whose clock says another
 -- transaction committed a larger id gets this transaction's rows renumbered past it, in order.
 BEGIN;
 SELECT plan(11);
@@ -13,8 +13,8 @@ INSERT INTO outbox.partition_clocks (queue_id, slot, committed_max)
 VALUES (:qid, hashtext('late') & 65535, (:'late_ids'::bigint[])[2]);
 
 SELECT is(current_setting('pgdrain.commit_armed'), 'on', 'the first insert of the transaction armed the commit step');
-SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
-SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
 
 SELECT results_eq(format('SELECT array_agg(id ORDER BY id) FROM %s WHERE k = %L', :'q', 'fresh'),
                   format('SELECT %L::bigint[]', :'fresh_ids'), 'a key that is not late keeps its ids');
@@ -39,8 +39,8 @@ SELECT is(ARRAY[current_setting('pgdrain.commit_armed'), current_setting('pgdrai
 
 -- More than 256 key hashes: one exclusive commit lock for the whole queue instead of one per hash.
 SELECT count(test_helpers.add(:'q', 1, 'bulk-' || g)) AS _ FROM generate_series(1, 300) g \gset
-SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
-SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
 SELECT ok(EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND mode = 'ExclusiveLock'
                     AND classid = (1885823232 + :qid)::oid AND objid = 4294967294::oid),
           'a 300-key transaction holds the queue''s commit lock exclusively');
@@ -54,8 +54,8 @@ SELECT set_config(format('pgdrain.commit_%s_keys', :'q'::regclass::oid), '{forge
        set_config(format('pgdrain.commit_%s_mins', :'q'::regclass::oid), '{1}', true),
        set_config(format('pgdrain.commit_%s_maxs', :'q'::regclass::oid), '{9000000000}', true) IS NULL AS _ \gset
 SELECT test_helpers.add(:'q', 1, 'real') IS NULL AS _ \gset
-SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
-SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
 SELECT is((SELECT committed_max FROM outbox.partition_clocks WHERE queue_id = :qid AND slot = hashtext('forged') & 65535),
           pg_sequence_last_value(pg_get_serial_sequence(:'q', 'id')::regclass),
           'a forged id raises a clock no further than the last id given out');
@@ -63,14 +63,14 @@ SELECT is((SELECT committed_max FROM outbox.partition_clocks WHERE queue_id = :q
 -- Nor can a forged key make a head that points at another partition's row: claims ignore it, and
 -- FIFO holds ('v' has two rows; the forged head 'evil' points at the second).
 SELECT test_helpers.add(:'q', 2, 'v') AS v_ids \gset
-SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
-SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
 SELECT set_config(format('pgdrain.commit_%s_keys', :'q'::regclass::oid), '{evil}', true),
        set_config(format('pgdrain.commit_%s_mins', :'q'::regclass::oid), format('{%s}', (:'v_ids'::bigint[])[2]), true),
        set_config(format('pgdrain.commit_%s_maxs', :'q'::regclass::oid), format('{%s}', (:'v_ids'::bigint[])[2]), true) IS NULL AS _ \gset
 SELECT test_helpers.add(:'q', 1, 'arms') IS NULL AS _ \gset
-SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
-SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
 SELECT ok((SELECT head_id FROM outbox.partition_heads WHERE queue_id = :qid AND partition_key = 'evil') = (:'v_ids'::bigint[])[2]
           AND (SELECT array_agg(id) FROM outbox.claim_batch(:'q', 1000) WHERE partition_key = 'v') = ARRAY[(:'v_ids'::bigint[])[1]],
           'a forged head pointing at another partition''s row claims nothing: only v''s first row is leased');

@@ -1,15 +1,15 @@
 -- The NOTIFY trigger fires at most once per statement (FOR EACH STATEMENT, AFTER INSERT), never
--- once per row; a partitioned queue's head trigger is statement-level too, and its commit-step
--- trigger is queued once per transaction (row-level only because constraint triggers must be).
+-- once per row; a partitioned queue's head trigger is statement-level too, and queues the commit
+-- step once per transaction (a row in outbox.commit_hooks, whose constraint trigger is deferred).
 BEGIN;
-SELECT plan(12);
+SELECT plan(14);
 
 SELECT test_helpers.new_queue('resource_id') AS q \gset
 SELECT split_part(:'q', '.', 2) AS t \gset
 SELECT test_helpers.new_queue() AS q2 \gset
 
-SELECT triggers_are('public', :'t', ARRAY['pgdrain_notify', 'pgdrain_heads', 'pgdrain_commit'],
-                    'a partitioned queue has exactly the notify, partition-head and commit-step triggers');
+SELECT triggers_are('public', :'t', ARRAY['pgdrain_notify', 'pgdrain_heads'],
+                    'a partitioned queue has exactly the notify and partition-head triggers');
 SELECT trigger_is('public', :'t', 'pgdrain_notify', 'outbox', 'tg_queue__notify',
                   'pgdrain_notify calls outbox.tg_queue__notify');
 -- tgtype bits: 1 = ROW, 2 = BEFORE, 4 = INSERT; 4 alone = AFTER INSERT FOR EACH STATEMENT.
@@ -22,23 +22,27 @@ SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q':
           'the notify trigger carries the queue''s channel and name');
 SELECT is_empty(
   format($$SELECT tgname FROM pg_trigger WHERE tgrelid IN (%L::regclass, %L::regclass)
-           AND NOT tgisinternal AND (tgtype::int & 1) = 1 AND tgname <> 'pgdrain_commit'$$, :'q', :'q2'),
-  'no other queue trigger is a row-level trigger');
-SELECT ok((SELECT tgdeferrable AND tginitdeferred AND tgconstraint <> 0 AND tgqual IS NOT NULL
-           FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_commit'),
-          'pgdrain_commit is a constraint trigger, deferred to COMMIT, with a WHEN clause');
+           AND NOT tgisinternal AND (tgtype::int & 1) = 1$$, :'q', :'q2'),
+  'no queue trigger is a row-level trigger');
+SELECT ok((SELECT tgdeferrable AND tginitdeferred AND tgconstraint <> 0
+           FROM pg_trigger WHERE tgrelid = 'outbox.commit_hooks'::regclass AND tgname = 'pgdrain_commit'),
+          'the commit step is a constraint trigger on outbox.commit_hooks, deferred to COMMIT');
 
 SELECT outbox.enqueue(:'q', 'e', '{}', 'k1') IS NULL AS _ \gset
 SELECT outbox.enqueue(:'q', 'e', '{}', 'k2') IS NULL AS _ \gset
 SELECT is(ARRAY[current_setting('pgdrain.commit_armed'),
+                (SELECT count(*) FROM outbox.commit_hooks WHERE xid = pg_current_xact_id())::text,
                 (SELECT count(*) FROM outbox.partition_heads h JOIN outbox.queues u USING (queue_id) WHERE u.queue = :'q')::text],
-          ARRAY['on', '0'], 'two inserts arm the commit step once; heads wait for it');
-SET CONSTRAINTS public.pgdrain_commit IMMEDIATE;
-SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+          ARRAY['on', '1', '0'], 'two inserts queue the commit step once; heads wait for it');
+SELECT lives_ok(format('TRUNCATE %s', :'q2'), 'no trigger event is pending on a queue table: it can be truncated');
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
 SELECT is(ARRAY[current_setting('pgdrain.commit_armed'),
                 (SELECT string_agg(h.partition_key, ',' ORDER BY h.partition_key) FROM outbox.partition_heads h
                  JOIN outbox.queues u USING (queue_id) WHERE u.queue = :'q')],
           ARRAY['', 'k1,k2'], 'the commit step made both heads and disarmed');
+SELECT outbox.enqueue(:'q', 'e', '{}', 'k3') IS NULL AS _ \gset
+SELECT lives_ok(format('TRUNCATE %s', :'q'), 'a partitioned queue written in this transaction can be truncated too');
 SELECT triggers_are('public', split_part(:'q2', '.', 2), ARRAY['pgdrain_notify'],
                     'an unpartitioned queue has only the notify trigger');
 

@@ -9,10 +9,10 @@ SELECT outbox.enqueue(:'p', 'order.created', '{"n": 1}', 'acct-1') AS pid \gset
 SELECT results_eq(format('SELECT id, event_type, payload, k, attempt_count, next_attempt_at, sent_at, lease_token, leased_until, last_error, created_at FROM %s', :'p'),
   format($$VALUES (%s::bigint, 'order.created'::text, '{"n": 1}'::jsonb, 'acct-1'::text, 0, NULL::timestamptz, NULL::timestamptz, NULL::uuid, NULL::timestamptz, NULL::text, now())$$, :pid),
   'enqueue inserts a fresh row with its partition key and returns its id');
-SET CONSTRAINTS public.pgdrain_commit IMMEDIATE; -- what COMMIT would do
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE; -- what COMMIT would do
 SELECT results_eq(format($$SELECT h.partition_key, h.head_id FROM outbox.partition_heads h JOIN outbox.queues q USING (queue_id) WHERE q.queue = %L$$, :'p'),
   format($$VALUES ('acct-1'::text, %s::bigint)$$, :pid), 'the commit step creates the partition''s head');
-SET CONSTRAINTS public.pgdrain_commit DEFERRED;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
 SELECT cmp_ok(outbox.enqueue(:'u', 'e', '{}'), '>', 0::bigint, 'enqueue on an unpartitioned queue needs no key');
 
 SELECT test_helpers.state(:'p') AS pb \gset
