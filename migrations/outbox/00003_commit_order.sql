@@ -181,7 +181,11 @@ DECLARE
   v_maxs bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[];
   v_renumbered boolean := false;
   v_issued bigint;
+  v_sequence constant regclass := pg_catalog.pg_get_serial_sequence(p_q.table_oid::regclass::text, 'id')::regclass;
   v_late text[];
+  v_late_los bigint[];
+  v_late_his bigint[];
+  v_late_clocks bigint[];
   v_new text[];
   v_empty text[];
   v_low_keys text[];
@@ -209,12 +213,15 @@ BEGIN
   -- of these small tables say). Late keys are renumbered, then probed again.
   LOOP
     SELECT pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.lo ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.hi ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(c.committed_max ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found IS NULL),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found AND h.head_id IS NULL),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo),
            pg_catalog.array_agg(u.lo ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
-      INTO v_late, v_new, v_empty, v_low_keys, v_low_ids
-    FROM unnest(v_keys, v_mins) AS u(k, lo)
+      INTO v_late, v_late_los, v_late_his, v_late_clocks, v_new, v_empty, v_low_keys, v_low_ids
+    FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
     LEFT JOIN LATERAL (SELECT x.committed_max FROM outbox.partition_clocks x
                        WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
     LEFT JOIN LATERAL (SELECT true AS found, x.head_id, x.floor_id FROM outbox.partition_heads x
@@ -225,11 +232,8 @@ BEGIN
            pg_catalog.array_agg(COALESCE(r.hi, u.hi) ORDER BY u.k)
       INTO v_keys, v_mins, v_maxs
     FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
-    LEFT JOIN outbox._renumber_late_rows(p_q, v_late,
-                (SELECT pg_catalog.array_agg(x.lo ORDER BY x.k) FROM unnest(v_keys, v_mins) AS x(k, lo)
-                 WHERE x.k = ANY (v_late)),
-                (SELECT pg_catalog.array_agg(x.hi ORDER BY x.k) FROM unnest(v_keys, v_maxs) AS x(k, hi)
-                 WHERE x.k = ANY (v_late))) r ON r.k = u.k;
+    LEFT JOIN outbox._renumber_late_rows(p_q, v_sequence, v_late, v_late_los, v_late_his, v_late_clocks) r
+      ON r.k = u.k;
     v_renumbered := true;
   END LOOP;
 
@@ -269,8 +273,7 @@ BEGIN
   -- The keys and ids come from transaction-local settings, which a producer could forge: a clock
   -- is never raised above the last id the sequence gave out, so a forged one can not stop later
   -- commits from being renumbered.
-  v_issued := pg_catalog.pg_sequence_last_value(
-    pg_catalog.pg_get_serial_sequence(p_q.table_oid::regclass::text, 'id')::regclass);
+  v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
   INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max)
   SELECT p_q.queue_id, pg_catalog.hashtext(u.k) & 65535, LEAST(pg_catalog.max(u.hi), v_issued)
   FROM unnest(v_keys, v_maxs) AS u(k, hi)
@@ -288,8 +291,10 @@ $$;
 -- Skipped (the key keeps id order, and commits after a larger id keep that position) when ids do
 -- not come from a sequence, or the sequence is behind the committed ids (ids given explicitly):
 -- a new id must be larger than the committed ones and must not collide with a later default.
--- Arguments: the keys, and this transaction's smallest and largest id of each (aligned arrays).
-CREATE OR REPLACE FUNCTION outbox._renumber_late_rows(p_q outbox.queues, p_keys text[], p_los bigint[], p_his bigint[])
+-- Arguments: the queue's id sequence (NULL: none), the late keys, and for each (aligned arrays)
+-- this transaction's smallest and largest id and the key's clock as the caller read it.
+CREATE OR REPLACE FUNCTION outbox._renumber_late_rows(p_q outbox.queues, p_sequence regclass, p_keys text[],
+                                                      p_los bigint[], p_his bigint[], p_clocks bigint[])
 RETURNS TABLE(k text, lo bigint, hi bigint)
 LANGUAGE plpgsql
 VOLATILE
@@ -301,20 +306,16 @@ SET jit = off
 AS $$
 DECLARE
   v_table regclass := p_q.table_oid::regclass;
-  v_sequence regclass := pg_catalog.pg_get_serial_sequence(v_table::text, 'id')::regclass;
-  v_clock bigint;
   v_ids bigint[];
   v_old bigint;
   v_new bigint;
   i integer;
 BEGIN
-  IF v_sequence IS NULL THEN
+  IF p_sequence IS NULL THEN
     RETURN;
   END IF;
   FOR i IN 1..pg_catalog.cardinality(p_keys) LOOP
-    SELECT c.committed_max INTO v_clock FROM outbox.partition_clocks c
-    WHERE c.queue_id = p_q.queue_id AND c.slot = pg_catalog.hashtext(p_keys[i]) & 65535;
-    CONTINUE WHEN COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) < v_clock;
+    CONTINUE WHEN COALESCE(pg_catalog.pg_sequence_last_value(p_sequence), 0) < p_clocks[i];
 
     EXECUTE pg_catalog.format(
       'SELECT pg_catalog.array_agg(t.id ORDER BY t.id) FROM %s t
@@ -328,7 +329,7 @@ BEGIN
     FOREACH v_old IN ARRAY v_ids LOOP
       EXECUTE pg_catalog.format(
         'UPDATE %s SET id = pg_catalog.nextval($2) WHERE id = $1 RETURNING id', v_table)
-        INTO v_new USING v_old, v_sequence;
+        INTO v_new USING v_old, p_sequence;
       lo := COALESCE(lo, v_new);
     END LOOP;
     hi := v_new;
@@ -621,7 +622,7 @@ GRANT SELECT ON outbox.queues TO pgdrain_operator;
 DROP TABLE outbox.commit_hooks;
 DROP FUNCTION outbox.tg_queue__commit();
 DROP FUNCTION outbox._commit_partitions(outbox.queues);
-DROP FUNCTION outbox._renumber_late_rows(outbox.queues, text[], bigint[], bigint[]);
+DROP FUNCTION outbox._renumber_late_rows(outbox.queues, regclass, text[], bigint[], bigint[], bigint[]);
 DROP FUNCTION outbox._written_here(xid);
 DROP TABLE outbox.partition_clocks;
 -- Statement-level AFTER INSERT trigger of a partitioned queue: makes sure every key written by the

@@ -40,7 +40,11 @@ DECLARE
   v_maxs bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[];
   v_renumbered boolean := false;
   v_issued bigint;
+  v_sequence constant regclass := pg_catalog.pg_get_serial_sequence(p_q.table_oid::regclass::text, 'id')::regclass;
   v_late text[];
+  v_late_los bigint[];
+  v_late_his bigint[];
+  v_late_clocks bigint[];
   v_new text[];
   v_empty text[];
   v_low_keys text[];
@@ -68,12 +72,15 @@ BEGIN
   -- of these small tables say). Late keys are renumbered, then probed again.
   LOOP
     SELECT pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.lo ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.hi ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(c.committed_max ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found IS NULL),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found AND h.head_id IS NULL),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo),
            pg_catalog.array_agg(u.lo ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
-      INTO v_late, v_new, v_empty, v_low_keys, v_low_ids
-    FROM unnest(v_keys, v_mins) AS u(k, lo)
+      INTO v_late, v_late_los, v_late_his, v_late_clocks, v_new, v_empty, v_low_keys, v_low_ids
+    FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
     LEFT JOIN LATERAL (SELECT x.committed_max FROM outbox.partition_clocks x
                        WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
     LEFT JOIN LATERAL (SELECT true AS found, x.head_id, x.floor_id FROM outbox.partition_heads x
@@ -84,11 +91,8 @@ BEGIN
            pg_catalog.array_agg(COALESCE(r.hi, u.hi) ORDER BY u.k)
       INTO v_keys, v_mins, v_maxs
     FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
-    LEFT JOIN outbox._renumber_late_rows(p_q, v_late,
-                (SELECT pg_catalog.array_agg(x.lo ORDER BY x.k) FROM unnest(v_keys, v_mins) AS x(k, lo)
-                 WHERE x.k = ANY (v_late)),
-                (SELECT pg_catalog.array_agg(x.hi ORDER BY x.k) FROM unnest(v_keys, v_maxs) AS x(k, hi)
-                 WHERE x.k = ANY (v_late))) r ON r.k = u.k;
+    LEFT JOIN outbox._renumber_late_rows(p_q, v_sequence, v_late, v_late_los, v_late_his, v_late_clocks) r
+      ON r.k = u.k;
     v_renumbered := true;
   END LOOP;
 
@@ -128,8 +132,7 @@ BEGIN
   -- The keys and ids come from transaction-local settings, which a producer could forge: a clock
   -- is never raised above the last id the sequence gave out, so a forged one can not stop later
   -- commits from being renumbered.
-  v_issued := pg_catalog.pg_sequence_last_value(
-    pg_catalog.pg_get_serial_sequence(p_q.table_oid::regclass::text, 'id')::regclass);
+  v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
   INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max)
   SELECT p_q.queue_id, pg_catalog.hashtext(u.k) & 65535, LEAST(pg_catalog.max(u.hi), v_issued)
   FROM unnest(v_keys, v_maxs) AS u(k, hi)

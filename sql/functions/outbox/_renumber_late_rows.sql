@@ -4,8 +4,10 @@
 -- Skipped (the key keeps id order, and commits after a larger id keep that position) when ids do
 -- not come from a sequence, or the sequence is behind the committed ids (ids given explicitly):
 -- a new id must be larger than the committed ones and must not collide with a later default.
--- Arguments: the keys, and this transaction's smallest and largest id of each (aligned arrays).
-CREATE OR REPLACE FUNCTION outbox._renumber_late_rows(p_q outbox.queues, p_keys text[], p_los bigint[], p_his bigint[])
+-- Arguments: the queue's id sequence (NULL: none), the late keys, and for each (aligned arrays)
+-- this transaction's smallest and largest id and the key's clock as the caller read it.
+CREATE OR REPLACE FUNCTION outbox._renumber_late_rows(p_q outbox.queues, p_sequence regclass, p_keys text[],
+                                                      p_los bigint[], p_his bigint[], p_clocks bigint[])
 RETURNS TABLE(k text, lo bigint, hi bigint)
 LANGUAGE plpgsql
 VOLATILE
@@ -17,20 +19,16 @@ SET jit = off
 AS $$
 DECLARE
   v_table regclass := p_q.table_oid::regclass;
-  v_sequence regclass := pg_catalog.pg_get_serial_sequence(v_table::text, 'id')::regclass;
-  v_clock bigint;
   v_ids bigint[];
   v_old bigint;
   v_new bigint;
   i integer;
 BEGIN
-  IF v_sequence IS NULL THEN
+  IF p_sequence IS NULL THEN
     RETURN;
   END IF;
   FOR i IN 1..pg_catalog.cardinality(p_keys) LOOP
-    SELECT c.committed_max INTO v_clock FROM outbox.partition_clocks c
-    WHERE c.queue_id = p_q.queue_id AND c.slot = pg_catalog.hashtext(p_keys[i]) & 65535;
-    CONTINUE WHEN COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) < v_clock;
+    CONTINUE WHEN COALESCE(pg_catalog.pg_sequence_last_value(p_sequence), 0) < p_clocks[i];
 
     EXECUTE pg_catalog.format(
       'SELECT pg_catalog.array_agg(t.id ORDER BY t.id) FROM %s t
@@ -44,7 +42,7 @@ BEGIN
     FOREACH v_old IN ARRAY v_ids LOOP
       EXECUTE pg_catalog.format(
         'UPDATE %s SET id = pg_catalog.nextval($2) WHERE id = $1 RETURNING id', v_table)
-        INTO v_new USING v_old, v_sequence;
+        INTO v_new USING v_old, p_sequence;
       lo := COALESCE(lo, v_new);
     END LOOP;
     hi := v_new;

@@ -3,7 +3,7 @@
 DROP TABLE outbox.commit_hooks;
 DROP FUNCTION outbox.tg_queue__commit();
 DROP FUNCTION outbox._commit_partitions(outbox.queues);
-DROP FUNCTION outbox._renumber_late_rows(outbox.queues, text[], bigint[], bigint[]);
+DROP FUNCTION outbox._renumber_late_rows(outbox.queues, regclass, text[], bigint[], bigint[], bigint[]);
 DROP FUNCTION outbox._written_here(xid);
 DROP TABLE outbox.partition_clocks;
 -- Statement-level AFTER INSERT trigger of a partitioned queue: makes sure every key written by the
