@@ -30,6 +30,11 @@ const (
 	DefaultApplyTimeout = 5 * time.Second
 	// DefaultApplyConcurrency applies a batch's rows one after another.
 	DefaultApplyConcurrency = 1
+	// DefaultRepairInterval is how often the repair pass runs (outbox.repair).
+	DefaultRepairInterval = time.Minute
+	// MinRepairInterval is the shortest RepairInterval Validate accepts: each pass costs a walk
+	// over the queue's partitions.
+	MinRepairInterval = 100 * time.Millisecond
 	// LeaseMargin is kept between the end of an apply's deadline and the end of its lease, so
 	// that a result is back before anyone else can claim the row: an apply's deadline is
 	// min(ApplyTimeout, lease end - LeaseMargin), measured on this process's clock from the moment
@@ -100,10 +105,11 @@ func (p PermanentPolicy) String() string {
 // Config configures a Drainer. Only Table is required.
 //
 // Max attempts, backoff, the permanent policy, the partition column and the channel live in the
-// queue's SQL registry (outbox.queues, written by outbox.create_queue), and the SQL functions are
-// what applies them: the SQL side wins. Leave those fields zero to take the registered values; a
-// non-zero value that differs from the registration makes Run fail at start with an error naming
-// the field, so a drainer never believes in a policy the database does not apply.
+// queue's SQL registry (written by outbox.create_queue, read through outbox.queue_info), and the
+// SQL functions are what applies them: the SQL side wins. Leave those fields zero to take the
+// registered values; a non-zero value that differs from the registration makes Run fail at start
+// with an error naming the field, so a drainer never believes in a policy the database does not
+// apply.
 type Config struct {
 	// Table is the queue table, "schema.table" (or "table" for schema public), as registered with
 	// outbox.create_queue. Required.
@@ -154,6 +160,14 @@ type Config struct {
 	Lease time.Duration
 	// ClaimMode is ClaimLease (the default) or ClaimLock.
 	ClaimMode ClaimMode
+	// RepairInterval is how often the drainer runs outbox.repair, which finds pending rows that no
+	// claim can reach because derived state (partition heads, their floors and parks) disagrees
+	// with the queue table, and fixes it. Each fix is logged at Warn and counted in
+	// pgdrain_repairs_total{queue,cause}; after one, the drainer claims at once. The SQL side lets
+	// one session at a time repair a queue, so replicas take turns. The first pass runs when Run
+	// starts. Negative turns the pass off; a positive value must be at least MinRepairInterval.
+	// Defaults to 1m (DefaultRepairInterval).
+	RepairInterval time.Duration
 }
 
 var (
@@ -172,6 +186,7 @@ func (c Config) withDefaults() Config {
 	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, DefaultApplyTimeout)
 	c.ApplyConcurrency = cmp.Or(c.ApplyConcurrency, DefaultApplyConcurrency)
 	c.Lease = cmp.Or(c.Lease, DefaultLease(c.ApplyTimeout))
+	c.RepairInterval = cmp.Or(c.RepairInterval, DefaultRepairInterval)
 	return c
 }
 
@@ -243,6 +258,10 @@ func (c Config) Validate() error {
 	}
 	if c.ClaimMode != ClaimLease && c.ClaimMode != ClaimLock {
 		bad("ClaimMode must be ClaimLease or ClaimLock, got %d", int(c.ClaimMode))
+	}
+	if c.RepairInterval > 0 && c.RepairInterval < MinRepairInterval {
+		bad("RepairInterval must be at least MinRepairInterval (%s), or negative to turn the repair pass off, got %s",
+			MinRepairInterval, c.RepairInterval)
 	}
 	return errors.Join(errs...)
 }

@@ -41,6 +41,18 @@
 // zero in Config to take the registered values; Run fails at start, naming the field, when a value
 // you set disagrees with the registration.
 //
+// # Privileges and the repair pass
+//
+// The drainer only calls outbox functions granted to pgdrain_worker (outbox.queue_info for the
+// registration, outbox.next_due for wake-ups, the claim and result functions, outbox.stats for
+// the gauges): connect it as a login role that is a member of pgdrain_worker and nothing else.
+//
+// Every Config.RepairInterval (default 1m) it calls outbox.repair, which finds pending rows no
+// claim can reach because derived state (partition heads, floors, parks) disagrees with the queue
+// table, and fixes it; replicas take turns. Each fix is logged at Warn with the queue, partition
+// key, cause, head id and detail, and counted in pgdrain_repairs_total{queue,cause}: a repair turns
+// a bug into a bounded delay that someone sees, so report any increase.
+//
 // # Wake-ups and shutdown
 //
 // Run LISTENs on the queue's channel over a dedicated connection (application_name

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -72,8 +70,9 @@ func WithWedgeObserver[T any](fn func(ctx context.Context, wedged []WedgedPartit
 
 // WithMetrics registers the drainer's prometheus.Collector with reg: outbox_backlog_depth,
 // outbox_oldest_pending_age_seconds and outbox_poisoned{table} (one outbox.stats call per
-// scrape), outbox_results_total{table,outcome}, outbox_lease_lost_total{table} and
-// outbox_claim_duration_seconds{table,mode}.
+// scrape), outbox_results_total{table,outcome}, outbox_lease_lost_total{table},
+// outbox_claim_duration_seconds{table,mode} and pgdrain_repairs_total{queue,cause} (problems the
+// repair pass fixed; any increase is a bug worth reporting).
 func WithMetrics[T any](reg prometheus.Registerer) Option[T] {
 	return func(d *Drainer[T]) { d.registerer = reg }
 }
@@ -129,12 +128,15 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 	return d, nil
 }
 
-// Run drains the queue until ctx is cancelled. It first checks the queue's registration against
-// the Config (failing with an error naming the disagreeing field), logs check_indexes findings as
-// warnings, then claims on every NOTIFY, every PollFallback, as soon as the earliest backoff or
-// lease of the queue ends, and again at once after a batch that found rows. On cancellation, applies in
-// flight finish (bounded by ApplyTimeout) and are recorded, claimed rows not yet started are
-// released, and Run returns nil. Database errors while draining are logged and retried.
+// Run drains the queue until ctx is cancelled. It first checks the queue's registration
+// (outbox.queue_info) against the Config (failing with an error naming the disagreeing field, or
+// matching ErrQueueNotRegistered), logs check_indexes findings as warnings, then claims on every
+// NOTIFY, every PollFallback, as soon as the earliest backoff or lease of the queue ends
+// (outbox.next_due), again at once after a batch that found rows, and after a repair pass
+// (Config.RepairInterval) that fixed something. On cancellation, applies in flight finish (bounded
+// by ApplyTimeout) and are recorded, claimed rows not yet started are released, and Run returns
+// nil. Database errors while draining are logged and retried. Every statement calls an outbox
+// function granted to pgdrain_worker, so that role is all the drainer's login role needs.
 func (d *Drainer[T]) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -165,6 +167,9 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 	if r.wedgeWatchEnabled() {
 		wg.Go(func() { r.watchWedges(bgCtx) })
 	}
+	if cfg.RepairInterval > 0 {
+		wg.Go(func() { r.watchRepairs(bgCtx) })
+	}
 	// Claim only once LISTEN is in place (or has failed once), so no NOTIFY falls in between.
 	select {
 	case <-listening:
@@ -175,27 +180,15 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 }
 
 // logIndexFindings logs what outbox.check_indexes reports: a missing or extra (decoy) index
-// turns the claim into a scan of the backlog.
+// turns the claim into a scan of the backlog. A failed check is logged and does not stop Run.
 func (d *Drainer[T]) logIndexFindings(ctx context.Context) {
-	rows, err := d.pool.Query(ctx, `SELECT problem, coalesce(index_name, ''), detail FROM outbox.check_indexes($1)`, d.table)
+	problems, err := queryIndexProblems(ctx, d.pool, d.table)
 	if err != nil {
-		d.logger.WarnContext(ctx, "checking indexes", "err", err)
+		d.logger.WarnContext(ctx, "checking the queue's indexes failed; draining anyway", "err", err)
 		return
 	}
-	var problem, name, detail string
-	_, err = pgx.ForEachRow(rows, []any{&problem, &name, &detail}, func() error {
+	for _, p := range problems {
 		d.logger.WarnContext(ctx, "queue index problem: claims may scan the whole backlog",
-			"problem", problem, "index", name, "detail", detail)
-		return nil
-	})
-	if err != nil {
-		d.logger.WarnContext(ctx, "checking indexes", "err", err)
+			"problem", p.problem, "index", p.indexName, "detail", p.detail)
 	}
-}
-
-// querier is what both a pool and a transaction offer.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }

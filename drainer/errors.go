@@ -3,6 +3,9 @@ package drainer
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Class says whether a failed apply may succeed if tried again.
@@ -111,3 +114,35 @@ func dispositionOf(err error) Disposition {
 
 // ErrAlreadyRunning is returned by Run when the Drainer is already running.
 var ErrAlreadyRunning = errors.New("drainer is already running")
+
+// ErrQueueNotRegistered is matched (errors.Is) by the error Run returns when the queue is not
+// registered with outbox.create_queue, or its table was dropped outside outbox.drop_queue
+// (SQLSTATE 42P01 from the outbox functions).
+var ErrQueueNotRegistered = errors.New("queue is not registered")
+
+// notRegisteredError keeps PostgreSQL's message (which names the queue and says what to do) and
+// the *pgconn.PgError beneath it.
+type notRegisteredError struct{ pgErr *pgconn.PgError }
+
+func (e *notRegisteredError) Error() string {
+	// The outbox functions prefix their own name ("queue_info: "); the rest is the sentence.
+	_, rest, ok := strings.Cut(e.pgErr.Message, ": ")
+	if ok && (strings.HasPrefix(rest, "queue ") || strings.HasPrefix(rest, "the table of queue ")) {
+		return rest
+	}
+	return e.pgErr.Message
+}
+
+func (e *notRegisteredError) Unwrap() error { return e.pgErr }
+
+func (e *notRegisteredError) Is(target error) bool { return target == ErrQueueNotRegistered }
+
+// translate is the one place where a database error becomes the drainer's: an unregistered queue
+// becomes ErrQueueNotRegistered; anything else is wrapped as "doing: err".
+func translate(doing string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" && strings.Contains(pgErr.Message, "queue ") {
+		return &notRegisteredError{pgErr: pgErr}
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}

@@ -2,11 +2,7 @@ package drainer
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // leaseBatch is one round of lease mode: claim_batch (short transaction), applies outside any
@@ -14,22 +10,9 @@ import (
 // that finished rows would otherwise lose their leases), and release of the rows not started.
 func (r *runner[T]) leaseBatch(ctx context.Context) (int, error) {
 	start := time.Now()
-	rows, err := r.d.pool.Query(ctx, `
-		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token
-		FROM outbox.claim_batch($1, $2, $3)`, r.reg.queue, r.cfg.claimSize(), r.cfg.Lease)
+	jobs, err := queryClaimBatch(ctx, r.d.pool, r.reg.queue, r.cfg.claimSize(), r.cfg.Lease, start.Add(r.cfg.Lease-LeaseMargin))
 	if err != nil {
-		return 0, fmt.Errorf("claiming batch: %w", err)
-	}
-	deadline := start.Add(r.cfg.Lease - LeaseMargin)
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*job, error) {
-		j := &job{deadline: deadline}
-		j.event.Table = r.reg.queue
-		err := row.Scan(&j.event.ID, &j.event.Type, &j.payload, &j.event.PartitionKey, &j.event.Attempts,
-			&j.event.CreatedAt, &j.token)
-		return j, err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("claiming batch: %w", err)
+		return 0, err
 	}
 	r.d.metrics.observeClaim(ClaimLease, time.Since(start))
 	if len(jobs) == 0 {
@@ -50,9 +33,7 @@ func (r *runner[T]) ensureLease(ctx context.Context, j *job) bool {
 		return true
 	}
 	start := time.Now()
-	var until *time.Time
-	err := r.d.pool.QueryRow(ctx, `SELECT outbox.extend_lease($1, $2, $3, $4)`,
-		r.reg.queue, j.event.ID, j.token, r.cfg.Lease).Scan(&until)
+	until, err := queryExtendLease(ctx, r.d.pool, r.reg.queue, j, r.cfg.Lease)
 	switch {
 	case err != nil && time.Until(j.deadline) > 0:
 		r.d.logger.WarnContext(ctx, "extending lease failed; applying with the time left", "id", j.event.ID, "err", err)
@@ -75,48 +56,30 @@ func (r *runner[T]) ensureLease(ctx context.Context, j *job) bool {
 // reported applied = false was no longer ours (its lease ran out and someone else took it): it is
 // counted, never retried from here.
 func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) {
-	var (
-		done     []*job
-		ids      []int64
-		tokens   []pgtype.UUID
-		outcomes []string
-	)
+	var done []*job
 	for _, j := range jobs {
 		if j.started && !j.leaseLost {
 			done = append(done, j)
-			ids = append(ids, j.event.ID)
-			tokens = append(tokens, j.token)
-			outcomes = append(outcomes, j.disposition.String())
 		}
 	}
 	if len(done) == 0 {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
-	rows, err := r.d.pool.Query(rctx, `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5)`,
-		r.reg.queue, ids, tokens, outcomes, textArray(done))
-	if err != nil {
-		r.d.logger.ErrorContext(ctx, "recording results failed; the rows will be claimed again when their leases end",
-			"rows", len(done), "err", err)
 		return
 	}
 	byID := make(map[int64]*job, len(done))
 	for _, j := range done {
 		byID[j.event.ID] = j
 	}
-	var id int64
-	var applied bool
-	_, err = pgx.ForEachRow(rows, []any{&id, &applied}, func() error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	err := queryApplyResults(rctx, r.d.pool, r.reg.queue, done, func(id int64, applied bool) {
 		j := byID[id]
 		if applied {
 			r.d.metrics.recorded(j.disposition)
-			return nil
+			return
 		}
 		r.d.metrics.leaseLost.Inc()
 		r.d.logger.DebugContext(ctx, "result refused: lease lost (the row was claimed again)",
 			"id", id, "outcome", j.disposition.String())
-		return nil
 	})
 	if err != nil {
 		r.d.logger.ErrorContext(ctx, "recording results failed; the rows will be claimed again when their leases end",
@@ -127,20 +90,20 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) {
 // releaseUnstarted gives back, in one round trip, the rows claimed but never started (Run's ctx
 // ended first), so another drainer can take them at once, with no attempt counted.
 func (r *runner[T]) releaseUnstarted(ctx context.Context, jobs []*job) {
-	var b pgx.Batch
+	var unstarted []*job
 	for _, j := range jobs {
 		if !j.started {
-			b.Queue(`SELECT outbox.release($1, $2, $3)`, r.reg.queue, j.event.ID, j.token)
+			unstarted = append(unstarted, j)
 		}
 	}
-	if b.Len() == 0 {
+	if len(unstarted) == 0 {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	if err := r.d.pool.SendBatch(rctx, &b).Close(); err != nil {
-		r.d.logger.WarnContext(ctx, "releasing unstarted rows failed; their leases will expire", "rows", b.Len(), "err", err)
+	if err := queryRelease(rctx, r.d.pool, r.reg.queue, unstarted); err != nil {
+		r.d.logger.WarnContext(ctx, "releasing unstarted rows failed; their leases will expire", "rows", len(unstarted), "err", err)
 		return
 	}
-	r.d.logger.DebugContext(ctx, "released unstarted rows", "rows", b.Len())
+	r.d.logger.DebugContext(ctx, "released unstarted rows", "rows", len(unstarted))
 }

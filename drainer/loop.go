@@ -2,11 +2,7 @@ package drainer
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 const (
@@ -17,8 +13,6 @@ const (
 	errorDelayMax = 5 * time.Second
 	// recordTimeout bounds writing a batch's results, which must happen even after Run's ctx ends.
 	recordTimeout = 10 * time.Second
-	// wakeSample is how many pending rows of an unpartitioned queue the wake-up query looks at.
-	wakeSample = 256
 )
 
 // runner is one Run: the resolved config and the wake-up channel.
@@ -85,39 +79,20 @@ func (r *runner[T]) batch(ctx context.Context) (int, error) {
 	return r.leaseBatch(ctx)
 }
 
-// nextWake is how long to sleep: PollFallback, or less when a backoff or lease in the queue ends
-// sooner. Partitioned queues read the parked heads (one index probe); unpartitioned ones look at
-// the first wakeSample pending rows in claim order, through the claim index.
+// nextWake is how long to sleep: PollFallback, or less when a lease or backoff that parks work
+// ends sooner (outbox.next_due: the parked heads of a partitioned queue, the first pending rows in
+// claim order of an unpartitioned one).
 func (r *runner[T]) nextWake(ctx context.Context) time.Duration {
 	wait := r.cfg.PollFallback
-	var secs *float64
-	var err error
-	if r.reg.partitionColumn != "" {
-		err = r.d.pool.QueryRow(ctx, `
-			SELECT extract(epoch FROM min(h.parked_until) - now())::float8
-			FROM outbox.partition_heads h WHERE h.queue_id = $1 AND h.parked_until IS NOT NULL`,
-			r.reg.queueID).Scan(&secs)
-	} else {
-		err = r.d.pool.QueryRow(ctx, fmt.Sprintf(`
-			SELECT extract(epoch FROM min(GREATEST(s.next_attempt_at, s.leased_until)) - now())::float8
-			FROM (SELECT t.next_attempt_at, t.leased_until FROM %s t
-			      WHERE t.sent_at IS NULL AND t.attempt_count < $1
-			      ORDER BY t.attempt_count, t.id LIMIT %d) s`, r.relation(), wakeSample),
-			r.reg.maxAttempts).Scan(&secs)
-	}
+	due, err := queryNextDue(ctx, r.d.pool, r.reg.queue)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.d.logger.WarnContext(ctx, "reading the next wake-up time", "err", err)
+			r.d.logger.WarnContext(ctx, "reading the next wake-up time; waiting for PollFallback", "err", err)
 		}
 		return wait
 	}
-	if secs != nil {
-		wait = min(wait, max(time.Duration(*secs*float64(time.Second)), minWakeDelay))
+	if due != nil {
+		wait = min(wait, max(*due, minWakeDelay))
 	}
 	return wait
-}
-
-// relation is the queue table as a quoted SQL identifier.
-func (r *runner[T]) relation() string {
-	return pgx.Identifier(strings.SplitN(r.reg.queue, ".", 2)).Sanitize()
 }

@@ -21,6 +21,7 @@ type metrics struct {
 
 	results       *prometheus.CounterVec
 	leaseLost     prometheus.Counter
+	repairs       *prometheus.CounterVec
 	claimDuration *prometheus.HistogramVec
 	backlog       *prometheus.Desc
 	oldestAge     *prometheus.Desc
@@ -43,6 +44,12 @@ func newMetrics(table string, pool *pgxpool.Pool, logger *slog.Logger) *metrics 
 			Help:        "Results refused because the lease was no longer this drainer's (the row was claimed again).",
 			ConstLabels: labels,
 		}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgdrain_repairs_total",
+			Help: "Problems in derived state (partition heads, floors, clocks, the registration) that this " +
+				"drainer's repair pass found and fixed: pending rows no claim could reach. Any increase is a bug: report it.",
+			ConstLabels: prometheus.Labels{"queue": table},
+		}, []string{"cause"}),
 		claimDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:        "outbox_claim_duration_seconds",
 			Help:        "Duration of one claim (claim_batch or claim_locked).",
@@ -62,10 +69,16 @@ func newMetrics(table string, pool *pgxpool.Pool, logger *slog.Logger) *metrics 
 	for _, mode := range []ClaimMode{ClaimLease, ClaimLock} {
 		m.claimDuration.WithLabelValues(mode.String())
 	}
+	// Export the causes outbox.repair knows at zero, so that increase() sees the first repair.
+	for _, cause := range repairCauses {
+		m.repairs.WithLabelValues(cause)
+	}
 	return m
 }
 
 func (m *metrics) recorded(d Disposition) { m.results.WithLabelValues(d.String()).Inc() }
+
+func (m *metrics) repaired(cause string) { m.repairs.WithLabelValues(cause).Inc() }
 
 func (m *metrics) observeClaim(mode ClaimMode, d time.Duration) {
 	m.claimDuration.WithLabelValues(mode.String()).Observe(d.Seconds())
@@ -75,6 +88,7 @@ func (m *metrics) observeClaim(mode ClaimMode, d time.Duration) {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.results.Describe(ch)
 	m.leaseLost.Describe(ch)
+	m.repairs.Describe(ch)
 	m.claimDuration.Describe(ch)
 	ch <- m.backlog
 	ch <- m.oldestAge
@@ -86,19 +100,16 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.results.Collect(ch)
 	m.leaseLost.Collect(ch)
+	m.repairs.Collect(ch)
 	m.claimDuration.Collect(ch)
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	var pending, poisoned int64
-	var age float64
-	err := m.pool.QueryRow(ctx, `
-		SELECT pending, poisoned, coalesce(extract(epoch FROM oldest_pending_age), 0)::float8
-		FROM outbox.stats($1)`, m.table).Scan(&pending, &poisoned, &age)
+	s, err := queryStats(ctx, m.pool, m.table)
 	if err != nil {
-		m.logger.Warn("reading outbox.stats for metrics", "err", err)
+		m.logger.Warn("reading gauges for metrics", "err", err)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(m.backlog, prometheus.GaugeValue, float64(pending))
-	ch <- prometheus.MustNewConstMetric(m.oldestAge, prometheus.GaugeValue, age)
-	ch <- prometheus.MustNewConstMetric(m.poisoned, prometheus.GaugeValue, float64(poisoned))
+	ch <- prometheus.MustNewConstMetric(m.backlog, prometheus.GaugeValue, float64(s.pending))
+	ch <- prometheus.MustNewConstMetric(m.oldestAge, prometheus.GaugeValue, s.oldestAgeSeconds)
+	ch <- prometheus.MustNewConstMetric(m.poisoned, prometheus.GaugeValue, float64(s.poisoned))
 }

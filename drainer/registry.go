@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
-// registration is a queue's row in outbox.queues: the settings the SQL functions apply.
+// registration is what outbox.queue_info returns: the settings the SQL functions apply.
 type registration struct {
-	queueID         int32
-	queue           string
-	relation        string // table_oid::regclass, quoted as needed
-	partitionColumn string
+	queue           string // canonical "schema.table"
+	partitionColumn string // "" when unpartitioned
 	maxAttempts     int
 	backoffMin      time.Duration
 	backoffMax      time.Duration
@@ -23,38 +19,10 @@ type registration struct {
 	channel         string
 }
 
-// loadRegistration reads the queue's registration, or fails naming the queue when there is none.
+// loadRegistration reads the queue's registration through outbox.queue_info (granted to
+// pgdrain_worker), or fails with ErrQueueNotRegistered naming the queue when there is none.
 func loadRegistration(ctx context.Context, db querier, table string) (registration, error) {
-	var (
-		r          registration
-		partition  *string
-		policy     string
-		bmin, bmax time.Duration
-	)
-	err := db.QueryRow(ctx, `
-		SELECT q.queue_id, q.queue, q.table_oid::regclass::text, q.partition_column, q.max_attempts,
-		       q.backoff_min, q.backoff_max, q.permanent_policy, q.channel
-		FROM outbox.queues q WHERE q.queue = $1`, table).
-		Scan(&r.queueID, &r.queue, &r.relation, &partition, &r.maxAttempts, &bmin, &bmax, &policy, &r.channel)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, fmt.Errorf("queue %s is not registered (call outbox.create_queue first)", table)
-	}
-	if err != nil {
-		return r, fmt.Errorf("reading registration of queue %s: %w", table, err)
-	}
-	if partition != nil {
-		r.partitionColumn = *partition
-	}
-	r.backoffMin, r.backoffMax = bmin, bmax
-	switch policy {
-	case "poison":
-		r.permanentPolicy = PoisonPermanent
-	case "retry":
-		r.permanentPolicy = RetryPermanent
-	default:
-		return r, fmt.Errorf("queue %s has unknown permanent_policy %q", table, policy)
-	}
-	return r, nil
+	return queryQueueInfo(ctx, db, table)
 }
 
 // reconcile fills the registry settings that c leaves zero from r and fails, naming the field,

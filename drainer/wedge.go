@@ -3,8 +3,6 @@ package drainer
 import (
 	"context"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // wedgeWatchEnabled: the per-partition report needs a threshold, a partitioned queue and
@@ -38,24 +36,7 @@ func (r *runner[T]) watchWedges(ctx context.Context) {
 // reportWedges asks outbox.wedged_partitions for the wedgeReportLimit oldest stuck partitions,
 // logs each as a warning and hands them to the observer.
 func (r *runner[T]) reportWedges(ctx context.Context) {
-	rows, err := r.d.pool.Query(ctx, `
-		SELECT partition_key, head_id, head_attempt_count, coalesce(head_last_error, ''), oldest_pending_at,
-		       pending, reason, extract(epoch FROM now() - oldest_pending_at)::float8
-		FROM outbox.wedged_partitions($1, $2, $3)`, r.reg.queue, r.cfg.WedgeWarnAfter, wedgeReportLimit)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.d.logger.WarnContext(ctx, "reading wedged partitions", "err", err)
-		}
-		return
-	}
-	wedged, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (WedgedPartition, error) {
-		w := WedgedPartition{Table: r.reg.queue}
-		var age float64
-		err := row.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttempts, &w.HeadLastError, &w.OldestPendingAt,
-			&w.Pending, &w.Reason, &age)
-		w.Age = time.Duration(age * float64(time.Second))
-		return w, err
-	})
+	wedged, err := queryWedgedPartitions(ctx, r.d.pool, r.reg.queue, r.cfg.WedgeWarnAfter, wedgeReportLimit)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.d.logger.WarnContext(ctx, "reading wedged partitions", "err", err)

@@ -150,8 +150,11 @@ func TestCLI_StatsWedgedAndRequeueFollowTheRows(t *testing.T) {
 	runCLIJSON(t, cli.ExitOK, &requeued, "requeue", "public.cli_events", "3", "--dsn", db.URL)
 	require.Equal(t, int64(1), requeued.Requeued)
 	var attempts int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT attempt_count FROM public.cli_events WHERE id = 3`).Scan(&attempts))
+	var atTail bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT attempt_count, id > (SELECT max(id) FROM public.cli_events WHERE id <> e.id)
+		FROM public.cli_events e WHERE last_error = 'malformed'`).Scan(&attempts, &atTail))
 	require.Equal(t, 0, attempts)
+	require.True(t, atTail, "a requeued row goes to the tail of its key, with a new id")
 	runCLIJSON(t, cli.ExitOK, &s, "stats", "cli_events", "--dsn", db.URL)
 	require.Equal(t, int64(0), s.Poisoned)
 	require.Equal(t, int64(12), s.Pending)

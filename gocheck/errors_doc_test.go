@@ -34,6 +34,8 @@ var badCalls = []badCall{
 	{"create_queue", "partition_column missing from adopted table", `SELECT outbox.create_queue('public.adoptable', 'nosuch')`},
 	{"create_queue", "partition_column has NULLs in adopted table", `SELECT outbox.create_queue('public.adoptable', 'k')`},
 	{"create_queue", "partition_column of a registered queue changes", `SELECT outbox.create_queue('public.ev', NULL)`},
+	{"create_queue", "partitioned table whose id has no sequence", `SELECT outbox.create_queue('public.no_seq', 'k')`},
+	{"create_queue", "table registered under another name", `SELECT outbox.create_queue('public.renamed', 'k')`},
 	{"create_queue", "max_attempts out of range", `SELECT outbox.create_queue('public.q', max_attempts => 0)`},
 	{"create_queue", "max_attempts is NULL", `SELECT outbox.create_queue('public.q', max_attempts => NULL)`},
 	{"create_queue", "backoff_min not positive", `SELECT outbox.create_queue('public.q', backoff_min => '0 seconds')`},
@@ -49,9 +51,12 @@ var badCalls = []badCall{
 	{"enqueue", "event_type is empty", `SELECT outbox.enqueue('public.ev', ' ', '{}', 'k1')`},
 	{"enqueue", "event_type is NULL", `SELECT outbox.enqueue('public.ev', NULL, '{}', 'k1')`},
 	{"enqueue", "payload is NULL", `SELECT outbox.enqueue('public.ev', 'e', NULL, 'k1')`},
+	{"enqueue", "payload is JSON null", `SELECT outbox.enqueue('public.ev', 'e', 'null', 'k1')`},
 	{"enqueue", "partition_key missing on a partitioned queue", `SELECT outbox.enqueue('public.ev', 'e', '{}')`},
+	{"enqueue", "partition_key is empty or blank", `SELECT outbox.enqueue('public.ev', 'e', '{}', ' ')`},
 	{"enqueue", "partition_key given on an unpartitioned queue", `SELECT outbox.enqueue('public.plain', 'e', '{}', 'k1')`},
 	{"claim_batch", "queue is not registered", `SELECT * FROM outbox.claim_batch('public.nosuch')`},
+	{"claim_batch", "queue's table was dropped outside drop_queue", `SELECT * FROM outbox.claim_batch('public.dropped')`},
 	{"claim_batch", "batch_size out of range", `SELECT * FROM outbox.claim_batch('public.ev', 0)`},
 	{"claim_batch", "batch_size is NULL", `SELECT * FROM outbox.claim_batch('public.ev', NULL)`},
 	{"claim_batch", "lease not positive", `SELECT * FROM outbox.claim_batch('public.ev', 10, '0 seconds')`},
@@ -64,6 +69,10 @@ var badCalls = []badCall{
 	{"apply_result", "outcome unknown", `SELECT outbox.apply_result('public.ev', 1, gen_random_uuid(), 'ok')`},
 	{"apply_result", "outcome is NULL", `SELECT outbox.apply_result('public.ev', 1, gen_random_uuid(), NULL)`},
 	{"apply_results", "ids is NULL", `SELECT * FROM outbox.apply_results('public.ev', NULL, '{}', '{}')`},
+	{"apply_results", "ids is multidimensional", `SELECT * FROM outbox.apply_results('public.ev', '{{1},{2}}', ARRAY[gen_random_uuid(), gen_random_uuid()], '{sent,sent}')`},
+	{"apply_results", "lease_tokens is multidimensional", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[ARRAY[gen_random_uuid()]], '{sent}')`},
+	{"apply_results", "outcomes is multidimensional", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[gen_random_uuid()], '{{sent}}')`},
+	{"apply_results", "errors is multidimensional", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[gen_random_uuid()], '{sent}', '{{a}}')`},
 	{"apply_results", "outcomes of another length", `SELECT * FROM outbox.apply_results('public.ev', '{1,2}', ARRAY[gen_random_uuid(), gen_random_uuid()], '{sent}')`},
 	{"apply_results", "errors of another length", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[gen_random_uuid()], '{sent}', '{a,b}')`},
 	{"apply_results", "lease_tokens of another length", `SELECT * FROM outbox.apply_results('public.ev', '{1,2}', ARRAY[gen_random_uuid()], '{sent,sent}')`},
@@ -75,6 +84,7 @@ var badCalls = []badCall{
 	{"settle_locked", "queue is not registered", `SELECT outbox.settle_locked('public.nosuch', '{1}', '{sent}')`},
 	{"settle_locked", "row not held by this transaction", `SELECT outbox.settle_locked('public.ev', '{1}', '{sent}')`},
 	{"settle_locked", "outcomes of another length", `SELECT outbox.settle_locked('public.ev', '{1}', '{sent,sent}')`},
+	{"settle_locked", "ids is multidimensional", `SELECT outbox.settle_locked('public.ev', '{{1}}', '{sent}')`},
 	{"settle_locked", "outcome unknown", `SELECT outbox.settle_locked('public.ev', '{1}', '{retry}')`},
 	{"extend_lease", "queue is not registered", `SELECT outbox.extend_lease('public.nosuch', 1, gen_random_uuid(), '1 minute')`},
 	{"extend_lease", "id is NULL", `SELECT outbox.extend_lease('public.ev', NULL, gen_random_uuid(), '1 minute')`},
@@ -110,7 +120,13 @@ func errorsFixture(t *testing.T) *testdb.DB {
 		CREATE TABLE public.no_pk (id bigint, event_type text, payload jsonb, created_at timestamptz);
 		CREATE TABLE public.adoptable (id bigint PRIMARY KEY, event_type text NOT NULL, payload jsonb NOT NULL,
 		                               created_at timestamptz NOT NULL DEFAULT now(), k text);
-		INSERT INTO public.adoptable (id, event_type, payload) VALUES (1, 'e', '{}');`)
+		INSERT INTO public.adoptable (id, event_type, payload) VALUES (1, 'e', '{}');
+		CREATE TABLE public.no_seq (id bigint PRIMARY KEY, event_type text NOT NULL, payload jsonb NOT NULL,
+		                            created_at timestamptz NOT NULL DEFAULT now(), k text NOT NULL);
+		SELECT outbox.create_queue('public.renamed_from', 'k');
+		ALTER TABLE public.renamed_from RENAME TO renamed;
+		SELECT outbox.create_queue('public.dropped');
+		DROP TABLE public.dropped;`)
 	require.NoError(t, err)
 	return db
 }
@@ -130,7 +146,7 @@ func TestErrorsDoc(t *testing.T) {
 		"(`UPDATE_ERRORS_DOC=1 go test ./gocheck -run TestErrorsDoc` rewrites it).\n")
 	doc.WriteString("Every call here fails and changes nothing (the test compares a fingerprint of the whole state).\n\n")
 	doc.WriteString("SQLSTATEs: `22023` invalid argument (message `<function>: <argument> must ..., got <value>`), " +
-		"`42P01` queue not registered, `3F000` schema missing, `55000` row not held (lock mode), " +
+		"`42P01` queue not registered (or its table dropped outside drop_queue), `3F000` schema missing, `55000` row not held (lock mode), " +
 		"`42501` the caller's role may not call the function (see docs/security.md).\n")
 	before := stateFingerprint(t, db.Pool)
 	last := ""

@@ -55,13 +55,14 @@ func sqlState(err error) (code, message string) {
 }
 
 // stateFingerprint hashes everything a bad call could change: the registry, the partition heads,
-// the rows of every registered queue table, the relations, triggers and roles that exist. Two equal
+// the rows of every registered queue table (that still exists), the relations, triggers and roles that exist. Two equal
 // fingerprints mean nothing changed.
 func stateFingerprint(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	ctx := context.Background()
 	var parts []string
-	rows, err := pool.Query(ctx, `SELECT q.table_oid::regclass::text FROM outbox.queues q ORDER BY q.queue_id`)
+	rows, err := pool.Query(ctx, `SELECT q.table_oid::regclass::text FROM outbox.queues q
+		WHERE EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = q.table_oid) ORDER BY q.queue_id`)
 	require.NoError(t, err)
 	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

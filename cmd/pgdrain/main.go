@@ -1,5 +1,6 @@
 // Command pgdrain is the operator's view of pgdrain queues: list them, read their gauges, find
-// wedged partitions, requeue poisoned rows, purge sent history and check a queue's setup.
+// wedged partitions, requeue poisoned rows, purge sent history and check a queue's setup and its
+// derived state.
 //
 //	pgdrain [--dsn URL] [--json] queues
 //	pgdrain [--dsn URL] [--json] stats QUEUE

@@ -14,6 +14,7 @@ GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operat
 ALTER FUNCTION outbox.enqueue(text, text, jsonb, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__heads() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[]) SECURITY DEFINER;
@@ -26,9 +27,13 @@ ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINE
 ALTER FUNCTION outbox.check_indexes(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.queue_info(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 
--- Producers: enqueue. A plain INSERT needs INSERT on the queue table, granted per table
--- (GRANT INSERT ON public.events TO pgdrain_producer); the heads and commit triggers run as definer.
+-- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
+-- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
+-- run as definer and are executable by nobody.
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text) TO pgdrain_producer;
 
 -- Workers: both claim modes, results, heartbeats, releases.
@@ -51,6 +56,22 @@ GRANT EXECUTE ON FUNCTION
   outbox.purge_sent(text, interval, integer)
   TO pgdrain_operator;
 GRANT SELECT ON outbox.queues TO pgdrain_operator;
+
+-- Workers and operators: a queue's settings, when its next row is due (the drainer's sleep), and the
+-- repair pass over its partition heads (the drainer runs it periodically; pgdrain check dry-runs it).
+GRANT EXECUTE ON FUNCTION
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.repair(text, boolean)
+  TO pgdrain_worker, pgdrain_operator;
+
+-- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged
+-- partitions (WithWedgeObserver) and the index check at start. All read-only, no payloads.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text)
+  TO pgdrain_worker;
 
 -- create_queue and drop_queue stay SECURITY INVOKER and are granted to nobody: they create and
 -- alter tables and triggers, which only the owner of the schema (the migrating role) should do.

@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(85);
+SELECT plan(100);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -39,26 +39,34 @@ INSERT INTO contract VALUES
   ('check_indexes', ARRAY['text'], 'queue text', 'TABLE(problem text, index_name text, detail text)', 'setof record'),
   ('requeue_poisoned', ARRAY['text','bigint[]'], 'queue text, ids bigint[] DEFAULT NULL::bigint[]', 'bigint', 'bigint'),
   ('purge_sent', ARRAY['text','interval','integer'],
-   'queue text, older_than interval DEFAULT ''7 days''::interval, max_rows integer DEFAULT 10000', 'bigint', 'bigint');
+   'queue text, older_than interval DEFAULT ''7 days''::interval, max_rows integer DEFAULT 10000', 'bigint', 'bigint'),
+  -- Beyond DESIGN.md's table (added in 00004): what a worker needs without reading tables, and the
+  -- check and repair of the partition heads.
+  ('queue_info', ARRAY['text'], 'queue text',
+   'TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval, backoff_max interval, permanent_policy text, channel text)',
+   'setof record'),
+  ('next_due', ARRAY['text'], 'queue text', 'timestamp with time zone', 'timestamp with time zone'),
+  ('repair', ARRAY['text','boolean'], 'queue text, dry_run boolean DEFAULT false',
+   'TABLE(partition_key text, cause text, head_id bigint, detail text)', 'setof record');
 
--- 15 x has_function
+-- 18 x has_function
 SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 15 x function_returns
+-- 18 x function_returns
 SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
 FROM contract c ORDER BY c.name;
--- 15 x argument names, order and defaults
+-- 18 x argument names, order and defaults
 SELECT is(pg_get_function_arguments(p.oid), c.arguments,
           format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 15 x result shape (the columns of TABLE results)
+-- 18 x result shape (the columns of TABLE results)
 SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 15 x one overload only (a second signature would make calls ambiguous)
+-- 18 x one overload only (a second signature would make calls ambiguous)
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
           1::bigint, format('outbox.%s has exactly one signature', c.name))
 FROM contract c ORDER BY c.name;
@@ -78,7 +86,7 @@ SELECT is_empty(
 SELECT has_table('outbox', 'queues', 'the registry table outbox.queues exists');
 SELECT columns_are('outbox', 'queues',
   ARRAY['queue_id','queue','table_oid','partition_column','partition_type','max_attempts','backoff_min',
-        'backoff_max','permanent_policy','channel','created_at'],
+        'backoff_max','permanent_policy','channel','created_at','id_sequence'],
   'outbox.queues records each queue''s table and settings');
 SELECT col_is_pk('outbox', 'queues', 'queue_id', 'outbox.queues is keyed by queue_id');
 SELECT col_is_unique('outbox', 'queues', 'queue', 'a queue name is registered at most once');

@@ -40,8 +40,9 @@ commands:
   purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000]
                                   delete rows sent more than --older-than ago, --chunk rows per
                                   short transaction, at most --max-rows in all (0 = no limit)
-  check QUEUE                     index set, autovacuum settings, NOTIFY and heads triggers (exit 1
-                                  if any problem)
+  check QUEUE                     index set, autovacuum settings, NOTIFY and heads triggers, and
+                                  pending rows no claim can reach (outbox.repair dry run; changes
+                                  nothing) (exit 1 if any problem)
 
 flags (before or after the command):
   --dsn URL    PostgreSQL URL (default $DATABASE_URL)

@@ -1,5 +1,5 @@
--- Validates the parallel arrays of a batch of results: same lengths, at most 10000, no NULL or
--- duplicate id, every outcome one of 'sent', 'transient', 'permanent'.
+-- Validates the parallel arrays of a batch of results: one-dimensional, same lengths, at most
+-- 10000, no NULL or duplicate id, every outcome one of 'sent', 'transient', 'permanent'.
 CREATE OR REPLACE FUNCTION outbox._check_outcomes(p_function text, p_ids bigint[], p_outcomes text[],
                                                   p_errors text[])
 RETURNS void
@@ -13,6 +13,9 @@ BEGIN
   IF p_ids IS NULL THEN
     PERFORM outbox._invalid(p_function, 'ids must not be NULL');
   END IF;
+  PERFORM outbox._check_one_dimension(p_function, 'ids', pg_catalog.array_ndims(p_ids));
+  PERFORM outbox._check_one_dimension(p_function, 'outcomes', pg_catalog.array_ndims(p_outcomes));
+  PERFORM outbox._check_one_dimension(p_function, 'errors', pg_catalog.array_ndims(p_errors));
   IF pg_catalog.cardinality(p_ids) > 10000 THEN
     PERFORM outbox._invalid(p_function, pg_catalog.format(
       'ids must have at most 10000 elements, got %s', pg_catalog.cardinality(p_ids)));

@@ -26,9 +26,12 @@ SET jit = off
 AS $$
 DECLARE
   v_table regclass := p_q.table_oid::regclass;
+  -- Due and lease times against the clock, not now(): a claim in a transaction that began long ago
+  -- must neither miss what has become due since nor hand out a lease that has already run out.
+  v_now timestamptz := pg_catalog.clock_timestamp();
   v_due constant text := 't.sent_at IS NULL AND t.attempt_count < $2
-    AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= pg_catalog.now())
-    AND (t.leased_until IS NULL OR t.leased_until <= pg_catalog.now())';
+    AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= $now)
+    AND (t.leased_until IS NULL OR t.leased_until <= $now)';
   v_all bigint[] := '{}';
   v_ids bigint[];
   v_keys text[];
@@ -39,19 +42,26 @@ DECLARE
   v_claimed_keys text[];
   v_stale text[];
   v_remaining integer := p_batch_size;
+  v_until timestamptz;
+  -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
+  -- not skip our own locks, so without excluding them before the LIMIT they would take the places
+  -- of rows that can still be claimed.
+  v_held bigint[] := CASE WHEN p_mode = 'lock' THEN COALESCE(pg_catalog.string_to_array(NULLIF(
+    pg_catalog.current_setting('pgdrain.held_' || p_q.queue_id, true), ''), ',')::bigint[], '{}') ELSE '{}' END;
 BEGIN
   IF p_q.partition_column IS NULL THEN
     EXECUTE pg_catalog.format(
       'SELECT pg_catalog.array_agg(id) FROM (
-         SELECT t.id FROM %s t WHERE %s ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
-      v_table, v_due)
-      INTO v_all USING p_batch_size, p_q.max_attempts;
+         SELECT t.id FROM %s t WHERE %s AND t.id <> ALL ($4)
+         ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
+      v_table, pg_catalog.replace(v_due, '$now', '$3'))
+      INTO v_all USING p_batch_size, p_q.max_attempts, v_now, v_held;
     v_all := COALESCE(v_all, '{}');
     IF p_mode = 'lease' AND pg_catalog.cardinality(v_all) > 0 THEN
       EXECUTE pg_catalog.format(
-        'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = pg_catalog.now() + $2
+        'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $2
          WHERE id = ANY ($1)', v_table)
-        USING v_all, p_lease;
+        USING v_all, pg_catalog.clock_timestamp() + p_lease;
     END IF;
     RETURN v_all;
   END IF;
@@ -71,7 +81,7 @@ BEGIN
   UPDATE outbox.partition_heads h SET parked_until = NULL
   WHERE h.ctid = ANY (ARRAY(
     SELECT w.ctid FROM outbox.partition_heads w
-    WHERE w.queue_id = p_q.queue_id AND w.parked_until <= pg_catalog.now()
+    WHERE w.queue_id = p_q.queue_id AND w.parked_until <= v_now
     ORDER BY w.parked_until
     LIMIT GREATEST(4 * p_batch_size, 64)
     FOR NO KEY UPDATE SKIP LOCKED));
@@ -84,7 +94,7 @@ BEGIN
           WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
             -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
             -- locks: without this a later pass would take them again.
-            AND (h.head_id IS NULL OR h.head_id <> ALL (v_all))
+            AND (h.head_id IS NULL OR h.head_id <> ALL (v_all || v_held))
           ORDER BY h.attempt_count, h.head_id
           LIMIT v_remaining
           FOR NO KEY UPDATE SKIP LOCKED) s;
@@ -106,18 +116,19 @@ BEGIN
                              AND p.sent_at IS NULL AND p.attempt_count < $2
                            OFFSET 0)
          FOR UPDATE OF t SKIP LOCKED) t',
-      v_table, p_q.partition_column, v_due, p_q.partition_type)
-      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids, v_keys;
+      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$6'), p_q.partition_type)
+      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids, v_keys, v_now;
 
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;
       v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
       IF p_mode = 'lease' THEN
+        v_until := pg_catalog.clock_timestamp() + p_lease;
         EXECUTE pg_catalog.format(
-          'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = pg_catalog.now() + $2
+          'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $2
            WHERE id = ANY ($1)', v_table)
-          USING v_ids, p_lease;
-        UPDATE outbox.partition_heads h SET parked_until = pg_catalog.now() + p_lease
+          USING v_ids, v_until;
+        UPDATE outbox.partition_heads h SET parked_until = v_until
         WHERE h.ctid = ANY (v_claimed_ctids);
       END IF;
     END IF;

@@ -40,7 +40,7 @@ DECLARE
   v_maxs bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[];
   v_renumbered boolean := false;
   v_issued bigint;
-  v_sequence constant regclass := pg_catalog.pg_get_serial_sequence(p_q.table_oid::regclass::text, 'id')::regclass;
+  v_sequence constant regclass := p_q.id_sequence;
   v_late text[];
   v_late_los bigint[];
   v_late_his bigint[];
@@ -48,8 +48,7 @@ DECLARE
   v_new text[];
   v_empty text[];
   v_low_keys text[];
-  v_low_ids bigint[];
-  i integer;
+  v_wrote boolean;
 BEGIN
   PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
           pg_catalog.set_config(v_setting || '_mins', '', true),
@@ -77,9 +76,8 @@ BEGIN
            pg_catalog.array_agg(c.committed_max ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found IS NULL),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found AND h.head_id IS NULL),
-           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo),
-           pg_catalog.array_agg(u.lo ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
-      INTO v_late, v_late_los, v_late_his, v_late_clocks, v_new, v_empty, v_low_keys, v_low_ids
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
+      INTO v_late, v_late_los, v_late_his, v_late_clocks, v_new, v_empty, v_low_keys
     FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
     LEFT JOIN LATERAL (SELECT x.committed_max FROM outbox.partition_clocks x
                        WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
@@ -96,37 +94,28 @@ BEGIN
     v_renumbered := true;
   END LOOP;
 
-  -- New keys get their heads (in key order; DO NOTHING covers a head this transaction's own claims
-  -- made). A floor above our rows (only possible for ids given explicitly or without a sequence,
-  -- which are not renumbered) is lowered, one key at a time in key order.
-  -- A head left empty and parked by a claim that ran while we were open: wake it for our rows.
-  IF v_empty IS NOT NULL THEN
-    FOR i IN 1..pg_catalog.cardinality(v_keys) LOOP
-      CONTINUE WHEN v_keys[i] <> ALL (v_empty);
-      UPDATE outbox.partition_heads h SET head_id = v_mins[i], parked_until = NULL
-      WHERE h.queue_id = p_q.queue_id AND h.partition_key = v_keys[i] AND h.head_id IS NULL;
-    END LOOP;
-    PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
-  END IF;
-  IF v_new IS NOT NULL THEN
-    WITH ins AS (
-      INSERT INTO outbox.partition_heads (queue_id, partition_key, head_id, floor_id)
+  -- New keys get their heads, a head a claim left empty while we were open is woken, and a floor
+  -- above our rows (ids given explicitly, which are not renumbered) is lowered: one upsert in key
+  -- order. ON CONFLICT works on the head's latest version, so a head another session made or
+  -- changed after our probe (a rebuild after a crash) is corrected too, not silently kept. NOTIFY
+  -- when it wrote anything: a partition became claimable.
+  IF v_new IS NOT NULL OR v_empty IS NOT NULL OR v_low_keys IS NOT NULL THEN
+    WITH up AS (
+      INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
       SELECT p_q.queue_id, u.k, u.lo, u.lo
       FROM unnest(v_keys, v_mins) AS u(k, lo)
-      WHERE u.k = ANY (v_new)
+      WHERE u.k = ANY (v_new) OR u.k = ANY (v_empty) OR u.k = ANY (v_low_keys)
       ORDER BY u.k
-      ON CONFLICT (queue_id, partition_key) DO NOTHING
+      ON CONFLICT (queue_id, partition_key) DO UPDATE
+        SET head_id = COALESCE(h.head_id, EXCLUDED.head_id),
+            parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
+            floor_id = LEAST(h.floor_id, EXCLUDED.floor_id)
+        WHERE h.head_id IS NULL OR h.floor_id > EXCLUDED.floor_id
       RETURNING 1)
-    SELECT CASE WHEN EXISTS (SELECT 1 FROM ins) THEN v_new END INTO v_new;
-    IF v_new IS NOT NULL THEN
+    SELECT EXISTS (SELECT 1 FROM up) INTO v_wrote;
+    IF v_wrote THEN
       PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
     END IF;
-  END IF;
-  IF v_low_keys IS NOT NULL THEN
-    FOR i IN 1..pg_catalog.cardinality(v_low_keys) LOOP
-      UPDATE outbox.partition_heads h SET floor_id = v_low_ids[i]
-      WHERE h.queue_id = p_q.queue_id AND h.partition_key = v_low_keys[i] AND h.floor_id > v_low_ids[i];
-    END LOOP;
   END IF;
 
   -- The keys and ids come from transaction-local settings, which a producer could forge: a clock

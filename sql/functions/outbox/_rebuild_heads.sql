@@ -1,7 +1,9 @@
--- Recomputes the partition heads of a queue from its pending rows (after adoption, or after an
--- operator changed rows by hand): every head is dropped and made again, floors from 0, the same way
--- heads come back after a crash (_restore_heads). Partitions with no deliverable row lose their
--- head. Marks the heads complete.
+-- Recomputes the partition heads of a queue from its pending rows (after adoption, after a change of
+-- max_attempts made poisoned rows deliverable again, or after an operator changed rows by hand):
+-- floors go back to 0 and every partition with a deliverable row gets its head pointed at it, the
+-- same way heads come back after a crash (_restore_heads). Heads are never deleted here: a producer
+-- in flight may own the only rows of a key, and its commit step relies on the head it saw; heads
+-- left without rows are dropped by the next claim that looks at them (under the producer lock).
 CREATE OR REPLACE FUNCTION outbox._rebuild_heads(p_queue_id integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -12,7 +14,6 @@ DECLARE
   v_q outbox.queues;
 BEGIN
   SELECT * INTO STRICT v_q FROM outbox.queues q WHERE q.queue_id = p_queue_id;
-  DELETE FROM outbox.partition_heads h WHERE h.queue_id = p_queue_id;
   DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = p_queue_id;
   PERFORM outbox._restore_heads(v_q);
 END;

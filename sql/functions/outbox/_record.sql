@@ -4,6 +4,10 @@
 -- token together. 'transient' adds an attempt with backoff; on a partitioned queue it is capped
 -- at max_attempts - 1 so a partition head is never poisoned by a transient failure. 'permanent'
 -- poisons (attempt_count = max_attempts) unless the queue's policy is 'retry'.
+-- A backoff is counted from the clock when the outcome is recorded, not from now() (the
+-- transaction start): in lock mode the claiming transaction has been open for the whole delivery,
+-- and a backoff counted from its start could be over before it is written. sent_at is a record,
+-- not a deadline: it stays now(), the time of the transaction that made the row sent.
 CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
                                           p_outcomes text[], p_errors text[])
 RETURNS bigint[]
@@ -18,6 +22,7 @@ DECLARE
   v_done bigint[];
   v_keys text[];
   v_cap integer := CASE WHEN p_q.partition_column IS NULL THEN p_q.max_attempts ELSE p_q.max_attempts - 1 END;
+  v_clock timestamptz := pg_catalog.clock_timestamp();
 BEGIN
   EXECUTE pg_catalog.format(
     'WITH input AS (
@@ -36,7 +41,7 @@ BEGIN
          next_attempt_at = CASE
            WHEN d.outcome = ''sent'' THEN t.next_attempt_at
            WHEN d.attempts >= $6 THEN NULL
-           ELSE pg_catalog.now() + outbox._backoff(d.attempts, $8, $9) END,
+           ELSE $10 + outbox._backoff(d.attempts, $8, $9) END,
          last_error = CASE WHEN d.outcome = ''sent'' THEN t.last_error ELSE d.err END,
          leased_until = NULL,
          lease_token = NULL
@@ -49,7 +54,7 @@ BEGIN
          ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END)
     INTO v_done, v_keys
     USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
-          p_q.backoff_min, p_q.backoff_max;
+          p_q.backoff_min, p_q.backoff_max, v_clock;
 
   IF p_q.partition_column IS NOT NULL AND v_keys IS NOT NULL THEN
     PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));

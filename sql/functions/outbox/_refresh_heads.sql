@@ -8,6 +8,8 @@
 -- exclusively (try, never wait) and after a second look with a newer snapshot: a producer in
 -- flight holds that lock shared, so its uncommitted rows never lose their head. When the lock is
 -- busy an empty head (head_id NULL) is parked for a second and looked at again by a later claim.
+-- Only READ COMMITTED gives the second look a newer snapshot: under REPEATABLE READ or SERIALIZABLE
+-- every key counts as busy, so a head is never deleted nor a floor raised from an old snapshot.
 CREATE OR REPLACE FUNCTION outbox._refresh_heads(p_q outbox.queues, p_keys text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -24,7 +26,7 @@ AS $$
 DECLARE
   v_next constant text := pg_catalog.format(
     'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head,
-            NULLIF(GREATEST(n.next_attempt_at, n.leased_until, pg_catalog.now()), pg_catalog.now()) AS parked,
+            NULLIF(GREATEST(n.next_attempt_at, n.leased_until, $4), $4) AS parked,
             n.id IS NULL OR n.id > fl.floor_id AND EXISTS (
               SELECT 1 FROM %1$s s WHERE s.%2$I = k.key::%3$s AND s.sent_at IS NULL
                 AND s.id >= fl.floor_id AND s.id < n.id) AS tidy
@@ -42,6 +44,7 @@ DECLARE
   v_tidy text[];
   v_locked text[];
   v_busy text[];
+  v_now timestamptz := pg_catalog.clock_timestamp();
 BEGIN
   IF p_keys IS NULL OR pg_catalog.cardinality(p_keys) = 0 THEN
     RETURN;
@@ -58,14 +61,16 @@ BEGIN
          SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
              parked_until = EXCLUDED.parked_until)
      SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FROM next WHERE next.tidy', v_next)
-    INTO v_tidy USING p_keys, p_q.max_attempts, p_q.queue_id;
+    INTO v_tidy USING p_keys, p_q.max_attempts, p_q.queue_id, v_now;
   IF v_tidy IS NULL THEN
     RETURN;
   END IF;
 
-  SELECT pg_catalog.array_agg(k) INTO v_locked
-  FROM pg_catalog.unnest(v_tidy) AS k
-  WHERE pg_catalog.pg_try_advisory_xact_lock(1885823232 + p_q.queue_id, pg_catalog.hashtext(k) & 1023);
+  IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+    SELECT pg_catalog.array_agg(k) INTO v_locked
+    FROM pg_catalog.unnest(v_tidy) AS k
+    WHERE pg_catalog.pg_try_advisory_xact_lock(1885823232 + p_q.queue_id, pg_catalog.hashtext(k) & 1023);
+  END IF;
   SELECT pg_catalog.array_agg(k) INTO v_busy
   FROM pg_catalog.unnest(v_tidy) AS k
   WHERE k <> ALL (COALESCE(v_locked, '{}'));
@@ -77,12 +82,12 @@ BEGIN
       'WITH next AS (%s)
        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
        SELECT $3, next.key, next.id, COALESCE(next.attempt_count, 0),
-              CASE WHEN next.id IS NULL THEN pg_catalog.now() + interval ''1 second'' ELSE next.parked END
+              CASE WHEN next.id IS NULL THEN $4 + interval ''1 second'' ELSE next.parked END
        FROM next WHERE next.id IS NOT NULL OR next.has_head
        ON CONFLICT (queue_id, partition_key) DO UPDATE
          SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
              parked_until = EXCLUDED.parked_until', v_next)
-      USING v_busy, p_q.max_attempts, p_q.queue_id;
+      USING v_busy, p_q.max_attempts, p_q.queue_id, v_now;
   END IF;
   IF v_locked IS NULL THEN
     RETURN;
@@ -101,6 +106,6 @@ BEGIN
      ON CONFLICT (queue_id, partition_key) DO UPDATE
        SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
            parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next)
-    USING v_locked, p_q.max_attempts, p_q.queue_id;
+    USING v_locked, p_q.max_attempts, p_q.queue_id, v_now;
 END;
 $$;

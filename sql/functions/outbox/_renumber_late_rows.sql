@@ -1,9 +1,12 @@
 -- Gives this transaction's pending rows of the late keys new ids from the queue's id sequence, in
--- their order: larger than every id given out so far, so also than every committed row of the key
--- (see outbox._commit_partitions). Returns each renumbered key with its new smallest and largest id.
--- Skipped (the key keeps id order, and commits after a larger id keep that position) when ids do
--- not come from a sequence, or the sequence is behind the committed ids (ids given explicitly):
--- a new id must be larger than the committed ones and must not collide with a later default.
+-- their order, each larger than the key's clock (the largest committed id of its hash): delivered
+-- order (id order) is then commit order (see outbox._commit_partitions). A sequence with CACHE > 1
+-- hands this session values from its own cache, which may lie below ids other sessions already
+-- committed: values not above the clock are drawn and dropped until one is (at most the cache
+-- size; the clock never exceeds the sequence's last value, see the caller).
+-- Skipped (the key keeps id order) only when the sequence is behind the clock, which means it was
+-- set back by hand (setval, ALTER SEQUENCE RESTART): a new id must not collide with a later default.
+-- Returns each renumbered key with its new smallest and largest id.
 -- Arguments: the queue's id sequence (NULL: none), the late keys, and for each (aligned arrays)
 -- this transaction's smallest and largest id and the key's clock as the caller read it.
 CREATE OR REPLACE FUNCTION outbox._renumber_late_rows(p_q outbox.queues, p_sequence regclass, p_keys text[],
@@ -39,10 +42,15 @@ BEGIN
 
     k := p_keys[i];
     lo := NULL;
+    v_new := pg_catalog.nextval(p_sequence);
+    WHILE v_new <= p_clocks[i] LOOP
+      v_new := pg_catalog.nextval(p_sequence);
+    END LOOP;
     FOREACH v_old IN ARRAY v_ids LOOP
-      EXECUTE pg_catalog.format(
-        'UPDATE %s SET id = pg_catalog.nextval($2) WHERE id = $1 RETURNING id', v_table)
-        INTO v_new USING v_old, p_sequence;
+      IF v_old <> v_ids[1] THEN
+        v_new := pg_catalog.nextval(p_sequence);
+      END IF;
+      EXECUTE pg_catalog.format('UPDATE %s SET id = $2 WHERE id = $1', v_table) USING v_old, v_new;
       lo := COALESCE(lo, v_new);
     END LOOP;
     hi := v_new;

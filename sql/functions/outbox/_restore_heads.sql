@@ -1,5 +1,6 @@
 -- Brings back the partition heads of a queue after crash recovery (or a standby's promotion)
--- emptied the unlogged heads tables: every partition with pending rows gets its head again.
+-- emptied the unlogged heads tables, or recomputes them (_rebuild_heads): every partition with
+-- pending rows gets its head again, searched from floor 0.
 -- Heads producers made since then are kept (upsert). Runs once per queue: the first claim takes
 -- the queue's rebuild lock, looks again, and rebuilds; concurrent claims wait for it.
 CREATE OR REPLACE FUNCTION outbox._restore_heads(p_q outbox.queues)
@@ -15,10 +16,15 @@ BEGIN
   IF EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
     RETURN;
   END IF;
+  -- Keys with deliverable rows, and keys that have a head (a rebuild keeps heads: the search from
+  -- floor 0 below repoints or, under the producer lock, drops them).
   EXECUTE pg_catalog.format(
-    'SELECT pg_catalog.array_agg(DISTINCT %I::text) FROM %s WHERE sent_at IS NULL AND attempt_count < $1',
+    'SELECT pg_catalog.array_agg(k) FROM (
+       SELECT %I::text AS k FROM %s WHERE sent_at IS NULL AND attempt_count < $1
+       UNION
+       SELECT h.partition_key FROM outbox.partition_heads h WHERE h.queue_id = $2) s',
     p_q.partition_column, p_q.table_oid::regclass)
-    INTO v_keys USING p_q.max_attempts;
+    INTO v_keys USING p_q.max_attempts, p_q.queue_id;
   UPDATE outbox.partition_heads h SET floor_id = 0 WHERE h.queue_id = p_q.queue_id;
   PERFORM outbox._refresh_heads(p_q, v_keys);
   INSERT INTO outbox.partition_heads_built (queue_id) VALUES (p_q.queue_id) ON CONFLICT DO NOTHING;

@@ -13,6 +13,7 @@ DECLARE
   v_done bigint[];
 BEGIN
   PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_one_dimension(fn, 'lease_tokens', pg_catalog.array_ndims(lease_tokens));
   IF lease_tokens IS NULL OR pg_catalog.cardinality(lease_tokens) <> pg_catalog.cardinality(ids) THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'lease_tokens must have as many elements as ids (%s), got %s', pg_catalog.cardinality(ids),

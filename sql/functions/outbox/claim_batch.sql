@@ -1,6 +1,8 @@
 -- Lease mode: leases up to batch_size deliverable rows for `lease`, each with its own fresh
 -- lease_token, in one short transaction. Results come back through apply_result(s) and count only
 -- while the token still matches. Order: attempt_count, id (fresh rows overtake retried ones).
+-- Due times and leases are read from the clock at the claim, not now(): in a transaction that
+-- began long ago now() would hand out a lease that is already over.
 CREATE OR REPLACE FUNCTION outbox.claim_batch(queue text, batch_size integer DEFAULT 32, lease interval DEFAULT '30 seconds')
 RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
               lease_token uuid, leased_until timestamptz, created_at timestamptz)
@@ -15,25 +17,28 @@ DECLARE
   fn constant text := 'claim_batch';
   v_q outbox.queues := outbox._queue(fn, queue);
   v_ids bigint[];
+  v_clock timestamptz;
 BEGIN
   PERFORM outbox._check_batch_size(fn, batch_size);
   PERFORM outbox._check_lease(fn, lease);
   IF v_q.partition_column IS NULL THEN
     -- One statement: pick, lease and return (each EXECUTE is planned anew, so fewer is faster).
+    -- One clock reading for the whole statement: a row is due and leased at the same instant.
+    v_clock := pg_catalog.clock_timestamp();
     RETURN QUERY EXECUTE pg_catalog.format(
       'WITH leased AS (
-         UPDATE %1$s t SET lease_token = pg_catalog.gen_random_uuid(), leased_until = pg_catalog.now() + $3
+         UPDATE %1$s t SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $4 + $3
          WHERE t.id = ANY (ARRAY(
            SELECT s.id FROM %1$s s
            WHERE s.sent_at IS NULL AND s.attempt_count < $2
-             AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= pg_catalog.now())
-             AND (s.leased_until IS NULL OR s.leased_until <= pg_catalog.now())
+             AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= $4)
+             AND (s.leased_until IS NULL OR s.leased_until <= $4)
            ORDER BY s.attempt_count, s.id LIMIT $1
            FOR UPDATE SKIP LOCKED))
          RETURNING t.id, t.event_type, t.payload, NULL::text, t.attempt_count, t.lease_token, t.leased_until,
                    t.created_at)
        SELECT * FROM leased ORDER BY 5, 1', v_q.table_oid::regclass)
-      USING batch_size, v_q.max_attempts, lease;
+      USING batch_size, v_q.max_attempts, lease, v_clock;
     RETURN;
   END IF;
   v_ids := outbox._claim(v_q, batch_size, lease, 'lease');

@@ -1,7 +1,15 @@
--- Creates (or adopts) the queue table, exactly the two required partial indexes, the NOTIFY trigger
--- and, for a partitioned queue, the trigger that keeps outbox.partition_heads; then registers the
--- queue. Idempotent: calling it again with new settings updates them; the partition column can not
--- change. An adopted table keeps its rows; missing lease columns are added as NULL = "free".
+-- Creates (or adopts) the queue table, exactly the two required partial indexes, the NOTIFY trigger,
+-- the TRUNCATE trigger and, for a partitioned queue, the trigger that feeds the commit step; then
+-- registers the queue. Idempotent: calling it again with new settings updates them; the partition
+-- column can not change. An adopted table keeps its rows; missing lease columns are added as
+-- NULL = "free". What the table enforces on producers (CHECKs, column privileges) is
+-- outbox._guard_queue_table.
+-- Registration follows the table: when the registered table was dropped (or dropped and made
+-- again) outside drop_queue, the new table is registered under the same queue_id and every piece
+-- of state derived from the old one (partition heads, built-mark, clocks) is dropped first; heads
+-- are then rebuilt from the new table's rows.
+-- A partitioned queue needs the sequence its ids come from (outbox.queues.id_sequence): the commit
+-- step renumbers late rows with it.
 -- A created table gets fillfactor 80, so writing a lease is a HOT update (no index touched), and
 -- autovacuum settings for a table that is mostly empty and churns.
 CREATE OR REPLACE FUNCTION outbox.create_queue(
@@ -31,7 +39,10 @@ DECLARE
   v_queue_id integer;
   v_missing text;
   v_has_nulls boolean;
-  v_sequence text;
+  v_sequence regclass;
+  v_other text;
+  v_new_table boolean;
+  v_created boolean := false;
 BEGIN
   IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -70,17 +81,27 @@ BEGIN
   END IF;
   v_channel := pg_catalog.lower(v_channel);
 
-  SELECT * INTO v_old FROM outbox.queues q WHERE q.queue = v_name;
-  IF FOUND AND v_old.partition_column IS DISTINCT FROM v_col THEN
-    PERFORM outbox._invalid(fn, pg_catalog.format(
-      'partition_column of registered queue %s is %s and can not change to %s (drop_queue first)',
-      v_name, COALESCE(v_old.partition_column, 'NULL'), COALESCE(v_col, 'NULL')));
-  END IF;
-
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = v_schema) THEN
     RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
   END IF;
   v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
+
+  -- The registration is this table's only while its oid is the table's; a registration whose
+  -- table was dropped (and maybe made again) is stale, and the new table is a new queue.
+  SELECT * INTO v_old FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
+  IF FOUND AND v_old.table_oid = v_rel AND v_old.partition_column IS DISTINCT FROM v_col THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column of registered queue %s is %s and can not change to %s (drop_queue first)',
+      v_name, COALESCE(v_old.partition_column, 'NULL'), COALESCE(v_col, 'NULL')));
+  END IF;
+  IF v_rel IS NOT NULL THEN
+    SELECT q.queue INTO v_other FROM outbox.queues q WHERE q.table_oid = v_rel AND q.queue <> v_name;
+    IF v_other IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'table %s is already registered as queue %s (renamed?); drop_queue(%L) first', v_name, v_other, v_other));
+    END IF;
+  END IF;
+  v_new_table := v_old.queue_id IS NULL OR v_old.table_oid IS DISTINCT FROM v_rel;
 
   IF v_rel IS NULL THEN
     EXECUTE pg_catalog.format(
@@ -100,6 +121,7 @@ BEGIN
       v_schema, v_table,
       CASE WHEN v_col IS NULL THEN '' ELSE pg_catalog.format(', %I text NOT NULL', v_col) END);
     v_rel := pg_catalog.format('%I.%I', v_schema, v_table)::regclass;
+    v_created := true;
   ELSE
     IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) NOT IN ('r', 'p') THEN
       PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but is not a table', v_name));
@@ -154,14 +176,31 @@ BEGIN
     FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_col;
   END IF;
 
+  -- Renumbering late rows at commit (per-key commit order) takes new ids from this sequence.
+  v_sequence := outbox._id_sequence(v_rel);
+  IF v_col IS NOT NULL AND v_sequence IS NULL THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'queue %s is partitioned, so its id must come from an ascending sequence (identity, serial or '
+      'DEFAULT nextval(''a_sequence'')): per-key commit order renumbers late rows with it', v_name));
+  END IF;
+
+  -- Everything derived from the old table goes before the new one is registered.
+  IF v_old.queue_id IS NOT NULL AND v_new_table THEN
+    DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_old.queue_id;
+  END IF;
+
   INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
-                                  backoff_min, backoff_max, permanent_policy, channel)
+                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence)
   VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
-          create_queue.backoff_max, create_queue.permanent_policy, v_channel)
+          create_queue.backoff_max, create_queue.permanent_policy, v_channel, v_sequence)
   ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
         backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
-        channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid
+        channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid,
+        partition_column = EXCLUDED.partition_column, partition_type = EXCLUDED.partition_type,
+        id_sequence = EXCLUDED.id_sequence
   RETURNING q.queue_id INTO v_queue_id;
 
   -- The two required indexes, unless an equivalent one (any name) is already there.
@@ -175,14 +214,9 @@ BEGIN
                               pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
   END IF;
 
-  -- Producers write with a plain INSERT (RETURNING id is common); the heads trigger runs as owner.
-  IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pgdrain_producer') THEN
-    EXECUTE pg_catalog.format('GRANT INSERT, SELECT (id) ON %s TO pgdrain_producer', v_rel);
-    v_sequence := pg_catalog.pg_get_serial_sequence(v_rel::text, 'id');
-    IF v_sequence IS NOT NULL THEN
-      EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE %s TO pgdrain_producer', v_sequence);
-    END IF;
-  END IF;
+  -- CHECKs, the producers' column privileges (plain INSERT of an event, RETURNING id; the heads
+  -- trigger runs as owner) and the TRUNCATE trigger.
+  PERFORM outbox._guard_queue_table(v_rel, v_col, NOT v_created);
 
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
   EXECUTE pg_catalog.format(
@@ -193,9 +227,11 @@ BEGIN
     EXECUTE pg_catalog.format(
       'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
          FOR EACH STATEMENT EXECUTE FUNCTION outbox.tg_queue__heads(%s, %L)', v_rel, v_queue_id, v_col);
-    -- Rows that were pending before adoption need their partition heads too (a registered
-    -- queue already has them, kept up to date by the trigger).
-    IF v_old.queue_id IS NULL THEN
+    -- Rows that were pending before adoption (or in the table that replaced the registered one)
+    -- need their partition heads too; a registered table already has them, kept by the triggers.
+    -- A larger max_attempts makes rows that were poisoned deliverable again, possibly below their
+    -- partitions' floors or in partitions without a head: they are searched from scratch too.
+    IF v_new_table OR create_queue.max_attempts > v_old.max_attempts THEN
       PERFORM outbox._rebuild_heads(v_queue_id);
     END IF;
   END IF;

@@ -1,5 +1,7 @@
--- Unregisters a queue: removes its triggers, partition heads and clocks and registry row; with
--- drop_table = true also drops the table. The indexes stay with the table.
+-- Unregisters a queue: removes its triggers, partition heads, built-mark, clocks and registry row;
+-- with drop_table = true also drops the table. The indexes, CHECKs and grants stay with the table.
+-- Works when the table is already gone (dropped outside drop_queue): then only the registration
+-- and its derived state go.
 CREATE OR REPLACE FUNCTION outbox.drop_queue(queue text, drop_table boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql
@@ -8,20 +10,34 @@ SET search_path = ''
 AS $$
 DECLARE
   fn constant text := 'drop_queue';
-  v_q outbox.queues := outbox._queue(fn, queue);
+  v_name text := outbox._queue_name(fn, queue);
+  v_q outbox.queues;
+  v_rel regclass;
 BEGIN
+  -- Not outbox._queue: that refuses a registration whose table is gone, which is what this clears.
+  SELECT * INTO v_q FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION '%: queue % is not registered (call outbox.create_queue first)', fn, v_name
+      USING ERRCODE = '42P01';
+  END IF;
   IF drop_table IS NULL THEN
     PERFORM outbox._invalid(fn, 'drop_table must not be NULL');
+  END IF;
+  IF pg_catalog.pg_table_is_visible(v_q.table_oid) IS NOT NULL THEN
+    v_rel := v_q.table_oid::regclass;
   END IF;
   DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_q.queue_id;
   DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id;
   DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_q.queue_id;
   DELETE FROM outbox.queues q WHERE q.queue_id = v_q.queue_id;
-  IF drop_table THEN
-    EXECUTE pg_catalog.format('DROP TABLE %s', v_q.table_oid::regclass);
+  IF v_rel IS NULL THEN
+    RETURN;
+  ELSIF drop_table THEN
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_rel);
   ELSE
-    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_q.table_oid::regclass);
-    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_q.table_oid::regclass);
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_truncate ON %s', v_rel);
   END IF;
 END;
 $$;

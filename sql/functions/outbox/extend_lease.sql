@@ -1,5 +1,6 @@
--- Heartbeat: moves leased_until to now() + lease while lease_token still matches and returns it;
--- NULL (and nothing changed) when the lease is no longer ours.
+-- Heartbeat: moves leased_until to clock_timestamp() + lease while lease_token still matches and
+-- returns it; NULL (and nothing changed) when the lease is no longer ours. The clock, not now():
+-- counted from the start of an older transaction the new lease could already be over.
 CREATE OR REPLACE FUNCTION outbox.extend_lease(queue text, id bigint, lease_token uuid, lease interval)
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -20,7 +21,7 @@ BEGIN
   END IF;
   PERFORM outbox._check_lease(fn, lease);
   EXECUTE pg_catalog.format(
-    'UPDATE %s t SET leased_until = pg_catalog.now() + $3
+    'UPDATE %s t SET leased_until = pg_catalog.clock_timestamp() + $3
      WHERE t.id = $1 AND t.lease_token = $2 AND t.sent_at IS NULL
      RETURNING t.leased_until, %s',
     v_q.table_oid::regclass,

@@ -1,6 +1,11 @@
 -- Operator: gives poisoned rows (all of them, or the given ids) a fresh start: attempt_count 0,
--- due now, last_error kept for the record. Returns how many rows were requeued. On a partitioned
--- queue their partitions' heads move back to them, so per-key order holds again.
+-- due now, last_error kept for the record. Returns how many rows were requeued.
+-- On a partitioned queue a requeued row goes to the TAIL of its key, as if committed now: it gets a
+-- new id from the queue's sequence and is delivered after every row of its key committed before
+-- the requeue, never before a successor that was already delivered (an old "register" must not
+-- come back after the "unregister" that followed it without the operator asking for exactly that;
+-- see docs/ordering.md). The rows then go through the producers' commit step (outbox._note_written):
+-- order against concurrent producers, heads, NOTIFY. Their event is the same; only the position moves.
 CREATE OR REPLACE FUNCTION outbox.requeue_poisoned(queue text, ids bigint[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -11,31 +16,64 @@ DECLARE
   fn constant text := 'requeue_poisoned';
   v_q outbox.queues := outbox._queue(fn, queue);
   v_count bigint;
+  v_old bigint[];
   v_keys text[];
+  v_mins bigint[];
+  v_maxs bigint[];
 BEGIN
   IF ids IS NOT NULL AND pg_catalog.array_position(ids, NULL) IS NOT NULL THEN
     PERFORM outbox._invalid(fn, 'ids must not contain NULL');
   END IF;
+  IF v_q.partition_column IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'UPDATE %s t SET attempt_count = 0, next_attempt_at = NULL, leased_until = NULL, lease_token = NULL
+       WHERE t.sent_at IS NULL AND t.attempt_count >= $1 AND ($2::bigint[] IS NULL OR t.id = ANY ($2))',
+      v_q.table_oid::regclass)
+      USING v_q.max_attempts, ids;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+      PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+    END IF;
+    RETURN v_count;
+  END IF;
+
+  IF v_q.id_sequence IS NULL THEN
+    RAISE EXCEPTION '%: queue % has no id sequence to move requeued rows to the tail of their keys (call outbox.create_queue again)',
+      fn, v_q.queue USING ERRCODE = '55000';
+  END IF;
   EXECUTE pg_catalog.format(
-    'WITH upd AS (
-       UPDATE %s t SET attempt_count = 0, next_attempt_at = NULL, leased_until = NULL, lease_token = NULL
-       WHERE t.sent_at IS NULL AND t.attempt_count >= $1 AND ($2::bigint[] IS NULL OR t.id = ANY ($2))
-       RETURNING %s AS key)
-     SELECT pg_catalog.count(*), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
-    v_q.table_oid::regclass,
-    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
-         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END)
-    INTO v_count, v_keys USING v_q.max_attempts, ids;
-  IF v_q.partition_column IS NOT NULL THEN
-    -- The requeued rows may lie below their partitions' floors: search those partitions from 0.
-    UPDATE outbox.partition_heads h SET floor_id = 0
-    FROM pg_catalog.unnest(v_keys) AS k
-    WHERE h.queue_id = v_q.queue_id AND h.partition_key = k;
-    PERFORM outbox._refresh_heads(v_q, pg_catalog.array_remove(v_keys, NULL));
+    'SELECT pg_catalog.array_agg(t.id ORDER BY t.id) FROM %s t
+     WHERE t.sent_at IS NULL AND t.attempt_count >= $1 AND ($2::bigint[] IS NULL OR t.id = ANY ($2))',
+    v_q.table_oid::regclass)
+    INTO v_old USING v_q.max_attempts, ids;
+  IF v_old IS NULL THEN
+    RETURN 0;
   END IF;
-  IF v_count > 0 THEN
-    PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  -- New ids in the order of the old ones (generate_series yields in order, nextval runs per row).
+  EXECUTE pg_catalog.format(
+    'WITH moved AS (
+       SELECT o.old_id, n.new_id
+       FROM unnest($1::bigint[]) WITH ORDINALITY AS o(old_id, i)
+       JOIN (SELECT g.i, pg_catalog.nextval($3) AS new_id FROM pg_catalog.generate_series(1, $4) AS g(i)) n
+         ON n.i = o.i),
+     upd AS (
+       UPDATE %1$s t SET id = m.new_id, attempt_count = 0, next_attempt_at = NULL, leased_until = NULL,
+                         lease_token = NULL
+       FROM moved m WHERE t.id = m.old_id AND t.sent_at IS NULL AND t.attempt_count >= $2
+       RETURNING t.id, t.%2$I::text AS key)
+     SELECT pg_catalog.array_agg(k ORDER BY k), pg_catalog.array_agg(lo ORDER BY k), pg_catalog.array_agg(hi ORDER BY k),
+            COALESCE(pg_catalog.sum(n), 0)
+     FROM (SELECT upd.key AS k, pg_catalog.min(upd.id) AS lo, pg_catalog.max(upd.id) AS hi, pg_catalog.count(*) AS n
+           FROM upd GROUP BY 1) s',
+    v_q.table_oid::regclass, v_q.partition_column)
+    INTO v_keys, v_mins, v_maxs, v_count USING v_old, v_q.max_attempts, v_q.id_sequence, pg_catalog.cardinality(v_old);
+  IF v_keys IS NULL THEN
+    RETURN 0;
   END IF;
+  PERFORM outbox._note_written(v_q.queue_id, v_q.table_oid, v_keys, v_mins, v_maxs);
+  -- The commit step notifies only for heads it creates or wakes; a requeue is an operator asking
+  -- for delivery now, so say so whatever the heads were.
+  PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
   RETURN v_count;
 END;
 $$;

@@ -1,9 +1,10 @@
 -- Lock mode: records outcomes for rows this transaction claimed with claim_locked and still holds.
 -- Refuses (SQLSTATE 55000, nothing changed) any id this transaction does not hold: the id must be
--- in claim_locked's list for this transaction and its row lock must be this transaction's. Returns how
--- many rows were recorded. A settled row leaves the held set, so it is recorded at most once per
--- claim: settling it again is refused like any row not held (else a second 'transient' would count
--- a second attempt).
+-- in claim_locked's list for this transaction and its row lock must be this transaction's, taken at
+-- the top level or in a savepoint that is still open or was released (a rolled-back savepoint
+-- took its lock, and its part of the list, with it). Returns how many rows were recorded. A
+-- settled row leaves the held set, so it is recorded at most once per claim: settling it again is
+-- refused like any row not held (else a second 'transient' would count a second attempt).
 CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -26,11 +27,9 @@ BEGIN
   SELECT x INTO v_foreign FROM pg_catalog.unnest(ids) x WHERE x <> ALL (COALESCE(v_held, '{}')) LIMIT 1;
   IF NOT FOUND THEN
     -- The setting is only a list any session could SET LOCAL: the row lock itself must be ours
-    -- too (claim_locked's FOR UPDATE leaves this transaction's xid in xmax).
-    EXECUTE pg_catalog.format(
-      'SELECT x FROM pg_catalog.unnest($1::bigint[]) AS x LEFT JOIN %s t ON t.id = x
-       WHERE t.xmax IS DISTINCT FROM pg_catalog.pg_current_xact_id()::xid LIMIT 1', v_q.table_oid::regclass)
-      INTO v_foreign USING ids;
+    -- too (outbox._locked_here: claim_locked's FOR UPDATE, in this transaction or one of its
+    -- live savepoints).
+    v_foreign := outbox._locked_here(v_q.table_oid::regclass, ids);
   END IF;
   IF v_foreign IS NOT NULL THEN
     RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',

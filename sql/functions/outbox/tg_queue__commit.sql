@@ -24,6 +24,8 @@ BEGIN
   FOR v_q IN
     SELECT * FROM outbox.queues q
     WHERE q.table_oid::text = ANY (v_queues::text[]) AND q.partition_column IS NOT NULL
+      -- The transaction may have dropped the table it wrote: nothing of it is left to order.
+      AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL
     ORDER BY q.queue_id
   LOOP
     PERFORM outbox._commit_partitions(v_q);

@@ -1,5 +1,5 @@
--- claim_batch takes only deliverable rows: unsent, not poisoned, due (next_attempt_at <= now()),
--- and not leased (or lease expired). Each gets leased_until = now() + lease.
+-- claim_batch takes only deliverable rows: unsent, not poisoned, due (next_attempt_at at or before
+-- the claim), and not leased (or lease expired). Each gets leased_until = the claim's clock + lease.
 BEGIN;
 SELECT plan(8);
 
@@ -17,13 +17,16 @@ SELECT format($$UPDATE %1$s SET next_attempt_at = now() + interval '1 minute', a
 :ddl;
 SELECT test_helpers.row_json(:'q', (:'r'::bigint[])[2]) AS leased_before \gset
 
+SELECT clock_timestamp() AS before_claim \gset
 SELECT results_eq(
   format('SELECT id FROM outbox.claim_batch(%L, 100, %L)', :'q', '45 seconds'),
   format($$VALUES (%s::bigint), (%s), (%s)$$, (:'r'::bigint[])[5], (:'r'::bigint[])[7], (:'r'::bigint[])[6]),
   'only the fresh, the due-now and the overdue rows are claimed: not backing off, leased, sent or poisoned ones');
-SELECT is(test_helpers.ids_where(:'q', $$leased_until = now() + interval '45 seconds' AND lease_token IS NOT NULL$$),
+SELECT is(test_helpers.ids_where(:'q', format($$leased_until BETWEEN %L::timestamptz + interval '45 seconds'
+                                                 AND clock_timestamp() + interval '45 seconds' AND lease_token IS NOT NULL$$,
+                                          :'before_claim')),
           ARRAY[(:'r'::bigint[])[5], (:'r'::bigint[])[6], (:'r'::bigint[])[7]],
-          'each claimed row is leased until now() + lease with a token');
+          'each claimed row is leased until the claim''s clock + lease with a token');
 SELECT is(test_helpers.row_json(:'q', (:'r'::bigint[])[2]), :'leased_before'::jsonb,
           'a row leased by someone else is left untouched');
 SELECT is(test_helpers.ids_where(:'q', 'lease_token IS NULL AND leased_until IS NULL'),
@@ -39,7 +42,8 @@ SELECT results_eq(
   'SELECT id, event_type, payload, partition_key, attempt_count, lease_token, leased_until, created_at FROM claimed2',
   format('SELECT id, event_type, payload, NULL::text, attempt_count, lease_token, leased_until, created_at FROM %s', :'q2'),
   'claim_batch returns the row''s columns and its new lease (partition_key NULL when unpartitioned)');
-SELECT is(test_helpers.ids_where(:'q2', $$leased_until = now() + interval '30 seconds'$$), ARRAY[:id2::bigint],
+SELECT is(test_helpers.ids_where(:'q2', $$leased_until BETWEEN now() + interval '30 seconds'
+                                                        AND clock_timestamp() + interval '30 seconds'$$), ARRAY[:id2::bigint],
           'the default lease is 30 seconds');
 
 SELECT test_helpers.new_queue() AS q3 \gset

@@ -8,8 +8,8 @@ SELECT test_helpers.new_queue('resource_id') AS q \gset
 SELECT split_part(:'q', '.', 2) AS t \gset
 SELECT test_helpers.new_queue() AS q2 \gset
 
-SELECT triggers_are('public', :'t', ARRAY['pgdrain_notify', 'pgdrain_heads'],
-                    'a partitioned queue has exactly the notify and partition-head triggers');
+SELECT triggers_are('public', :'t', ARRAY['pgdrain_notify', 'pgdrain_heads', 'pgdrain_truncate'],
+                    'a partitioned queue has exactly the notify, partition-head and truncate triggers');
 SELECT trigger_is('public', :'t', 'pgdrain_notify', 'outbox', 'tg_queue__notify',
                   'pgdrain_notify calls outbox.tg_queue__notify');
 -- tgtype bits: 1 = ROW, 2 = BEFORE, 4 = INSERT; 4 alone = AFTER INSERT FOR EACH STATEMENT.
@@ -43,8 +43,8 @@ SELECT is(ARRAY[current_setting('pgdrain.commit_armed'),
           ARRAY['', 'k1,k2'], 'the commit step made both heads and disarmed');
 SELECT outbox.enqueue(:'q', 'e', '{}', 'k3') IS NULL AS _ \gset
 SELECT lives_ok(format('TRUNCATE %s', :'q'), 'a partitioned queue written in this transaction can be truncated too');
-SELECT triggers_are('public', split_part(:'q2', '.', 2), ARRAY['pgdrain_notify'],
-                    'an unpartitioned queue has only the notify trigger');
+SELECT triggers_are('public', split_part(:'q2', '.', 2), ARRAY['pgdrain_notify', 'pgdrain_truncate'],
+                    'an unpartitioned queue has only the notify and truncate triggers');
 
 SELECT outbox.create_queue(:'q', 'resource_id', 10, '1 second', '30 seconds', 'poison', 'Other_Channel') IS NULL AS _ \gset
 SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'), 1::bigint,

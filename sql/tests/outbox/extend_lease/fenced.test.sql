@@ -1,4 +1,4 @@
--- extend_lease moves leased_until to now() + lease only for the token holder and returns it;
+-- extend_lease moves leased_until to the clock + lease only for the token holder and returns it;
 -- any other token gets NULL and the row is unchanged. Bad input raises and changes nothing.
 BEGIN;
 SELECT plan(10);
@@ -8,13 +8,15 @@ SELECT test_helpers.add(:'q', 1, 'a') AS a \gset
 SELECT (:'a'::bigint[])[1] AS id \gset
 SELECT lease_token AS t FROM outbox.claim_batch(:'q', 10, '10 seconds') \gset
 
-SELECT is(outbox.extend_lease(:'q', :id, :'t', '2 minutes'), now() + interval '2 minutes',
-          'the holder extends its lease and gets the new leased_until');
+SELECT clock_timestamp() AS before_extend \gset
+SELECT outbox.extend_lease(:'q', :id, :'t', '2 minutes') AS until \gset
+SELECT ok(:'until'::timestamptz BETWEEN :'before_extend'::timestamptz + interval '2 minutes' AND clock_timestamp() + interval '2 minutes',
+          'the holder extends its lease and gets the new leased_until (the clock + lease)');
 SELECT results_eq(format('SELECT leased_until, lease_token, attempt_count FROM %s', :'q'),
-                  format($$VALUES (now() + interval '2 minutes', %L::uuid, 0)$$, :'t'),
+                  format($$VALUES (%L::timestamptz, %L::uuid, 0)$$, :'until', :'t'),
                   'the row carries the new lease, the same token, and no attempt');
 SELECT is((SELECT parked_until FROM outbox.partition_heads h JOIN outbox.queues q USING (queue_id) WHERE q.queue = :'q'),
-          now() + interval '2 minutes', 'the partition head stays parked until the new lease ends');
+          :'until'::timestamptz, 'the partition head stays parked until the new lease ends');
 SELECT test_helpers.state(:'q') AS before \gset
 SELECT is(outbox.extend_lease(:'q', :id, gen_random_uuid(), '1 hour'), NULL, 'a foreign token gets NULL');
 SELECT is(test_helpers.state(:'q'), :'before'::jsonb, 'and the row and its head are unchanged');

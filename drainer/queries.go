@@ -1,0 +1,271 @@
+package drainer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Every statement the drainer sends is here. Each calls an outbox SQL function granted to
+// pgdrain_worker (docs/security.md); the drainer reads and writes no table itself, so a login role
+// that is only a member of pgdrain_worker can run it.
+const (
+	sqlQueueInfo = `
+		SELECT queue_name, coalesce(partition_column, ''), max_attempts, backoff_min, backoff_max,
+		       permanent_policy, channel
+		FROM outbox.queue_info($1)`
+	sqlCheckIndexes = `SELECT problem, coalesce(index_name, ''), detail FROM outbox.check_indexes($1)`
+	// sqlNextDue is measured on the server's clock, so clock skew with this process does not matter.
+	sqlNextDue    = `SELECT extract(epoch FROM outbox.next_due($1) - pg_catalog.clock_timestamp())::float8`
+	sqlClaimBatch = `
+		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token
+		FROM outbox.claim_batch($1, $2, $3)`
+	sqlClaimLocked = `
+		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, NULL::uuid
+		FROM outbox.claim_locked($1, $2)`
+	sqlExtendLease  = `SELECT outbox.extend_lease($1, $2, $3, $4)`
+	sqlApplyResults = `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5)`
+	sqlRelease      = `SELECT outbox.release($1, $2, $3)`
+	sqlSettleLocked = `SELECT outbox.settle_locked($1, $2, $3, $4)`
+	sqlStats        = `
+		SELECT pending, poisoned, coalesce(extract(epoch FROM oldest_pending_age), 0)::float8
+		FROM outbox.stats($1)`
+	sqlWedgedPartitions = `
+		SELECT partition_key, head_id, head_attempt_count, coalesce(head_last_error, ''), oldest_pending_at,
+		       pending, reason, extract(epoch FROM now() - oldest_pending_at)::float8
+		FROM outbox.wedged_partitions($1, $2, $3)`
+	sqlRepair = `
+		SELECT coalesce(partition_key, ''), head_id, cause, coalesce(detail, '')
+		FROM outbox.repair($1, $2)`
+)
+
+// querier is what both a pool and a transaction offer.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// queryQueueInfo reads the queue's registration (outbox.queue_info). An unregistered queue is an
+// error matching ErrQueueNotRegistered.
+func queryQueueInfo(ctx context.Context, db querier, queue string) (registration, error) {
+	var (
+		r      registration
+		policy string
+	)
+	err := db.QueryRow(ctx, sqlQueueInfo, queue).Scan(&r.queue, &r.partitionColumn, &r.maxAttempts,
+		&r.backoffMin, &r.backoffMax, &policy, &r.channel)
+	if err != nil {
+		return r, translate("reading registration of queue "+queue, err)
+	}
+	switch policy {
+	case "poison":
+		r.permanentPolicy = PoisonPermanent
+	case "retry":
+		r.permanentPolicy = RetryPermanent
+	default:
+		return r, fmt.Errorf("reading registration of queue %s: unknown permanent_policy %q", queue, policy)
+	}
+	return r, nil
+}
+
+// indexProblem is one row of outbox.check_indexes.
+type indexProblem struct {
+	problem, indexName, detail string
+}
+
+func queryIndexProblems(ctx context.Context, db querier, queue string) ([]indexProblem, error) {
+	rows, err := db.Query(ctx, sqlCheckIndexes, queue)
+	if err != nil {
+		return nil, translate("checking indexes", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (indexProblem, error) {
+		var p indexProblem
+		err := row.Scan(&p.problem, &p.indexName, &p.detail)
+		return p, err
+	})
+	if err != nil {
+		return nil, translate("checking indexes", err)
+	}
+	return list, nil
+}
+
+// queryNextDue returns how long until the earliest lease or backoff that parks work on the queue
+// ends (zero or negative: claim now), or nil when nothing is parked (outbox.next_due).
+func queryNextDue(ctx context.Context, db querier, queue string) (*time.Duration, error) {
+	var secs *float64
+	if err := db.QueryRow(ctx, sqlNextDue, queue).Scan(&secs); err != nil {
+		return nil, translate("reading the next wake-up time", err)
+	}
+	if secs == nil {
+		return nil, nil
+	}
+	d := time.Duration(*secs * float64(time.Second))
+	return &d, nil
+}
+
+// collectJobs scans the rows of either claim into jobs (the lease token is NULL in lock mode).
+func collectJobs(rows pgx.Rows, queue string, deadline time.Time) ([]*job, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*job, error) {
+		j := &job{deadline: deadline}
+		j.event.Table = queue
+		err := row.Scan(&j.event.ID, &j.event.Type, &j.payload, &j.event.PartitionKey, &j.event.Attempts,
+			&j.event.CreatedAt, &j.token)
+		return j, err
+	})
+}
+
+// queryClaimBatch leases up to n rows for lease (outbox.claim_batch); each job's deadline is
+// deadline.
+func queryClaimBatch(ctx context.Context, db querier, queue string, n int, lease time.Duration, deadline time.Time) ([]*job, error) {
+	rows, err := db.Query(ctx, sqlClaimBatch, queue, n, lease)
+	if err != nil {
+		return nil, translate("claiming batch", err)
+	}
+	jobs, err := collectJobs(rows, queue, deadline)
+	if err != nil {
+		return nil, translate("claiming batch", err)
+	}
+	return jobs, nil
+}
+
+// queryClaimLocked locks up to n rows in tx (outbox.claim_locked).
+func queryClaimLocked(ctx context.Context, tx querier, queue string, n int) ([]*job, error) {
+	rows, err := tx.Query(ctx, sqlClaimLocked, queue, n)
+	if err != nil {
+		return nil, translate("claiming batch", err)
+	}
+	jobs, err := collectJobs(rows, queue, time.Time{})
+	if err != nil {
+		return nil, translate("claiming batch", err)
+	}
+	return jobs, nil
+}
+
+// queryExtendLease extends j's lease (outbox.extend_lease): the new end, or nil when the lease is
+// no longer ours.
+func queryExtendLease(ctx context.Context, db querier, queue string, j *job, lease time.Duration) (*time.Time, error) {
+	var until *time.Time
+	if err := db.QueryRow(ctx, sqlExtendLease, queue, j.event.ID, j.token, lease).Scan(&until); err != nil {
+		return nil, translate("extending lease", err)
+	}
+	return until, nil
+}
+
+// queryApplyResults records the outcomes of jobs in one round trip (outbox.apply_results) and
+// calls applied for each row with whether its result counted (false: the lease was lost).
+func queryApplyResults(ctx context.Context, db querier, queue string, jobs []*job, applied func(id int64, ok bool)) error {
+	ids := make([]int64, len(jobs))
+	tokens := make([]pgtype.UUID, len(jobs))
+	outcomes := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i], tokens[i], outcomes[i] = j.event.ID, j.token, j.disposition.String()
+	}
+	rows, err := db.Query(ctx, sqlApplyResults, queue, ids, tokens, outcomes, textArray(jobs))
+	if err != nil {
+		return translate("recording results", err)
+	}
+	var id int64
+	var ok bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &ok}, func() error {
+		applied(id, ok)
+		return nil
+	})
+	if err != nil {
+		return translate("recording results", err)
+	}
+	return nil
+}
+
+// queryRelease gives jobs back untouched, in one round trip (outbox.release per row).
+func queryRelease(ctx context.Context, db querier, queue string, jobs []*job) error {
+	var b pgx.Batch
+	for _, j := range jobs {
+		b.Queue(sqlRelease, queue, j.event.ID, j.token)
+	}
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return translate("releasing rows", err)
+	}
+	return nil
+}
+
+// querySettleLocked records the outcomes of jobs in the claiming transaction tx
+// (outbox.settle_locked) and returns how many rows it recorded.
+func querySettleLocked(ctx context.Context, tx querier, queue string, jobs []*job) (int64, error) {
+	ids := make([]int64, len(jobs))
+	outcomes := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i], outcomes[i] = j.event.ID, j.disposition.String()
+	}
+	var settled int64
+	if err := tx.QueryRow(ctx, sqlSettleLocked, queue, ids, outcomes, textArray(jobs)).Scan(&settled); err != nil {
+		return 0, translate("settling batch", err)
+	}
+	return settled, nil
+}
+
+// queueStats is the part of outbox.stats the gauges export.
+type queueStats struct {
+	pending, poisoned int64
+	oldestAgeSeconds  float64
+}
+
+func queryStats(ctx context.Context, db querier, queue string) (queueStats, error) {
+	var s queueStats
+	if err := db.QueryRow(ctx, sqlStats, queue).Scan(&s.pending, &s.poisoned, &s.oldestAgeSeconds); err != nil {
+		return s, translate("reading outbox.stats", err)
+	}
+	return s, nil
+}
+
+// queryWedgedPartitions returns the limit oldest partitions stuck longer than olderThan
+// (outbox.wedged_partitions).
+func queryWedgedPartitions(ctx context.Context, db querier, queue string, olderThan time.Duration, limit int) ([]WedgedPartition, error) {
+	rows, err := db.Query(ctx, sqlWedgedPartitions, queue, olderThan, limit)
+	if err != nil {
+		return nil, translate("reading wedged partitions", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (WedgedPartition, error) {
+		w := WedgedPartition{Table: queue}
+		var age float64
+		err := row.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttempts, &w.HeadLastError, &w.OldestPendingAt,
+			&w.Pending, &w.Reason, &age)
+		w.Age = time.Duration(age * float64(time.Second))
+		return w, err
+	})
+	if err != nil {
+		return nil, translate("reading wedged partitions", err)
+	}
+	return list, nil
+}
+
+// repairRow is one problem outbox.repair found (and, unless dry run, fixed).
+type repairRow struct {
+	partitionKey string // "" when the problem is not one partition's
+	headID       *int64
+	cause        string
+	detail       string
+}
+
+// queryRepair runs outbox.repair: every pending deliverable row no claim could reach, one row per
+// problem, fixed unless dryRun. No rows: healthy, or another session is repairing the queue.
+func queryRepair(ctx context.Context, db querier, queue string, dryRun bool) ([]repairRow, error) {
+	rows, err := db.Query(ctx, sqlRepair, queue, dryRun)
+	if err != nil {
+		return nil, translate("repairing derived state", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (repairRow, error) {
+		var r repairRow
+		err := row.Scan(&r.partitionKey, &r.headID, &r.cause, &r.detail)
+		return r, err
+	})
+	if err != nil {
+		return nil, translate("repairing derived state", err)
+	}
+	return list, nil
+}

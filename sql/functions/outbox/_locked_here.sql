@@ -1,0 +1,45 @@
+-- Returns the first of p_ids whose row this transaction does not hold FOR UPDATE, NULL when it holds
+-- them all. Ownership comes from the row lock, never from a setting the caller could write.
+-- Fast path: xmax is this transaction's own top-level xid (claimed at the top level). Otherwise
+-- (claimed in a savepoint: xmax is the subtransaction's xid, or a MultiXact when the transaction
+-- also holds a weaker lock on the row or rolled back an update of it) the rows are locked again,
+-- FOR UPDATE SKIP LOCKED: a row another transaction holds is skipped; a row this transaction already
+-- holds (top level, live or released savepoint) comes back and its xmax stays as it was; a row
+-- nobody holds (never locked, its savepoint rolled back, or its holder ended between the two reads)
+-- is locked now and gets a new xmax. So a row is ours when it comes back with the xmax it had
+-- before. A lock taken here for a row that is not ours ends with the error the caller then raises.
+-- Never waits; under REPEATABLE READ a row updated since the snapshot fails with 40001.
+CREATE OR REPLACE FUNCTION outbox._locked_here(p_table regclass, p_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_before text[];
+  v_locked bigint[];
+  v_foreign bigint;
+BEGIN
+  EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.array_agg(t.xmax::text ORDER BY u.ord)
+     FROM pg_catalog.unnest($1::bigint[]) WITH ORDINALITY AS u(id, ord) LEFT JOIN %s t ON t.id = u.id', p_table)
+    INTO v_before USING p_ids;
+  IF pg_catalog.array_position(v_before, NULL) IS NULL
+     AND v_before <@ ARRAY[pg_catalog.pg_current_xact_id_if_assigned()::xid::text] THEN
+    RETURN NULL;
+  END IF;
+  EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.array_agg(t.id) FROM (SELECT s.id FROM %s s WHERE s.id = ANY ($1) FOR UPDATE SKIP LOCKED) t',
+    p_table)
+    INTO v_locked USING p_ids;
+  -- A new statement reads the row headers as they are now (xmax is not versioned by the snapshot;
+  -- the locking statement itself returns the values it read before locking).
+  EXECUTE pg_catalog.format(
+    'SELECT u.id FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(id, xmax_before, ord)
+     LEFT JOIN %s t ON t.id = u.id
+     WHERE u.id <> ALL ($3) OR t.xmax IS NULL OR t.xmax::text IS DISTINCT FROM u.xmax_before
+     ORDER BY u.ord LIMIT 1', p_table)
+    INTO v_foreign USING p_ids, v_before, COALESCE(v_locked, '{}');
+  RETURN v_foreign;
+END;
+$$;
