@@ -5,6 +5,9 @@
 // alr.take_due_steps — every step leased for a short time with its own fencing token — and for
 // each step, in order:
 //
+//  0. checks that a Notifier serves the step's channel; if none does, the step is not recorded: it
+//     is given back with alr.release_step (the ladder does not advance), logged with the channel
+//     and counted, so a configuration error delays a page instead of losing it;
 //  1. calls alr.apply_escalation(escalation_id, lease_token), which records the step (advances the
 //     ladder) only if the token is still the one in the row, the ladder runs and the alert fires;
 //  2. only when that returned true, delivers the step through the Notifier of its channel, with the
@@ -20,4 +23,7 @@
 // A crashed engine never holds a step longer than its lease (2 minutes by default): the next take
 // after that gets it. An engine stopped through its context releases the steps it has not applied
 // yet (alr.release_step), so they are taken again at once.
+//
+// The engine needs only the pgdrain_worker role: every statement it sends (queries.go) calls an alr
+// function granted to it, and it reads and writes no table (docs/security.md).
 package escalation

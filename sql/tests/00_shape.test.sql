@@ -86,7 +86,7 @@ SELECT is_empty(
 SELECT has_table('outbox', 'queues', 'the registry table outbox.queues exists');
 SELECT columns_are('outbox', 'queues',
   ARRAY['queue_id','queue','table_oid','partition_column','partition_type','max_attempts','backoff_min',
-        'backoff_max','permanent_policy','channel','created_at','id_sequence'],
+        'backoff_max','permanent_policy','channel','created_at','id_sequence','clock_base'],
   'outbox.queues records each queue''s table and settings');
 SELECT col_is_pk('outbox', 'queues', 'queue_id', 'outbox.queues is keyed by queue_id');
 SELECT col_is_unique('outbox', 'queues', 'queue', 'a queue name is registered at most once');

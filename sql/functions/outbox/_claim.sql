@@ -37,12 +37,31 @@ DECLARE
   v_keys text[];
   v_heads bigint[];
   v_floors bigint[];
-  v_ctids tid[];
-  v_claimed_ctids tid[];
   v_claimed_keys text[];
   v_stale text[];
   v_remaining integer := p_batch_size;
   v_until timestamptz;
+  -- Where this session's last claim of this queue stopped among fresh heads (attempt_count 0), in
+  -- head_id order, and when that run of claims started from the front (epoch seconds). Heads a claim
+  -- or result moved on leave dead index entries in front of the live ones until vacuum removes them,
+  -- which it can not while another session holds the xmin horizon: starting past them keeps a claim
+  -- from walking the whole drain's history. A per-session hint only: a claim that finds fewer heads
+  -- past it than it wants goes on from the front, and a cursor older than a second is not used, so
+  -- heads behind every cursor (a lease that ran out, a row given back, a claim rolled back) are
+  -- reached at least once a second per session. Retried heads (attempt_count > 0) are always
+  -- searched from the front, after the fresh ones.
+  v_cursor constant text := 'pgdrain.claim_cursor_' || p_q.queue_id;
+  v_cursor_value constant text[] := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting(v_cursor, true), ''), ',');
+  v_run_started double precision := CASE
+    WHEN v_cursor_value[2]::double precision > pg_catalog.date_part('epoch', v_now) - 1
+    THEN v_cursor_value[2]::double precision END;
+  v_from_head bigint := CASE WHEN v_run_started IS NOT NULL THEN v_cursor_value[1]::bigint END;
+  v_last_fresh bigint;
+  v_seen text[] := '{}';
+  v_busy text[];
+  v_front boolean;
+  v_asked integer;
   -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
   -- not skip our own locks, so without excluding them before the LIMIT they would take the places
   -- of rows that can still be claimed.
@@ -86,25 +105,52 @@ BEGIN
     LIMIT GREATEST(4 * p_batch_size, 64)
     FOR NO KEY UPDATE SKIP LOCKED));
 
-  FOR pass IN 1..3 LOOP
-    SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
-           pg_catalog.array_agg(s.floor_id), pg_catalog.array_agg(s.ctid)
-      INTO v_keys, v_heads, v_floors, v_ctids
-    FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.ctid FROM outbox.partition_heads h
-          WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
-            -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
-            -- locks: without this a later pass would take them again.
-            AND (h.head_id IS NULL OR h.head_id <> ALL (v_all || v_held))
-          ORDER BY h.attempt_count, h.head_id
-          LIMIT v_remaining
-          FOR NO KEY UPDATE SKIP LOCKED) s;
-    EXIT WHEN v_keys IS NULL;
+  FOR pass IN 1..4 LOOP
+    v_front := v_from_head IS NULL;
+    v_asked := v_remaining;
+    IF NOT v_front THEN
+      SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+             pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id)
+        INTO v_keys, v_heads, v_floors, v_last_fresh
+      FROM (SELECT h.partition_key, h.head_id, h.floor_id FROM outbox.partition_heads h
+            WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
+              AND h.attempt_count = 0 AND h.head_id > v_from_head
+              AND h.head_id <> ALL (v_all || v_held) AND h.partition_key <> ALL (v_seen)
+            ORDER BY h.attempt_count, h.head_id
+            LIMIT v_remaining
+            FOR NO KEY UPDATE SKIP LOCKED) s;
+      -- Too few past the cursor: the next pass goes on from the front.
+      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
+        v_from_head := NULL;
+      END IF;
+    ELSE
+      SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+             pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0)
+        INTO v_keys, v_heads, v_floors, v_last_fresh
+      FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
+            WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
+              -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
+              -- locks: without this a later pass would take them again.
+              AND (h.head_id IS NULL OR h.head_id <> ALL (v_all || v_held))
+              AND h.partition_key <> ALL (v_seen)
+            ORDER BY h.attempt_count, h.head_id
+            LIMIT v_remaining
+            FOR NO KEY UPDATE SKIP LOCKED) s;
+      v_run_started := pg_catalog.date_part('epoch', v_now);
+    END IF;
+    IF v_keys IS NULL THEN
+      EXIT WHEN v_front;
+      CONTINUE;
+    END IF;
+    IF v_last_fresh IS NOT NULL THEN
+      PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started, false);
+    END IF;
 
     EXECUTE pg_catalog.format(
-      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text), pg_catalog.array_agg(t.head_ctid)
+      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text)
        FROM (
-         SELECT t.id, t.%2$I, c.head_ctid
-         FROM unnest($1::bigint[], $3::bigint[], $4::tid[], $5::text[]) AS c(id, floor_id, head_ctid, key)
+         SELECT t.id, t.%2$I
+         FROM unnest($1::bigint[], $3::bigint[], $5::text[]) AS c(id, floor_id, key)
          -- A head must point at a row of its own partition (heads of new keys come from settings a
          -- producer could forge); one that does not is stale and refreshed below.
          JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
@@ -117,7 +163,7 @@ BEGIN
                            OFFSET 0)
          FOR UPDATE OF t SKIP LOCKED) t',
       v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$6'), p_q.partition_type)
-      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids, v_keys, v_now;
+      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, NULL::tid[], v_keys, v_now;
 
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;
@@ -128,18 +174,36 @@ BEGIN
           'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $2
            WHERE id = ANY ($1)', v_table)
           USING v_ids, v_until;
-        UPDATE outbox.partition_heads h SET parked_until = v_until
-        WHERE h.ctid = ANY (v_claimed_ctids);
       END IF;
     END IF;
 
-    -- Heads that pointed at a row that is no longer (or not yet) the partition's deliverable head.
+    -- Heads not claimed are in flight (their row is leased right now: nothing to refresh, their
+    -- result moves them on, and an expired lease makes the row claimable again through the same
+    -- head; this call looks at them no more) or stale: pointing at a row that is no longer (or not
+    -- yet) the partition's deliverable head, refreshed here.
     SELECT pg_catalog.array_agg(k) INTO v_stale
     FROM pg_catalog.unnest(v_keys) AS k
     WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
-    EXIT WHEN v_stale IS NULL;
-    PERFORM outbox._refresh_heads(p_q, v_stale);
+    v_busy := NULL;
+    IF v_stale IS NOT NULL THEN
+      EXECUTE pg_catalog.format(
+        'SELECT pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NULL),
+                pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NOT NULL)
+         FROM unnest($1::bigint[], $2::text[]) AS c(id, key)
+         LEFT JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%3$s AND t.sent_at IS NULL
+           AND t.attempt_count < $4 AND t.leased_until > $5
+           AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= t.leased_until)
+         WHERE c.key = ANY ($3)',
+        v_table, p_q.partition_column, p_q.partition_type)
+        INTO v_stale, v_busy USING v_heads, v_keys, v_stale, p_q.max_attempts, v_now;
+      v_seen := v_seen || COALESCE(v_busy, '{}');
+    END IF;
+    IF v_stale IS NOT NULL THEN
+      PERFORM outbox._refresh_heads(p_q, v_stale);
+    END IF;
     EXIT WHEN v_remaining <= 0;
+    -- From the front, fewer heads than asked for and nothing refreshed: there is nothing more.
+    EXIT WHEN v_front AND v_stale IS NULL AND pg_catalog.cardinality(v_keys) < v_asked;
   END LOOP;
   RETURN v_all;
 END;

@@ -79,8 +79,11 @@ BEGIN
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
       INTO v_late, v_late_los, v_late_his, v_late_clocks, v_new, v_empty, v_low_keys
     FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
-    LEFT JOIN LATERAL (SELECT x.committed_max FROM outbox.partition_clocks x
-                       WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
+    -- A hash with no clock yet counts from the queue's clock_base: ids given out before the queue
+    -- was (re)registered or truncated, which sessions with a cached sequence may still hand out.
+    LEFT JOIN LATERAL (SELECT COALESCE((SELECT x.committed_max FROM outbox.partition_clocks x
+                       WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535),
+                       p_q.clock_base) AS committed_max) c ON true
     LEFT JOIN LATERAL (SELECT true AS found, x.head_id, x.floor_id FROM outbox.partition_heads x
                        WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k) h ON true;
     EXIT WHEN v_late IS NULL OR v_renumbered;
@@ -101,16 +104,19 @@ BEGIN
   -- when it wrote anything: a partition became claimable.
   IF v_new IS NOT NULL OR v_empty IS NOT NULL OR v_low_keys IS NOT NULL THEN
     WITH up AS (
+      -- A new head's floor is 0, never our smallest id: "no head" may mean the heads were lost (a
+      -- crash) while older rows of the key are still pending; raising a floor is the claims' job,
+      -- under the key's producer lock.
       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
-      SELECT p_q.queue_id, u.k, u.lo, u.lo
+      SELECT p_q.queue_id, u.k, u.lo, 0
       FROM unnest(v_keys, v_mins) AS u(k, lo)
       WHERE u.k = ANY (v_new) OR u.k = ANY (v_empty) OR u.k = ANY (v_low_keys)
       ORDER BY u.k
       ON CONFLICT (queue_id, partition_key) DO UPDATE
         SET head_id = COALESCE(h.head_id, EXCLUDED.head_id),
             parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
-            floor_id = LEAST(h.floor_id, EXCLUDED.floor_id)
-        WHERE h.head_id IS NULL OR h.floor_id > EXCLUDED.floor_id
+            floor_id = LEAST(h.floor_id, EXCLUDED.head_id)
+        WHERE h.head_id IS NULL OR h.floor_id > EXCLUDED.head_id
       RETURNING 1)
     SELECT EXISTS (SELECT 1 FROM up) INTO v_wrote;
     IF v_wrote THEN

@@ -32,7 +32,9 @@ BEGIN
        SELECT i.*, CASE
                 WHEN i.outcome = ''sent'' THEN NULL
                 WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
-                ELSE LEAST(t.attempt_count + 1, $7) END AS attempts
+                -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts
+                -- while it was leased stays poisoned.
+                ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END AS attempts
        FROM input i JOIN %1$s t ON t.id = i.id),
      upd AS (
        UPDATE %1$s t SET

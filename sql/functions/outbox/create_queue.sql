@@ -191,16 +191,20 @@ BEGIN
     DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_old.queue_id;
   END IF;
 
+  -- clock_base: every id the sequence gave out so far counts as committed for per-key commit order
+  -- (sessions with a cached sequence may still hand out smaller ones; their rows are then late).
   INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
-                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence)
+                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence, clock_base)
   VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
-          create_queue.backoff_max, create_queue.permanent_policy, v_channel, v_sequence)
+          create_queue.backoff_max, create_queue.permanent_policy, v_channel, v_sequence,
+          COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0))
   ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
         backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
         channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid,
         partition_column = EXCLUDED.partition_column, partition_type = EXCLUDED.partition_type,
-        id_sequence = EXCLUDED.id_sequence
+        id_sequence = EXCLUDED.id_sequence,
+        clock_base = CASE WHEN q.table_oid = EXCLUDED.table_oid THEN q.clock_base ELSE EXCLUDED.clock_base END
   RETURNING q.queue_id INTO v_queue_id;
 
   -- The two required indexes, unless an equivalent one (any name) is already there.

@@ -30,7 +30,9 @@ BEGIN
     INTO v_until, v_key USING extend_lease.id, extend_lease.lease_token, lease;
   IF v_key IS NOT NULL THEN
     UPDATE outbox.partition_heads h SET parked_until = v_until
-    WHERE h.queue_id = v_q.queue_id AND h.partition_key = v_key AND h.head_id = extend_lease.id;
+    WHERE h.queue_id = v_q.queue_id AND h.partition_key = v_key AND h.head_id = extend_lease.id
+      -- Claims no longer park the heads of leased rows (00005); one parked before still follows.
+      AND h.parked_until IS NOT NULL;
   END IF;
   RETURN v_until;
 END;

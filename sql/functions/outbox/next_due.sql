@@ -21,7 +21,9 @@ BEGIN
     SELECT h.parked_until INTO v_at FROM outbox.partition_heads h
     WHERE h.queue_id = v_q.queue_id AND h.parked_until IS NOT NULL
     ORDER BY h.parked_until LIMIT 1;
-    RETURN v_at;
+    -- Heads of leased rows are not parked (a claim writes only the row): their leases' ends, from
+    -- the first 1,000 ready heads (when a claim found nothing, the ready heads are the ones in flight).
+    RETURN LEAST(v_at, outbox._first_lease_end(v_q, 1000));
   END IF;
   EXECUTE pg_catalog.format(
     'SELECT pg_catalog.min(GREATEST(s.next_attempt_at, s.leased_until))

@@ -20,6 +20,10 @@ BEGIN
   WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
   DELETE FROM outbox.partition_clocks c USING outbox.queues q
   WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
   IF pg_catalog.current_setting(v_setting || '_keys', true) <> '' THEN
     PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
             pg_catalog.set_config(v_setting || '_mins', '', true),

@@ -15,8 +15,8 @@ SELECT ok(:'until'::timestamptz BETWEEN :'before_extend'::timestamptz + interval
 SELECT results_eq(format('SELECT leased_until, lease_token, attempt_count FROM %s', :'q'),
                   format($$VALUES (%L::timestamptz, %L::uuid, 0)$$, :'until', :'t'),
                   'the row carries the new lease, the same token, and no attempt');
-SELECT is((SELECT parked_until FROM outbox.partition_heads h JOIN outbox.queues q USING (queue_id) WHERE q.queue = :'q'),
-          :'until'::timestamptz, 'the partition head stays parked until the new lease ends');
+SELECT is(outbox.next_due(:'q'), :'until'::timestamptz,
+          'next_due says the row comes back when the new lease ends (its head is not parked: claims write only the row)');
 SELECT test_helpers.state(:'q') AS before \gset
 SELECT is(outbox.extend_lease(:'q', :id, gen_random_uuid(), '1 hour'), NULL, 'a foreign token gets NULL');
 SELECT is(test_helpers.state(:'q'), :'before'::jsonb, 'and the row and its head are unchanged');

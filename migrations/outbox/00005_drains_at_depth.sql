@@ -1,0 +1,1695 @@
+-- +goose Up
+-- +goose StatementBegin
+-- 00005 drains at depth: schema changes (none yet)
+
+-- Per-key commit order across a (re)registration or a TRUNCATE: a hash with no clock counts from
+-- here (the sequence's last value at that moment), since sessions with a cached sequence may still
+-- hand out ids below ones committed before.
+ALTER TABLE outbox.queues ADD COLUMN clock_base bigint NOT NULL DEFAULT 0;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The earliest end of a live lease among the rows the first p_limit ready heads of a partitioned
+-- queue point at (NULL: none). Claims do not park the heads of the rows they lease, so this is how
+-- outbox.next_due learns when an in-flight row comes back if its worker never answers.
+CREATE OR REPLACE FUNCTION outbox._first_lease_end(p_q outbox.queues, p_limit integer)
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+  v_at timestamptz;
+BEGIN
+  EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.min(t.leased_until)
+     FROM (SELECT h.head_id FROM outbox.partition_heads h
+           WHERE h.queue_id = $1 AND h.parked_until IS NULL
+           ORDER BY h.attempt_count, h.head_id LIMIT $2) h
+     JOIN %s t ON t.id = h.head_id
+     WHERE t.sent_at IS NULL AND t.leased_until > pg_catalog.clock_timestamp()', p_q.table_oid::regclass)
+    INTO v_at USING p_q.queue_id, p_limit;
+  RETURN v_at;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The claim behind claim_batch (mode 'lease') and claim_locked (mode 'lock'). Returns the ids of
+-- the claimed rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free
+-- or expired, and on a partitioned queue the first deliverable row of its partition.
+--
+-- Partitioned queues claim through outbox.partition_heads (one row per partition with pending
+-- work), never through the pending rows themselves, so blocked successors, leased heads, heads in
+-- backoff and poisoned rows cost nothing: a head that is leased or backing off is "parked" until
+-- its time and is woken (at most a bounded number per call) when that time has come. Heads are
+-- locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent claimers skip and producers (who hold
+-- only advisory locks) do not wait for. Each candidate is still checked against the FIFO rule on the queue table,
+-- from the partition's floor (below it every row is sent or poisoned), so poisoned rows in front of
+-- a head are not walked again on every claim.
+CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_table regclass := p_q.table_oid::regclass;
+  -- Due and lease times against the clock, not now(): a claim in a transaction that began long ago
+  -- must neither miss what has become due since nor hand out a lease that has already run out.
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_due constant text := 't.sent_at IS NULL AND t.attempt_count < $2
+    AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= $now)
+    AND (t.leased_until IS NULL OR t.leased_until <= $now)';
+  v_all bigint[] := '{}';
+  v_ids bigint[];
+  v_keys text[];
+  v_heads bigint[];
+  v_floors bigint[];
+  v_claimed_keys text[];
+  v_stale text[];
+  v_remaining integer := p_batch_size;
+  v_until timestamptz;
+  -- Where this session's last claim of this queue stopped among fresh heads (attempt_count 0), in
+  -- head_id order, and when that run of claims started from the front (epoch seconds). Heads a claim
+  -- or result moved on leave dead index entries in front of the live ones until vacuum removes them,
+  -- which it can not while another session holds the xmin horizon: starting past them keeps a claim
+  -- from walking the whole drain's history. A per-session hint only: a claim that finds fewer heads
+  -- past it than it wants goes on from the front, and a cursor older than a second is not used, so
+  -- heads behind every cursor (a lease that ran out, a row given back, a claim rolled back) are
+  -- reached at least once a second per session. Retried heads (attempt_count > 0) are always
+  -- searched from the front, after the fresh ones.
+  v_cursor constant text := 'pgdrain.claim_cursor_' || p_q.queue_id;
+  v_cursor_value constant text[] := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting(v_cursor, true), ''), ',');
+  v_run_started double precision := CASE
+    WHEN v_cursor_value[2]::double precision > pg_catalog.date_part('epoch', v_now) - 1
+    THEN v_cursor_value[2]::double precision END;
+  v_from_head bigint := CASE WHEN v_run_started IS NOT NULL THEN v_cursor_value[1]::bigint END;
+  v_last_fresh bigint;
+  v_seen text[] := '{}';
+  v_busy text[];
+  v_front boolean;
+  v_asked integer;
+  -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
+  -- not skip our own locks, so without excluding them before the LIMIT they would take the places
+  -- of rows that can still be claimed.
+  v_held bigint[] := CASE WHEN p_mode = 'lock' THEN COALESCE(pg_catalog.string_to_array(NULLIF(
+    pg_catalog.current_setting('pgdrain.held_' || p_q.queue_id, true), ''), ',')::bigint[], '{}') ELSE '{}' END;
+BEGIN
+  IF p_q.partition_column IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'SELECT pg_catalog.array_agg(id) FROM (
+         SELECT t.id FROM %s t WHERE %s AND t.id <> ALL ($4)
+         ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
+      v_table, pg_catalog.replace(v_due, '$now', '$3'))
+      INTO v_all USING p_batch_size, p_q.max_attempts, v_now, v_held;
+    v_all := COALESCE(v_all, '{}');
+    IF p_mode = 'lease' AND pg_catalog.cardinality(v_all) > 0 THEN
+      EXECUTE pg_catalog.format(
+        'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $2
+         WHERE id = ANY ($1)', v_table)
+        USING v_all, pg_catalog.clock_timestamp() + p_lease;
+    END IF;
+    RETURN v_all;
+  END IF;
+
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._restore_heads(p_q);
+  END IF;
+  -- Keys this very transaction wrote get their heads at its commit; a claim in the same
+  -- transaction (a test, a script) makes them now.
+  IF pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys', true) <> '' THEN
+    PERFORM outbox._refresh_heads(p_q,
+      pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys')::text[]);
+  END IF;
+
+  -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
+  -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
+  UPDATE outbox.partition_heads h SET parked_until = NULL
+  WHERE h.ctid = ANY (ARRAY(
+    SELECT w.ctid FROM outbox.partition_heads w
+    WHERE w.queue_id = p_q.queue_id AND w.parked_until <= v_now
+    ORDER BY w.parked_until
+    LIMIT GREATEST(4 * p_batch_size, 64)
+    FOR NO KEY UPDATE SKIP LOCKED));
+
+  FOR pass IN 1..4 LOOP
+    v_front := v_from_head IS NULL;
+    v_asked := v_remaining;
+    IF NOT v_front THEN
+      SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+             pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id)
+        INTO v_keys, v_heads, v_floors, v_last_fresh
+      FROM (SELECT h.partition_key, h.head_id, h.floor_id FROM outbox.partition_heads h
+            WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
+              AND h.attempt_count = 0 AND h.head_id > v_from_head
+              AND h.head_id <> ALL (v_all || v_held) AND h.partition_key <> ALL (v_seen)
+            ORDER BY h.attempt_count, h.head_id
+            LIMIT v_remaining
+            FOR NO KEY UPDATE SKIP LOCKED) s;
+      -- Too few past the cursor: the next pass goes on from the front.
+      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
+        v_from_head := NULL;
+      END IF;
+    ELSE
+      SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+             pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0)
+        INTO v_keys, v_heads, v_floors, v_last_fresh
+      FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
+            WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
+              -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
+              -- locks: without this a later pass would take them again.
+              AND (h.head_id IS NULL OR h.head_id <> ALL (v_all || v_held))
+              AND h.partition_key <> ALL (v_seen)
+            ORDER BY h.attempt_count, h.head_id
+            LIMIT v_remaining
+            FOR NO KEY UPDATE SKIP LOCKED) s;
+      v_run_started := pg_catalog.date_part('epoch', v_now);
+    END IF;
+    IF v_keys IS NULL THEN
+      EXIT WHEN v_front;
+      CONTINUE;
+    END IF;
+    IF v_last_fresh IS NOT NULL THEN
+      PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started, false);
+    END IF;
+
+    EXECUTE pg_catalog.format(
+      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text)
+       FROM (
+         SELECT t.id, t.%2$I
+         FROM unnest($1::bigint[], $3::bigint[], $5::text[]) AS c(id, floor_id, key)
+         -- A head must point at a row of its own partition (heads of new keys come from settings a
+         -- producer could forge); one that does not is stale and refreshed below.
+         JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
+         WHERE %3$s
+           -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
+           -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
+           AND NOT EXISTS (SELECT 1 FROM %1$s p
+                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                             AND p.sent_at IS NULL AND p.attempt_count < $2
+                           OFFSET 0)
+         FOR UPDATE OF t SKIP LOCKED) t',
+      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$6'), p_q.partition_type)
+      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, NULL::tid[], v_keys, v_now;
+
+    IF v_ids IS NOT NULL THEN
+      v_all := v_all || v_ids;
+      v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
+      IF p_mode = 'lease' THEN
+        v_until := pg_catalog.clock_timestamp() + p_lease;
+        EXECUTE pg_catalog.format(
+          'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $2
+           WHERE id = ANY ($1)', v_table)
+          USING v_ids, v_until;
+      END IF;
+    END IF;
+
+    -- Heads not claimed are in flight (their row is leased right now: nothing to refresh, their
+    -- result moves them on, and an expired lease makes the row claimable again through the same
+    -- head; this call looks at them no more) or stale: pointing at a row that is no longer (or not
+    -- yet) the partition's deliverable head, refreshed here.
+    SELECT pg_catalog.array_agg(k) INTO v_stale
+    FROM pg_catalog.unnest(v_keys) AS k
+    WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
+    v_busy := NULL;
+    IF v_stale IS NOT NULL THEN
+      EXECUTE pg_catalog.format(
+        'SELECT pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NULL),
+                pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NOT NULL)
+         FROM unnest($1::bigint[], $2::text[]) AS c(id, key)
+         LEFT JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%3$s AND t.sent_at IS NULL
+           AND t.attempt_count < $4 AND t.leased_until > $5
+           AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= t.leased_until)
+         WHERE c.key = ANY ($3)',
+        v_table, p_q.partition_column, p_q.partition_type)
+        INTO v_stale, v_busy USING v_heads, v_keys, v_stale, p_q.max_attempts, v_now;
+      v_seen := v_seen || COALESCE(v_busy, '{}');
+    END IF;
+    IF v_stale IS NOT NULL THEN
+      PERFORM outbox._refresh_heads(p_q, v_stale);
+    END IF;
+    EXIT WHEN v_remaining <= 0;
+    -- From the front, fewer heads than asked for and nothing refreshed: there is nothing more.
+    EXIT WHEN v_front AND v_stale IS NULL AND pg_catalog.cardinality(v_keys) < v_asked;
+  END LOOP;
+  RETURN v_all;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Commit step of one partitioned queue for the current transaction (called by tg_queue__commit):
+-- makes per-key delivery order equal commit order, and gives new keys their partition head.
+--
+-- 1. Takes the commit lock of every key hash the transaction wrote (hashtext(key) & 65535),
+--    exclusively, in hash order, held until the commit is complete (advisory lock
+--    (1885823232 + queue_id, 65536 + hash)); more than 256 hashes take the queue's whole commit
+--    lock (objid -2) instead, so a bulk insert does not fill the lock table. Commits that share a
+--    hash are serialised from here on; nothing else waits for these locks, so they can not deadlock.
+-- 2. A key is late when a transaction that committed before us wrote a row of it (or of a key
+--    with the same hash) with a larger id than our smallest: outbox.partition_clocks keeps
+--    the largest committed id per hash, written only under these locks. A late key's rows of this
+--    transaction get new ids from the id sequence, in their order, larger than every id already
+--    given out: delivered order (id order) is then commit order. Not late (the usual case): no row
+--    is written twice.
+-- 3. Creates the heads of new keys (no waiting on producers: heads are created only here, under
+--    the key's commit lock), wakes a head a claim left empty while we were open, and lowers a floor
+--    that lies above our rows; NOTIFY when a partition became claimable.
+-- 4. Raises the clocks to our largest ids.
+--
+-- Under REPEATABLE READ or SERIALIZABLE the clocks are read in the transaction's snapshot; when
+-- another producer of the same hash committed after it started, raising the clock fails with
+-- serialization_failure (40001), which those isolation levels already oblige the caller to retry.
+CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_setting constant text := 'pgdrain.commit_' || p_q.table_oid;
+  v_keys text[] := NULLIF(pg_catalog.current_setting(v_setting || '_keys', true), '')::text[];
+  v_mins bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_mins', true), '')::bigint[];
+  v_maxs bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[];
+  v_renumbered boolean := false;
+  v_issued bigint;
+  v_sequence constant regclass := p_q.id_sequence;
+  v_late text[];
+  v_late_los bigint[];
+  v_late_his bigint[];
+  v_late_clocks bigint[];
+  v_new text[];
+  v_empty text[];
+  v_low_keys text[];
+  v_wrote boolean;
+BEGIN
+  PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
+          pg_catalog.set_config(v_setting || '_mins', '', true),
+          pg_catalog.set_config(v_setting || '_maxs', '', true);
+  IF v_keys IS NULL THEN
+    RETURN;
+  END IF;
+
+  IF pg_catalog.cardinality(v_keys) > 256
+     AND (SELECT pg_catalog.count(DISTINCT pg_catalog.hashtext(k) & 65535) FROM pg_catalog.unnest(v_keys) AS k) > 256 THEN
+    PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, -2);
+  ELSE
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + p_q.queue_id, -2),
+            pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, 65536 + s.slot)
+    FROM (SELECT DISTINCT pg_catalog.hashtext(k) & 65535 AS slot FROM pg_catalog.unnest(v_keys) AS k ORDER BY 1) s;
+  END IF;
+
+  -- A new statement: in READ COMMITTED its snapshot sees every commit that released these locks.
+  -- One probe per key of the clocks and the heads (LATERAL: index probes whatever the statistics
+  -- of these small tables say). Late keys are renumbered, then probed again.
+  LOOP
+    SELECT pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.lo ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.hi ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(c.committed_max ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found IS NULL),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found AND h.head_id IS NULL),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
+      INTO v_late, v_late_los, v_late_his, v_late_clocks, v_new, v_empty, v_low_keys
+    FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
+    -- A hash with no clock yet counts from the queue's clock_base: ids given out before the queue
+    -- was (re)registered or truncated, which sessions with a cached sequence may still hand out.
+    LEFT JOIN LATERAL (SELECT COALESCE((SELECT x.committed_max FROM outbox.partition_clocks x
+                       WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535),
+                       p_q.clock_base) AS committed_max) c ON true
+    LEFT JOIN LATERAL (SELECT true AS found, x.head_id, x.floor_id FROM outbox.partition_heads x
+                       WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k) h ON true;
+    EXIT WHEN v_late IS NULL OR v_renumbered;
+    SELECT pg_catalog.array_agg(u.k ORDER BY u.k),
+           pg_catalog.array_agg(COALESCE(r.lo, u.lo) ORDER BY u.k),
+           pg_catalog.array_agg(COALESCE(r.hi, u.hi) ORDER BY u.k)
+      INTO v_keys, v_mins, v_maxs
+    FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
+    LEFT JOIN outbox._renumber_late_rows(p_q, v_sequence, v_late, v_late_los, v_late_his, v_late_clocks) r
+      ON r.k = u.k;
+    v_renumbered := true;
+  END LOOP;
+
+  -- New keys get their heads, a head a claim left empty while we were open is woken, and a floor
+  -- above our rows (ids given explicitly, which are not renumbered) is lowered: one upsert in key
+  -- order. ON CONFLICT works on the head's latest version, so a head another session made or
+  -- changed after our probe (a rebuild after a crash) is corrected too, not silently kept. NOTIFY
+  -- when it wrote anything: a partition became claimable.
+  IF v_new IS NOT NULL OR v_empty IS NOT NULL OR v_low_keys IS NOT NULL THEN
+    WITH up AS (
+      -- A new head's floor is 0, never our smallest id: "no head" may mean the heads were lost (a
+      -- crash) while older rows of the key are still pending; raising a floor is the claims' job,
+      -- under the key's producer lock.
+      INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+      SELECT p_q.queue_id, u.k, u.lo, 0
+      FROM unnest(v_keys, v_mins) AS u(k, lo)
+      WHERE u.k = ANY (v_new) OR u.k = ANY (v_empty) OR u.k = ANY (v_low_keys)
+      ORDER BY u.k
+      ON CONFLICT (queue_id, partition_key) DO UPDATE
+        SET head_id = COALESCE(h.head_id, EXCLUDED.head_id),
+            parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
+            floor_id = LEAST(h.floor_id, EXCLUDED.head_id)
+        WHERE h.head_id IS NULL OR h.floor_id > EXCLUDED.head_id
+      RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM up) INTO v_wrote;
+    IF v_wrote THEN
+      PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
+    END IF;
+  END IF;
+
+  -- The keys and ids come from transaction-local settings, which a producer could forge: a clock
+  -- is never raised above the last id the sequence gave out, so a forged one can not stop later
+  -- commits from being renumbered.
+  v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
+  INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max)
+  SELECT p_q.queue_id, pg_catalog.hashtext(u.k) & 65535, LEAST(pg_catalog.max(u.hi), v_issued)
+  FROM unnest(v_keys, v_maxs) AS u(k, hi)
+  GROUP BY 2 ORDER BY 2
+  ON CONFLICT (queue_id, slot) DO UPDATE
+    SET committed_max = GREATEST(c.committed_max, EXCLUDED.committed_max);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Records outcomes for rows, the common core of apply_result(s) (p_tokens given: only rows whose
+-- lease_token still matches) and settle_locked (p_tokens NULL: the caller checked it holds the
+-- row locks). A row that does not qualify is not touched at all. Every outcome clears lease and
+-- token together. 'transient' adds an attempt with backoff; on a partitioned queue it is capped
+-- at max_attempts - 1 so a partition head is never poisoned by a transient failure. 'permanent'
+-- poisons (attempt_count = max_attempts) unless the queue's policy is 'retry'.
+-- A backoff is counted from the clock when the outcome is recorded, not from now() (the
+-- transaction start): in lock mode the claiming transaction has been open for the whole delivery,
+-- and a backoff counted from its start could be over before it is written. sent_at is a record,
+-- not a deadline: it stays now(), the time of the transaction that made the row sent.
+CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
+                                          p_outcomes text[], p_errors text[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_done bigint[];
+  v_keys text[];
+  v_cap integer := CASE WHEN p_q.partition_column IS NULL THEN p_q.max_attempts ELSE p_q.max_attempts - 1 END;
+  v_clock timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+  EXECUTE pg_catalog.format(
+    'WITH input AS (
+       SELECT u.id, u.token, u.outcome, u.err
+       FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[]) AS u(id, token, outcome, err)),
+     decided AS (
+       SELECT i.*, CASE
+                WHEN i.outcome = ''sent'' THEN NULL
+                WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
+                -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts
+                -- while it was leased stays poisoned.
+                ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END AS attempts
+       FROM input i JOIN %1$s t ON t.id = i.id),
+     upd AS (
+       UPDATE %1$s t SET
+         sent_at = CASE WHEN d.outcome = ''sent'' THEN pg_catalog.now() END,
+         attempt_count = COALESCE(d.attempts, t.attempt_count),
+         next_attempt_at = CASE
+           WHEN d.outcome = ''sent'' THEN t.next_attempt_at
+           WHEN d.attempts >= $6 THEN NULL
+           ELSE $10 + outbox._backoff(d.attempts, $8, $9) END,
+         last_error = CASE WHEN d.outcome = ''sent'' THEN t.last_error ELSE d.err END,
+         leased_until = NULL,
+         lease_token = NULL
+       FROM decided d
+       WHERE t.id = d.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = d.token)
+       RETURNING t.id, %2$s AS key)
+     SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
+    p_q.table_oid::regclass,
+    CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END)
+    INTO v_done, v_keys
+    USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
+          p_q.backoff_min, p_q.backoff_max, v_clock;
+
+  IF p_q.partition_column IS NOT NULL AND v_keys IS NOT NULL THEN
+    PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
+  END IF;
+  RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Creates (or adopts) the queue table, exactly the two required partial indexes, the NOTIFY trigger,
+-- the TRUNCATE trigger and, for a partitioned queue, the trigger that feeds the commit step; then
+-- registers the queue. Idempotent: calling it again with new settings updates them; the partition
+-- column can not change. An adopted table keeps its rows; missing lease columns are added as
+-- NULL = "free". What the table enforces on producers (CHECKs, column privileges) is
+-- outbox._guard_queue_table.
+-- Registration follows the table: when the registered table was dropped (or dropped and made
+-- again) outside drop_queue, the new table is registered under the same queue_id and every piece
+-- of state derived from the old one (partition heads, built-mark, clocks) is dropped first; heads
+-- are then rebuilt from the new table's rows.
+-- A partitioned queue needs the sequence its ids come from (outbox.queues.id_sequence): the commit
+-- step renumbers late rows with it.
+-- A created table gets fillfactor 80, so writing a lease is a HOT update (no index touched), and
+-- autovacuum settings for a table that is mostly empty and churns.
+CREATE OR REPLACE FUNCTION outbox.create_queue(
+  queue text,
+  partition_column text DEFAULT NULL,
+  max_attempts integer DEFAULT 10,
+  backoff_min interval DEFAULT '1 second',
+  backoff_max interval DEFAULT '30 seconds',
+  permanent_policy text DEFAULT 'poison',
+  channel text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  fn constant text := 'create_queue';
+  v_name text := outbox._queue_name(fn, queue);
+  v_schema text := pg_catalog.split_part(v_name, '.', 1);
+  v_table text := pg_catalog.split_part(v_name, '.', 2);
+  v_col text := pg_catalog.lower(partition_column);
+  v_channel text := COALESCE(channel, 'pgdrain_' || v_schema || '_' || v_table);
+  v_rel regclass;
+  v_old outbox.queues;
+  v_type text;
+  v_queue_id integer;
+  v_missing text;
+  v_has_nulls boolean;
+  v_sequence regclass;
+  v_other text;
+  v_new_table boolean;
+  v_created boolean := false;
+BEGIN
+  IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column must be a plain column name, got %L', partition_column));
+  END IF;
+  IF v_col IN ('id', 'event_type', 'payload', 'created_at', 'attempt_count', 'next_attempt_at',
+               'sent_at', 'leased_until', 'lease_token', 'last_error') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column must not be one of the queue''s own columns, got %L', partition_column));
+  END IF;
+  IF max_attempts IS NULL OR max_attempts < 1 OR max_attempts > 1000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'max_attempts must be between 1 and 1000, got %s', COALESCE(max_attempts::text, 'NULL')));
+  END IF;
+  IF backoff_min IS NULL OR backoff_min <= interval '0' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'backoff_min must be greater than 0, got %s', COALESCE(backoff_min::text, 'NULL')));
+  END IF;
+  IF backoff_max IS NULL OR backoff_max < backoff_min OR backoff_max > interval '1 day' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'backoff_max must be between backoff_min (%s) and 1 day, got %s',
+      backoff_min, COALESCE(backoff_max::text, 'NULL')));
+  END IF;
+  IF permanent_policy IS NULL OR permanent_policy NOT IN ('poison', 'retry') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'permanent_policy must be ''poison'' or ''retry'', got %L', permanent_policy));
+  END IF;
+  IF permanent_policy = 'retry' AND v_col IS NOT NULL THEN
+    PERFORM outbox._invalid(fn,
+      'permanent_policy ''retry'' is not allowed with a partition_column: an event that can never '
+      'apply would wedge its partition forever');
+  END IF;
+  IF v_channel !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'channel must be a plain name of at most 63 characters, got %L', v_channel));
+  END IF;
+  v_channel := pg_catalog.lower(v_channel);
+
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = v_schema) THEN
+    RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
+  END IF;
+  v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
+
+  -- The registration is this table's only while its oid is the table's; a registration whose
+  -- table was dropped (and maybe made again) is stale, and the new table is a new queue.
+  SELECT * INTO v_old FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
+  IF FOUND AND v_old.table_oid = v_rel AND v_old.partition_column IS DISTINCT FROM v_col THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column of registered queue %s is %s and can not change to %s (drop_queue first)',
+      v_name, COALESCE(v_old.partition_column, 'NULL'), COALESCE(v_col, 'NULL')));
+  END IF;
+  IF v_rel IS NOT NULL THEN
+    SELECT q.queue INTO v_other FROM outbox.queues q WHERE q.table_oid = v_rel AND q.queue <> v_name;
+    IF v_other IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'table %s is already registered as queue %s (renamed?); drop_queue(%L) first', v_name, v_other, v_other));
+    END IF;
+  END IF;
+  v_new_table := v_old.queue_id IS NULL OR v_old.table_oid IS DISTINCT FROM v_rel;
+
+  IF v_rel IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TABLE %I.%I (
+         id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+         event_type text NOT NULL,
+         payload jsonb NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+         attempt_count integer NOT NULL DEFAULT 0,
+         next_attempt_at timestamptz,
+         sent_at timestamptz,
+         leased_until timestamptz,
+         lease_token uuid,
+         last_error text%s
+       ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
+               autovacuum_vacuum_insert_scale_factor = 0.01)',
+      v_schema, v_table,
+      CASE WHEN v_col IS NULL THEN '' ELSE pg_catalog.format(', %I text NOT NULL', v_col) END);
+    v_rel := pg_catalog.format('%I.%I', v_schema, v_table)::regclass;
+    v_created := true;
+  ELSE
+    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) NOT IN ('r', 'p') THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but is not a table', v_name));
+    END IF;
+    -- Adopt: the columns the application already writes must be there with the right types.
+    SELECT pg_catalog.string_agg(pg_catalog.format('%s %s', r.col, r.typ), ', ') INTO v_missing
+    FROM (VALUES ('id', 'bigint'), ('event_type', 'text'), ('payload', 'jsonb'),
+                 ('created_at', 'timestamp with time zone')) AS r(col, typ)
+    WHERE NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid = v_rel AND a.attname = r.col AND NOT a.attisdropped
+        AND pg_catalog.format_type(a.atttypid, a.atttypmod) = r.typ);
+    IF v_missing IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'queue %s exists but lacks required columns (or has other types): %s', v_name, v_missing));
+    END IF;
+    IF NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_index i
+      WHERE i.indrelid = v_rel AND i.indisprimary AND i.indnatts = 1
+        AND i.indkey[0] = (SELECT a.attnum FROM pg_catalog.pg_attribute a
+                           WHERE a.attrelid = v_rel AND a.attname = 'id')) THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but id is not its primary key', v_name));
+    END IF;
+    -- NULL in the new columns means "free / never tried", exactly the state of a fresh row.
+    EXECUTE pg_catalog.format(
+      'ALTER TABLE %s
+         ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0,
+         ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,
+         ADD COLUMN IF NOT EXISTS sent_at timestamptz,
+         ADD COLUMN IF NOT EXISTS leased_until timestamptz,
+         ADD COLUMN IF NOT EXISTS lease_token uuid,
+         ADD COLUMN IF NOT EXISTS last_error text', v_rel);
+    IF v_col IS NOT NULL THEN
+      IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                     WHERE a.attrelid = v_rel AND a.attname = v_col AND NOT a.attisdropped) THEN
+        PERFORM outbox._invalid(fn, pg_catalog.format(
+          'partition_column %s does not exist in %s', v_col, v_name));
+      END IF;
+      -- A NULL key would make a row independent of its partition and silently lose order.
+      EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
+        INTO STRICT v_has_nulls;
+      IF v_has_nulls THEN
+        PERFORM outbox._invalid(fn, pg_catalog.format(
+          'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
+      END IF;
+      EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', v_rel, v_col);
+    END IF;
+  END IF;
+
+  IF v_col IS NOT NULL THEN
+    SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO v_type
+    FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_col;
+  END IF;
+
+  -- Renumbering late rows at commit (per-key commit order) takes new ids from this sequence.
+  v_sequence := outbox._id_sequence(v_rel);
+  IF v_col IS NOT NULL AND v_sequence IS NULL THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'queue %s is partitioned, so its id must come from an ascending sequence (identity, serial or '
+      'DEFAULT nextval(''a_sequence'')): per-key commit order renumbers late rows with it', v_name));
+  END IF;
+
+  -- Everything derived from the old table goes before the new one is registered.
+  IF v_old.queue_id IS NOT NULL AND v_new_table THEN
+    DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_old.queue_id;
+  END IF;
+
+  -- clock_base: every id the sequence gave out so far counts as committed for per-key commit order
+  -- (sessions with a cached sequence may still hand out smaller ones; their rows are then late).
+  INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
+                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence, clock_base)
+  VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
+          create_queue.backoff_max, create_queue.permanent_policy, v_channel, v_sequence,
+          COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0))
+  ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
+    SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
+        backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
+        channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid,
+        partition_column = EXCLUDED.partition_column, partition_type = EXCLUDED.partition_type,
+        id_sequence = EXCLUDED.id_sequence,
+        clock_base = CASE WHEN q.table_oid = EXCLUDED.table_oid THEN q.clock_base ELSE EXCLUDED.clock_base END
+  RETURNING q.queue_id INTO v_queue_id;
+
+  -- The two required indexes, unless an equivalent one (any name) is already there.
+  IF v_col IS NOT NULL AND NOT EXISTS (
+      SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'partition') THEN
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (%I, id) WHERE sent_at IS NULL',
+                              pg_catalog.left(v_table, 40) || '_pgdrain_partition', v_rel, v_col);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'claim') THEN
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (attempt_count, id) WHERE sent_at IS NULL',
+                              pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
+  END IF;
+
+  -- CHECKs, the producers' column privileges (plain INSERT of an event, RETURNING id; the heads
+  -- trigger runs as owner) and the TRUNCATE trigger.
+  PERFORM outbox._guard_queue_table(v_rel, v_col, NOT v_created);
+
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+  EXECUTE pg_catalog.format(
+    'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+       EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, v_channel, v_name);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+  IF v_col IS NOT NULL THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
+         FOR EACH STATEMENT EXECUTE FUNCTION outbox.tg_queue__heads(%s, %L)', v_rel, v_queue_id, v_col);
+    -- Rows that were pending before adoption (or in the table that replaced the registered one)
+    -- need their partition heads too; a registered table already has them, kept by the triggers.
+    -- A larger max_attempts makes rows that were poisoned deliverable again, possibly below their
+    -- partitions' floors or in partitions without a head: they are searched from scratch too.
+    IF v_new_table OR create_queue.max_attempts > v_old.max_attempts THEN
+      PERFORM outbox._rebuild_heads(v_queue_id);
+    END IF;
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Heartbeat: moves leased_until to clock_timestamp() + lease while lease_token still matches and
+-- returns it; NULL (and nothing changed) when the lease is no longer ours. The clock, not now():
+-- counted from the start of an older transaction the new lease could already be over.
+CREATE OR REPLACE FUNCTION outbox.extend_lease(queue text, id bigint, lease_token uuid, lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'extend_lease';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_until timestamptz;
+  v_key text;
+BEGIN
+  IF extend_lease.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF extend_lease.lease_token IS NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_token must not be NULL');
+  END IF;
+  PERFORM outbox._check_lease(fn, lease);
+  EXECUTE pg_catalog.format(
+    'UPDATE %s t SET leased_until = pg_catalog.clock_timestamp() + $3
+     WHERE t.id = $1 AND t.lease_token = $2 AND t.sent_at IS NULL
+     RETURNING t.leased_until, %s',
+    v_q.table_oid::regclass,
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END)
+    INTO v_until, v_key USING extend_lease.id, extend_lease.lease_token, lease;
+  IF v_key IS NOT NULL THEN
+    UPDATE outbox.partition_heads h SET parked_until = v_until
+    WHERE h.queue_id = v_q.queue_id AND h.partition_key = v_key AND h.head_id = extend_lease.id
+      -- Claims no longer park the heads of leased rows (00005); one parked before still follows.
+      AND h.parked_until IS NOT NULL;
+  END IF;
+  RETURN v_until;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- When a claim should next be tried on a queue although no NOTIFY arrives: the earliest end of a
+-- lease or backoff that parks work (a time at or before now() means "claim now"), or NULL when
+-- nothing is parked. A worker that sleeps until then (or a NOTIFY) never waits for its poll
+-- fallback. Partitioned queues: the parked heads, one index probe (a head parked empty for a
+-- second while a producer of its key commits is included, so that row is not left waiting).
+-- Unpartitioned queues: the first 1,000 pending rows in claim order, through the claim index
+-- (bounded; rows further back are found by the claim that follows).
+CREATE OR REPLACE FUNCTION outbox.next_due(queue text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue('next_due', queue);
+  v_at timestamptz;
+BEGIN
+  IF v_q.partition_column IS NOT NULL THEN
+    SELECT h.parked_until INTO v_at FROM outbox.partition_heads h
+    WHERE h.queue_id = v_q.queue_id AND h.parked_until IS NOT NULL
+    ORDER BY h.parked_until LIMIT 1;
+    -- Heads of leased rows are not parked (a claim writes only the row): their leases' ends, from
+    -- the first 1,000 ready heads (when a claim found nothing, the ready heads are the ones in flight).
+    RETURN LEAST(v_at, outbox._first_lease_end(v_q, 1000));
+  END IF;
+  EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.min(GREATEST(s.next_attempt_at, s.leased_until))
+     FROM (SELECT t.next_attempt_at, t.leased_until FROM %s t
+           WHERE t.sent_at IS NULL AND t.attempt_count < $1
+           ORDER BY t.attempt_count, t.id LIMIT 1000) s', v_q.table_oid::regclass)
+    INTO v_at USING v_q.max_attempts;
+  RETURN v_at;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late"), and forgets the keys this transaction
+-- noted for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_setting constant text := 'pgdrain.commit_' || TG_RELID;
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
+  IF pg_catalog.current_setting(v_setting || '_keys', true) <> '' THEN
+    PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
+            pg_catalog.set_config(v_setting || '_mins', '', true),
+            pg_catalog.set_config(v_setting || '_maxs', '', true);
+  END IF;
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema outbox (canonical source; migrations 00002 and 00003 carry the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+--
+-- Nothing is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA outbox REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operator;
+
+-- SECURITY DEFINER: the callers get exactly what the function does to registered queues and no
+-- privilege on any table, so a worker can not bypass the fencing token with a plain UPDATE and
+-- outbox.partition_heads stays private. Each of these validates its arguments, pins search_path
+-- and builds SQL only with format('%I') / regclass.
+ALTER FUNCTION outbox.enqueue(text, text, jsonb, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__heads() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.extend_lease(text, bigint, uuid, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.release(text, bigint, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.stats(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.check_indexes(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.queue_info(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
+
+-- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
+-- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
+-- run as definer and are executable by nobody.
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text) TO pgdrain_producer;
+
+-- Workers: both claim modes, results, heartbeats, releases.
+GRANT EXECUTE ON FUNCTION
+  outbox.claim_batch(text, integer, interval),
+  outbox.apply_result(text, bigint, uuid, text, text),
+  outbox.apply_results(text, bigint[], uuid[], text[], text[]),
+  outbox.extend_lease(text, bigint, uuid, interval),
+  outbox.release(text, bigint, uuid),
+  outbox.claim_locked(text, integer),
+  outbox.settle_locked(text, bigint[], text[], text[])
+  TO pgdrain_worker;
+
+-- Operators: read the state, give poisoned rows a fresh start, purge; list the registered queues.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.requeue_poisoned(text, bigint[]),
+  outbox.purge_sent(text, interval, integer)
+  TO pgdrain_operator;
+GRANT SELECT ON outbox.queues TO pgdrain_operator;
+
+-- Workers and operators: a queue's settings, when its next row is due (the drainer's sleep), and the
+-- repair pass over its partition heads (the drainer runs it periodically; pgdrain check dry-runs it).
+GRANT EXECUTE ON FUNCTION
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.repair(text, boolean)
+  TO pgdrain_worker, pgdrain_operator;
+
+-- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged
+-- partitions (WithWedgeObserver) and the index check at start. All read-only, no payloads.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text)
+  TO pgdrain_worker;
+
+-- create_queue and drop_queue stay SECURITY INVOKER and are granted to nobody: they create and
+-- alter tables and triggers, which only the owner of the schema (the migrating role) should do.
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+-- Back to 00004: the functions 00005 replaced get their 00004 bodies back.
+DROP FUNCTION outbox._first_lease_end(outbox.queues, integer);
+ALTER TABLE outbox.queues DROP COLUMN clock_base;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The claim behind claim_batch (mode 'lease') and claim_locked (mode 'lock'). Returns the ids of
+-- the claimed rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free
+-- or expired, and on a partitioned queue the first deliverable row of its partition.
+--
+-- Partitioned queues claim through outbox.partition_heads (one row per partition with pending
+-- work), never through the pending rows themselves, so blocked successors, leased heads, heads in
+-- backoff and poisoned rows cost nothing: a head that is leased or backing off is "parked" until
+-- its time and is woken (at most a bounded number per call) when that time has come. Heads are
+-- locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent claimers skip and producers (who hold
+-- only advisory locks) do not wait for. Each candidate is still checked against the FIFO rule on the queue table,
+-- from the partition's floor (below it every row is sent or poisoned), so poisoned rows in front of
+-- a head are not walked again on every claim.
+CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_table regclass := p_q.table_oid::regclass;
+  -- Due and lease times against the clock, not now(): a claim in a transaction that began long ago
+  -- must neither miss what has become due since nor hand out a lease that has already run out.
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_due constant text := 't.sent_at IS NULL AND t.attempt_count < $2
+    AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= $now)
+    AND (t.leased_until IS NULL OR t.leased_until <= $now)';
+  v_all bigint[] := '{}';
+  v_ids bigint[];
+  v_keys text[];
+  v_heads bigint[];
+  v_floors bigint[];
+  v_ctids tid[];
+  v_claimed_ctids tid[];
+  v_claimed_keys text[];
+  v_stale text[];
+  v_remaining integer := p_batch_size;
+  v_until timestamptz;
+  -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
+  -- not skip our own locks, so without excluding them before the LIMIT they would take the places
+  -- of rows that can still be claimed.
+  v_held bigint[] := CASE WHEN p_mode = 'lock' THEN COALESCE(pg_catalog.string_to_array(NULLIF(
+    pg_catalog.current_setting('pgdrain.held_' || p_q.queue_id, true), ''), ',')::bigint[], '{}') ELSE '{}' END;
+BEGIN
+  IF p_q.partition_column IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'SELECT pg_catalog.array_agg(id) FROM (
+         SELECT t.id FROM %s t WHERE %s AND t.id <> ALL ($4)
+         ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
+      v_table, pg_catalog.replace(v_due, '$now', '$3'))
+      INTO v_all USING p_batch_size, p_q.max_attempts, v_now, v_held;
+    v_all := COALESCE(v_all, '{}');
+    IF p_mode = 'lease' AND pg_catalog.cardinality(v_all) > 0 THEN
+      EXECUTE pg_catalog.format(
+        'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $2
+         WHERE id = ANY ($1)', v_table)
+        USING v_all, pg_catalog.clock_timestamp() + p_lease;
+    END IF;
+    RETURN v_all;
+  END IF;
+
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._restore_heads(p_q);
+  END IF;
+  -- Keys this very transaction wrote get their heads at its commit; a claim in the same
+  -- transaction (a test, a script) makes them now.
+  IF pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys', true) <> '' THEN
+    PERFORM outbox._refresh_heads(p_q,
+      pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys')::text[]);
+  END IF;
+
+  -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
+  -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
+  UPDATE outbox.partition_heads h SET parked_until = NULL
+  WHERE h.ctid = ANY (ARRAY(
+    SELECT w.ctid FROM outbox.partition_heads w
+    WHERE w.queue_id = p_q.queue_id AND w.parked_until <= v_now
+    ORDER BY w.parked_until
+    LIMIT GREATEST(4 * p_batch_size, 64)
+    FOR NO KEY UPDATE SKIP LOCKED));
+
+  FOR pass IN 1..3 LOOP
+    SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+           pg_catalog.array_agg(s.floor_id), pg_catalog.array_agg(s.ctid)
+      INTO v_keys, v_heads, v_floors, v_ctids
+    FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.ctid FROM outbox.partition_heads h
+          WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
+            -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
+            -- locks: without this a later pass would take them again.
+            AND (h.head_id IS NULL OR h.head_id <> ALL (v_all || v_held))
+          ORDER BY h.attempt_count, h.head_id
+          LIMIT v_remaining
+          FOR NO KEY UPDATE SKIP LOCKED) s;
+    EXIT WHEN v_keys IS NULL;
+
+    EXECUTE pg_catalog.format(
+      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text), pg_catalog.array_agg(t.head_ctid)
+       FROM (
+         SELECT t.id, t.%2$I, c.head_ctid
+         FROM unnest($1::bigint[], $3::bigint[], $4::tid[], $5::text[]) AS c(id, floor_id, head_ctid, key)
+         -- A head must point at a row of its own partition (heads of new keys come from settings a
+         -- producer could forge); one that does not is stale and refreshed below.
+         JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
+         WHERE %3$s
+           -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
+           -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
+           AND NOT EXISTS (SELECT 1 FROM %1$s p
+                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                             AND p.sent_at IS NULL AND p.attempt_count < $2
+                           OFFSET 0)
+         FOR UPDATE OF t SKIP LOCKED) t',
+      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$6'), p_q.partition_type)
+      INTO v_ids, v_claimed_keys, v_claimed_ctids USING v_heads, p_q.max_attempts, v_floors, v_ctids, v_keys, v_now;
+
+    IF v_ids IS NOT NULL THEN
+      v_all := v_all || v_ids;
+      v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
+      IF p_mode = 'lease' THEN
+        v_until := pg_catalog.clock_timestamp() + p_lease;
+        EXECUTE pg_catalog.format(
+          'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $2
+           WHERE id = ANY ($1)', v_table)
+          USING v_ids, v_until;
+        UPDATE outbox.partition_heads h SET parked_until = v_until
+        WHERE h.ctid = ANY (v_claimed_ctids);
+      END IF;
+    END IF;
+
+    -- Heads that pointed at a row that is no longer (or not yet) the partition's deliverable head.
+    SELECT pg_catalog.array_agg(k) INTO v_stale
+    FROM pg_catalog.unnest(v_keys) AS k
+    WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
+    EXIT WHEN v_stale IS NULL;
+    PERFORM outbox._refresh_heads(p_q, v_stale);
+    EXIT WHEN v_remaining <= 0;
+  END LOOP;
+  RETURN v_all;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Commit step of one partitioned queue for the current transaction (called by tg_queue__commit):
+-- makes per-key delivery order equal commit order, and gives new keys their partition head.
+--
+-- 1. Takes the commit lock of every key hash the transaction wrote (hashtext(key) & 65535),
+--    exclusively, in hash order, held until the commit is complete (advisory lock
+--    (1885823232 + queue_id, 65536 + hash)); more than 256 hashes take the queue's whole commit
+--    lock (objid -2) instead, so a bulk insert does not fill the lock table. Commits that share a
+--    hash are serialised from here on; nothing else waits for these locks, so they can not deadlock.
+-- 2. A key is late when a transaction that committed before us wrote a row of it (or of a key
+--    with the same hash) with a larger id than our smallest: outbox.partition_clocks keeps
+--    the largest committed id per hash, written only under these locks. A late key's rows of this
+--    transaction get new ids from the id sequence, in their order, larger than every id already
+--    given out: delivered order (id order) is then commit order. Not late (the usual case): no row
+--    is written twice.
+-- 3. Creates the heads of new keys (no waiting on producers: heads are created only here, under
+--    the key's commit lock), wakes a head a claim left empty while we were open, and lowers a floor
+--    that lies above our rows; NOTIFY when a partition became claimable.
+-- 4. Raises the clocks to our largest ids.
+--
+-- Under REPEATABLE READ or SERIALIZABLE the clocks are read in the transaction's snapshot; when
+-- another producer of the same hash committed after it started, raising the clock fails with
+-- serialization_failure (40001), which those isolation levels already oblige the caller to retry.
+CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_setting constant text := 'pgdrain.commit_' || p_q.table_oid;
+  v_keys text[] := NULLIF(pg_catalog.current_setting(v_setting || '_keys', true), '')::text[];
+  v_mins bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_mins', true), '')::bigint[];
+  v_maxs bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[];
+  v_renumbered boolean := false;
+  v_issued bigint;
+  v_sequence constant regclass := p_q.id_sequence;
+  v_late text[];
+  v_late_los bigint[];
+  v_late_his bigint[];
+  v_late_clocks bigint[];
+  v_new text[];
+  v_empty text[];
+  v_low_keys text[];
+  v_wrote boolean;
+BEGIN
+  PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
+          pg_catalog.set_config(v_setting || '_mins', '', true),
+          pg_catalog.set_config(v_setting || '_maxs', '', true);
+  IF v_keys IS NULL THEN
+    RETURN;
+  END IF;
+
+  IF pg_catalog.cardinality(v_keys) > 256
+     AND (SELECT pg_catalog.count(DISTINCT pg_catalog.hashtext(k) & 65535) FROM pg_catalog.unnest(v_keys) AS k) > 256 THEN
+    PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, -2);
+  ELSE
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + p_q.queue_id, -2),
+            pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, 65536 + s.slot)
+    FROM (SELECT DISTINCT pg_catalog.hashtext(k) & 65535 AS slot FROM pg_catalog.unnest(v_keys) AS k ORDER BY 1) s;
+  END IF;
+
+  -- A new statement: in READ COMMITTED its snapshot sees every commit that released these locks.
+  -- One probe per key of the clocks and the heads (LATERAL: index probes whatever the statistics
+  -- of these small tables say). Late keys are renumbered, then probed again.
+  LOOP
+    SELECT pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.lo ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.hi ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(c.committed_max ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found IS NULL),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found AND h.head_id IS NULL),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
+      INTO v_late, v_late_los, v_late_his, v_late_clocks, v_new, v_empty, v_low_keys
+    FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
+    LEFT JOIN LATERAL (SELECT x.committed_max FROM outbox.partition_clocks x
+                       WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
+    LEFT JOIN LATERAL (SELECT true AS found, x.head_id, x.floor_id FROM outbox.partition_heads x
+                       WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k) h ON true;
+    EXIT WHEN v_late IS NULL OR v_renumbered;
+    SELECT pg_catalog.array_agg(u.k ORDER BY u.k),
+           pg_catalog.array_agg(COALESCE(r.lo, u.lo) ORDER BY u.k),
+           pg_catalog.array_agg(COALESCE(r.hi, u.hi) ORDER BY u.k)
+      INTO v_keys, v_mins, v_maxs
+    FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
+    LEFT JOIN outbox._renumber_late_rows(p_q, v_sequence, v_late, v_late_los, v_late_his, v_late_clocks) r
+      ON r.k = u.k;
+    v_renumbered := true;
+  END LOOP;
+
+  -- New keys get their heads, a head a claim left empty while we were open is woken, and a floor
+  -- above our rows (ids given explicitly, which are not renumbered) is lowered: one upsert in key
+  -- order. ON CONFLICT works on the head's latest version, so a head another session made or
+  -- changed after our probe (a rebuild after a crash) is corrected too, not silently kept. NOTIFY
+  -- when it wrote anything: a partition became claimable.
+  IF v_new IS NOT NULL OR v_empty IS NOT NULL OR v_low_keys IS NOT NULL THEN
+    WITH up AS (
+      INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+      SELECT p_q.queue_id, u.k, u.lo, u.lo
+      FROM unnest(v_keys, v_mins) AS u(k, lo)
+      WHERE u.k = ANY (v_new) OR u.k = ANY (v_empty) OR u.k = ANY (v_low_keys)
+      ORDER BY u.k
+      ON CONFLICT (queue_id, partition_key) DO UPDATE
+        SET head_id = COALESCE(h.head_id, EXCLUDED.head_id),
+            parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
+            floor_id = LEAST(h.floor_id, EXCLUDED.floor_id)
+        WHERE h.head_id IS NULL OR h.floor_id > EXCLUDED.floor_id
+      RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM up) INTO v_wrote;
+    IF v_wrote THEN
+      PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
+    END IF;
+  END IF;
+
+  -- The keys and ids come from transaction-local settings, which a producer could forge: a clock
+  -- is never raised above the last id the sequence gave out, so a forged one can not stop later
+  -- commits from being renumbered.
+  v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
+  INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max)
+  SELECT p_q.queue_id, pg_catalog.hashtext(u.k) & 65535, LEAST(pg_catalog.max(u.hi), v_issued)
+  FROM unnest(v_keys, v_maxs) AS u(k, hi)
+  GROUP BY 2 ORDER BY 2
+  ON CONFLICT (queue_id, slot) DO UPDATE
+    SET committed_max = GREATEST(c.committed_max, EXCLUDED.committed_max);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Records outcomes for rows, the common core of apply_result(s) (p_tokens given: only rows whose
+-- lease_token still matches) and settle_locked (p_tokens NULL: the caller checked it holds the
+-- row locks). A row that does not qualify is not touched at all. Every outcome clears lease and
+-- token together. 'transient' adds an attempt with backoff; on a partitioned queue it is capped
+-- at max_attempts - 1 so a partition head is never poisoned by a transient failure. 'permanent'
+-- poisons (attempt_count = max_attempts) unless the queue's policy is 'retry'.
+-- A backoff is counted from the clock when the outcome is recorded, not from now() (the
+-- transaction start): in lock mode the claiming transaction has been open for the whole delivery,
+-- and a backoff counted from its start could be over before it is written. sent_at is a record,
+-- not a deadline: it stays now(), the time of the transaction that made the row sent.
+CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
+                                          p_outcomes text[], p_errors text[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_done bigint[];
+  v_keys text[];
+  v_cap integer := CASE WHEN p_q.partition_column IS NULL THEN p_q.max_attempts ELSE p_q.max_attempts - 1 END;
+  v_clock timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+  EXECUTE pg_catalog.format(
+    'WITH input AS (
+       SELECT u.id, u.token, u.outcome, u.err
+       FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[]) AS u(id, token, outcome, err)),
+     decided AS (
+       SELECT i.*, CASE
+                WHEN i.outcome = ''sent'' THEN NULL
+                WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
+                ELSE LEAST(t.attempt_count + 1, $7) END AS attempts
+       FROM input i JOIN %1$s t ON t.id = i.id),
+     upd AS (
+       UPDATE %1$s t SET
+         sent_at = CASE WHEN d.outcome = ''sent'' THEN pg_catalog.now() END,
+         attempt_count = COALESCE(d.attempts, t.attempt_count),
+         next_attempt_at = CASE
+           WHEN d.outcome = ''sent'' THEN t.next_attempt_at
+           WHEN d.attempts >= $6 THEN NULL
+           ELSE $10 + outbox._backoff(d.attempts, $8, $9) END,
+         last_error = CASE WHEN d.outcome = ''sent'' THEN t.last_error ELSE d.err END,
+         leased_until = NULL,
+         lease_token = NULL
+       FROM decided d
+       WHERE t.id = d.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = d.token)
+       RETURNING t.id, %2$s AS key)
+     SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
+    p_q.table_oid::regclass,
+    CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END)
+    INTO v_done, v_keys
+    USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
+          p_q.backoff_min, p_q.backoff_max, v_clock;
+
+  IF p_q.partition_column IS NOT NULL AND v_keys IS NOT NULL THEN
+    PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
+  END IF;
+  RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Creates (or adopts) the queue table, exactly the two required partial indexes, the NOTIFY trigger,
+-- the TRUNCATE trigger and, for a partitioned queue, the trigger that feeds the commit step; then
+-- registers the queue. Idempotent: calling it again with new settings updates them; the partition
+-- column can not change. An adopted table keeps its rows; missing lease columns are added as
+-- NULL = "free". What the table enforces on producers (CHECKs, column privileges) is
+-- outbox._guard_queue_table.
+-- Registration follows the table: when the registered table was dropped (or dropped and made
+-- again) outside drop_queue, the new table is registered under the same queue_id and every piece
+-- of state derived from the old one (partition heads, built-mark, clocks) is dropped first; heads
+-- are then rebuilt from the new table's rows.
+-- A partitioned queue needs the sequence its ids come from (outbox.queues.id_sequence): the commit
+-- step renumbers late rows with it.
+-- A created table gets fillfactor 80, so writing a lease is a HOT update (no index touched), and
+-- autovacuum settings for a table that is mostly empty and churns.
+CREATE OR REPLACE FUNCTION outbox.create_queue(
+  queue text,
+  partition_column text DEFAULT NULL,
+  max_attempts integer DEFAULT 10,
+  backoff_min interval DEFAULT '1 second',
+  backoff_max interval DEFAULT '30 seconds',
+  permanent_policy text DEFAULT 'poison',
+  channel text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  fn constant text := 'create_queue';
+  v_name text := outbox._queue_name(fn, queue);
+  v_schema text := pg_catalog.split_part(v_name, '.', 1);
+  v_table text := pg_catalog.split_part(v_name, '.', 2);
+  v_col text := pg_catalog.lower(partition_column);
+  v_channel text := COALESCE(channel, 'pgdrain_' || v_schema || '_' || v_table);
+  v_rel regclass;
+  v_old outbox.queues;
+  v_type text;
+  v_queue_id integer;
+  v_missing text;
+  v_has_nulls boolean;
+  v_sequence regclass;
+  v_other text;
+  v_new_table boolean;
+  v_created boolean := false;
+BEGIN
+  IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column must be a plain column name, got %L', partition_column));
+  END IF;
+  IF v_col IN ('id', 'event_type', 'payload', 'created_at', 'attempt_count', 'next_attempt_at',
+               'sent_at', 'leased_until', 'lease_token', 'last_error') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column must not be one of the queue''s own columns, got %L', partition_column));
+  END IF;
+  IF max_attempts IS NULL OR max_attempts < 1 OR max_attempts > 1000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'max_attempts must be between 1 and 1000, got %s', COALESCE(max_attempts::text, 'NULL')));
+  END IF;
+  IF backoff_min IS NULL OR backoff_min <= interval '0' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'backoff_min must be greater than 0, got %s', COALESCE(backoff_min::text, 'NULL')));
+  END IF;
+  IF backoff_max IS NULL OR backoff_max < backoff_min OR backoff_max > interval '1 day' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'backoff_max must be between backoff_min (%s) and 1 day, got %s',
+      backoff_min, COALESCE(backoff_max::text, 'NULL')));
+  END IF;
+  IF permanent_policy IS NULL OR permanent_policy NOT IN ('poison', 'retry') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'permanent_policy must be ''poison'' or ''retry'', got %L', permanent_policy));
+  END IF;
+  IF permanent_policy = 'retry' AND v_col IS NOT NULL THEN
+    PERFORM outbox._invalid(fn,
+      'permanent_policy ''retry'' is not allowed with a partition_column: an event that can never '
+      'apply would wedge its partition forever');
+  END IF;
+  IF v_channel !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'channel must be a plain name of at most 63 characters, got %L', v_channel));
+  END IF;
+  v_channel := pg_catalog.lower(v_channel);
+
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = v_schema) THEN
+    RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
+  END IF;
+  v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
+
+  -- The registration is this table's only while its oid is the table's; a registration whose
+  -- table was dropped (and maybe made again) is stale, and the new table is a new queue.
+  SELECT * INTO v_old FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
+  IF FOUND AND v_old.table_oid = v_rel AND v_old.partition_column IS DISTINCT FROM v_col THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column of registered queue %s is %s and can not change to %s (drop_queue first)',
+      v_name, COALESCE(v_old.partition_column, 'NULL'), COALESCE(v_col, 'NULL')));
+  END IF;
+  IF v_rel IS NOT NULL THEN
+    SELECT q.queue INTO v_other FROM outbox.queues q WHERE q.table_oid = v_rel AND q.queue <> v_name;
+    IF v_other IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'table %s is already registered as queue %s (renamed?); drop_queue(%L) first', v_name, v_other, v_other));
+    END IF;
+  END IF;
+  v_new_table := v_old.queue_id IS NULL OR v_old.table_oid IS DISTINCT FROM v_rel;
+
+  IF v_rel IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TABLE %I.%I (
+         id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+         event_type text NOT NULL,
+         payload jsonb NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+         attempt_count integer NOT NULL DEFAULT 0,
+         next_attempt_at timestamptz,
+         sent_at timestamptz,
+         leased_until timestamptz,
+         lease_token uuid,
+         last_error text%s
+       ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
+               autovacuum_vacuum_insert_scale_factor = 0.01)',
+      v_schema, v_table,
+      CASE WHEN v_col IS NULL THEN '' ELSE pg_catalog.format(', %I text NOT NULL', v_col) END);
+    v_rel := pg_catalog.format('%I.%I', v_schema, v_table)::regclass;
+    v_created := true;
+  ELSE
+    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) NOT IN ('r', 'p') THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but is not a table', v_name));
+    END IF;
+    -- Adopt: the columns the application already writes must be there with the right types.
+    SELECT pg_catalog.string_agg(pg_catalog.format('%s %s', r.col, r.typ), ', ') INTO v_missing
+    FROM (VALUES ('id', 'bigint'), ('event_type', 'text'), ('payload', 'jsonb'),
+                 ('created_at', 'timestamp with time zone')) AS r(col, typ)
+    WHERE NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid = v_rel AND a.attname = r.col AND NOT a.attisdropped
+        AND pg_catalog.format_type(a.atttypid, a.atttypmod) = r.typ);
+    IF v_missing IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'queue %s exists but lacks required columns (or has other types): %s', v_name, v_missing));
+    END IF;
+    IF NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_index i
+      WHERE i.indrelid = v_rel AND i.indisprimary AND i.indnatts = 1
+        AND i.indkey[0] = (SELECT a.attnum FROM pg_catalog.pg_attribute a
+                           WHERE a.attrelid = v_rel AND a.attname = 'id')) THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but id is not its primary key', v_name));
+    END IF;
+    -- NULL in the new columns means "free / never tried", exactly the state of a fresh row.
+    EXECUTE pg_catalog.format(
+      'ALTER TABLE %s
+         ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0,
+         ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,
+         ADD COLUMN IF NOT EXISTS sent_at timestamptz,
+         ADD COLUMN IF NOT EXISTS leased_until timestamptz,
+         ADD COLUMN IF NOT EXISTS lease_token uuid,
+         ADD COLUMN IF NOT EXISTS last_error text', v_rel);
+    IF v_col IS NOT NULL THEN
+      IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                     WHERE a.attrelid = v_rel AND a.attname = v_col AND NOT a.attisdropped) THEN
+        PERFORM outbox._invalid(fn, pg_catalog.format(
+          'partition_column %s does not exist in %s', v_col, v_name));
+      END IF;
+      -- A NULL key would make a row independent of its partition and silently lose order.
+      EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
+        INTO STRICT v_has_nulls;
+      IF v_has_nulls THEN
+        PERFORM outbox._invalid(fn, pg_catalog.format(
+          'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
+      END IF;
+      EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', v_rel, v_col);
+    END IF;
+  END IF;
+
+  IF v_col IS NOT NULL THEN
+    SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO v_type
+    FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_col;
+  END IF;
+
+  -- Renumbering late rows at commit (per-key commit order) takes new ids from this sequence.
+  v_sequence := outbox._id_sequence(v_rel);
+  IF v_col IS NOT NULL AND v_sequence IS NULL THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'queue %s is partitioned, so its id must come from an ascending sequence (identity, serial or '
+      'DEFAULT nextval(''a_sequence'')): per-key commit order renumbers late rows with it', v_name));
+  END IF;
+
+  -- Everything derived from the old table goes before the new one is registered.
+  IF v_old.queue_id IS NOT NULL AND v_new_table THEN
+    DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_old.queue_id;
+  END IF;
+
+  INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
+                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence)
+  VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
+          create_queue.backoff_max, create_queue.permanent_policy, v_channel, v_sequence)
+  ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
+    SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
+        backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
+        channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid,
+        partition_column = EXCLUDED.partition_column, partition_type = EXCLUDED.partition_type,
+        id_sequence = EXCLUDED.id_sequence
+  RETURNING q.queue_id INTO v_queue_id;
+
+  -- The two required indexes, unless an equivalent one (any name) is already there.
+  IF v_col IS NOT NULL AND NOT EXISTS (
+      SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'partition') THEN
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (%I, id) WHERE sent_at IS NULL',
+                              pg_catalog.left(v_table, 40) || '_pgdrain_partition', v_rel, v_col);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'claim') THEN
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (attempt_count, id) WHERE sent_at IS NULL',
+                              pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
+  END IF;
+
+  -- CHECKs, the producers' column privileges (plain INSERT of an event, RETURNING id; the heads
+  -- trigger runs as owner) and the TRUNCATE trigger.
+  PERFORM outbox._guard_queue_table(v_rel, v_col, NOT v_created);
+
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+  EXECUTE pg_catalog.format(
+    'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+       EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, v_channel, v_name);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+  IF v_col IS NOT NULL THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
+         FOR EACH STATEMENT EXECUTE FUNCTION outbox.tg_queue__heads(%s, %L)', v_rel, v_queue_id, v_col);
+    -- Rows that were pending before adoption (or in the table that replaced the registered one)
+    -- need their partition heads too; a registered table already has them, kept by the triggers.
+    -- A larger max_attempts makes rows that were poisoned deliverable again, possibly below their
+    -- partitions' floors or in partitions without a head: they are searched from scratch too.
+    IF v_new_table OR create_queue.max_attempts > v_old.max_attempts THEN
+      PERFORM outbox._rebuild_heads(v_queue_id);
+    END IF;
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Heartbeat: moves leased_until to clock_timestamp() + lease while lease_token still matches and
+-- returns it; NULL (and nothing changed) when the lease is no longer ours. The clock, not now():
+-- counted from the start of an older transaction the new lease could already be over.
+CREATE OR REPLACE FUNCTION outbox.extend_lease(queue text, id bigint, lease_token uuid, lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'extend_lease';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_until timestamptz;
+  v_key text;
+BEGIN
+  IF extend_lease.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF extend_lease.lease_token IS NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_token must not be NULL');
+  END IF;
+  PERFORM outbox._check_lease(fn, lease);
+  EXECUTE pg_catalog.format(
+    'UPDATE %s t SET leased_until = pg_catalog.clock_timestamp() + $3
+     WHERE t.id = $1 AND t.lease_token = $2 AND t.sent_at IS NULL
+     RETURNING t.leased_until, %s',
+    v_q.table_oid::regclass,
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END)
+    INTO v_until, v_key USING extend_lease.id, extend_lease.lease_token, lease;
+  IF v_key IS NOT NULL THEN
+    UPDATE outbox.partition_heads h SET parked_until = v_until
+    WHERE h.queue_id = v_q.queue_id AND h.partition_key = v_key AND h.head_id = extend_lease.id;
+  END IF;
+  RETURN v_until;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- When a claim should next be tried on a queue although no NOTIFY arrives: the earliest end of a
+-- lease or backoff that parks work (a time at or before now() means "claim now"), or NULL when
+-- nothing is parked. A worker that sleeps until then (or a NOTIFY) never waits for its poll
+-- fallback. Partitioned queues: the parked heads, one index probe (a head parked empty for a
+-- second while a producer of its key commits is included, so that row is not left waiting).
+-- Unpartitioned queues: the first 1,000 pending rows in claim order, through the claim index
+-- (bounded; rows further back are found by the claim that follows).
+CREATE OR REPLACE FUNCTION outbox.next_due(queue text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue('next_due', queue);
+  v_at timestamptz;
+BEGIN
+  IF v_q.partition_column IS NOT NULL THEN
+    SELECT h.parked_until INTO v_at FROM outbox.partition_heads h
+    WHERE h.queue_id = v_q.queue_id AND h.parked_until IS NOT NULL
+    ORDER BY h.parked_until LIMIT 1;
+    RETURN v_at;
+  END IF;
+  EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.min(GREATEST(s.next_attempt_at, s.leased_until))
+     FROM (SELECT t.next_attempt_at, t.leased_until FROM %s t
+           WHERE t.sent_at IS NULL AND t.attempt_count < $1
+           ORDER BY t.attempt_count, t.id LIMIT 1000) s', v_q.table_oid::regclass)
+    INTO v_at USING v_q.max_attempts;
+  RETURN v_at;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late"), and forgets the keys this transaction
+-- noted for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_setting constant text := 'pgdrain.commit_' || TG_RELID;
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  IF pg_catalog.current_setting(v_setting || '_keys', true) <> '' THEN
+    PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
+            pg_catalog.set_config(v_setting || '_mins', '', true),
+            pg_catalog.set_config(v_setting || '_maxs', '', true);
+  END IF;
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema outbox (canonical source; migrations 00002 and 00003 carry the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+--
+-- Nothing is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA outbox REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operator;
+
+-- SECURITY DEFINER: the callers get exactly what the function does to registered queues and no
+-- privilege on any table, so a worker can not bypass the fencing token with a plain UPDATE and
+-- outbox.partition_heads stays private. Each of these validates its arguments, pins search_path
+-- and builds SQL only with format('%I') / regclass.
+ALTER FUNCTION outbox.enqueue(text, text, jsonb, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__heads() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.extend_lease(text, bigint, uuid, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.release(text, bigint, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.stats(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.check_indexes(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.queue_info(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
+
+-- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
+-- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
+-- run as definer and are executable by nobody.
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text) TO pgdrain_producer;
+
+-- Workers: both claim modes, results, heartbeats, releases.
+GRANT EXECUTE ON FUNCTION
+  outbox.claim_batch(text, integer, interval),
+  outbox.apply_result(text, bigint, uuid, text, text),
+  outbox.apply_results(text, bigint[], uuid[], text[], text[]),
+  outbox.extend_lease(text, bigint, uuid, interval),
+  outbox.release(text, bigint, uuid),
+  outbox.claim_locked(text, integer),
+  outbox.settle_locked(text, bigint[], text[], text[])
+  TO pgdrain_worker;
+
+-- Operators: read the state, give poisoned rows a fresh start, purge; list the registered queues.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.requeue_poisoned(text, bigint[]),
+  outbox.purge_sent(text, interval, integer)
+  TO pgdrain_operator;
+GRANT SELECT ON outbox.queues TO pgdrain_operator;
+
+-- Workers and operators: a queue's settings, when its next row is due (the drainer's sleep), and the
+-- repair pass over its partition heads (the drainer runs it periodically; pgdrain check dry-runs it).
+GRANT EXECUTE ON FUNCTION
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.repair(text, boolean)
+  TO pgdrain_worker, pgdrain_operator;
+
+-- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged
+-- partitions (WithWedgeObserver) and the index check at start. All read-only, no payloads.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text)
+  TO pgdrain_worker;
+
+-- create_queue and drop_queue stay SECURITY INVOKER and are granted to nobody: they create and
+-- alter tables and triggers, which only the owner of the schema (the migrating role) should do.
+-- +goose StatementEnd
+
