@@ -23,8 +23,8 @@ demo: ## the main job: 20k events, 3 drainers, a flaky webhook peer, a report
 bench: ## benchmark tables (fsync on) into bench/out/
 	@$(WITH_PG) --fsync -- scripts/bench.sh
 
-soak: ## the chaos drain for 10 minutes
-	@$(WITH_PG) -- env PGDRAIN_SOAK=10m $(GO) test ./gocheck -run 'TestChaos' -count=1 -v -timeout 30m
+soak: ## the chaos drain and the model-based test for 10 minutes each
+	@$(WITH_PG) -- env PGDRAIN_SOAK=10m $(GO) test ./gocheck -run 'TestChaos|TestModel' -count=1 -v -timeout 40m
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...
