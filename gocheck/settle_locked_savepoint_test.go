@@ -93,12 +93,11 @@ func TestSettleLocked_RowsHeldElsewhereAreRefused(t *testing.T) {
 	require.NoError(t, other.QueryRow(ctx, `SELECT id FROM outbox.claim_locked('public.sv', 1)`).Scan(&top))
 	sp, err := other.Begin(ctx)
 	require.NoError(t, err)
-	// claim_locked counts the rows this transaction already holds in its batch_size: ask for more.
-	require.NoError(t, sp.QueryRow(ctx, `SELECT id FROM outbox.claim_locked('public.sv', 2)`).Scan(&sub))
+	require.NoError(t, sp.QueryRow(ctx, `SELECT id FROM outbox.claim_locked('public.sv', 1)`).Scan(&sub))
 	// sp stays open: the other transaction holds sub in a live savepoint.
 	sp2, err := sp.Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, sp2.QueryRow(ctx, `SELECT id FROM outbox.claim_locked('public.sv', 3)`).Scan(&dropped))
+	require.NoError(t, sp2.QueryRow(ctx, `SELECT id FROM outbox.claim_locked('public.sv', 1)`).Scan(&dropped))
 	require.NoError(t, sp2.Rollback(ctx)) // its lock on dropped is gone
 
 	before := map[int64]string{top: svRow(t, db, top), sub: svRow(t, db, sub), dropped: svRow(t, db, dropped)}
