@@ -4,15 +4,21 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// maxErrorText caps the error text stored in last_error.
-const maxErrorText = 4000
+const (
+	// maxErrorText caps the error text stored in last_error.
+	maxErrorText = 4000
+	// overrunWarnAfter is how long past its deadline an apply may run before the drainer logs that
+	// it ignores its context (it still holds its apply slot).
+	overrunWarnAfter = time.Second
+	// shutdownSlack is added to ApplyTimeout when Run waits for applies in flight at shutdown: the
+	// time an apply needs to return once its context has ended.
+	shutdownSlack = 100 * time.Millisecond
+)
 
 // job is one claimed row on its way through apply and record.
 type job struct {
@@ -20,54 +26,29 @@ type job struct {
 	payload []byte
 	token   pgtype.UUID // lease mode only
 	// deadline is when this drainer must be done with the row: lease end minus LeaseMargin, on
-	// this process's clock. Zero in lock mode (the row lock has no end).
-	deadline    time.Time
-	started     bool
-	leaseLost   bool
+	// this process's clock (lease mode), or the lock-mode batch's settle time.
+	deadline time.Time
+	// noExtend: an extension of this row's lease already failed; apply with the time left.
+	noExtend    bool
 	disposition Disposition
 	errText     string
 }
 
-// applyJobs applies jobs with at most ApplyConcurrency at a time, in claim order. It stops starting
-// new ones once ctx is cancelled; those already started run to the end on a context that ignores
-// the cancellation. prepare, when given, runs before each apply and may veto it; finished, when
-// given, is told of each job whose apply has ended.
-func (r *runner[T]) applyJobs(ctx context.Context, jobs []*job, prepare func(context.Context, *job) bool,
-	finished func(*job)) {
-	inner := context.WithoutCancel(ctx)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(r.cfg.ApplyConcurrency, len(jobs)) {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= len(jobs) {
-					return
-				}
-				j := jobs[i]
-				j.started = true
-				if prepare != nil && !prepare(inner, j) {
-					continue
-				}
-				r.applyOne(inner, j)
-				if finished != nil {
-					finished(j)
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// applyOne runs the Applier for j with its deadline and classifies the result.
+// applyOne runs the Applier for j on a context that ends at min(now + ApplyTimeout, j.deadline)
+// and is not cancelled with Run's ctx, and classifies the result.
 func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 	timeout := r.cfg.ApplyTimeout
 	if !j.deadline.IsZero() {
 		timeout = min(timeout, time.Until(j.deadline))
 	}
-	actx, cancel := context.WithTimeout(withEvent(ctx, j.event), timeout)
+	actx, cancel := context.WithTimeout(withEvent(context.WithoutCancel(ctx), j.event), timeout)
 	defer cancel()
+	overrun := time.AfterFunc(timeout+overrunWarnAfter, func() {
+		r.d.logger.WarnContext(ctx, "apply still running past its deadline: the Applier ignores its context; its slot stays taken",
+			"id", j.event.ID, "event_type", j.event.Type, "deadline", timeout)
+	})
 	err := r.invoke(actx, j)
+	overrun.Stop()
 	j.disposition = dispositionOf(err)
 	if err != nil {
 		j.errText = err.Error()
@@ -102,6 +83,15 @@ func textArray(jobs []*job) []pgtype.Text {
 		if j.disposition != DispositionSent {
 			out[i] = pgtype.Text{String: j.errText, Valid: true}
 		}
+	}
+	return out
+}
+
+// ids returns the ids of jobs, for logs.
+func ids(jobs []*job) []int64 {
+	out := make([]int64, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.event.ID
 	}
 	return out
 }

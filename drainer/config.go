@@ -9,8 +9,7 @@ import (
 	"time"
 )
 
-// Defaults and limits of Config. A zero field takes its default (or, for the settings that live in
-// the queue's registry, the registered value: see Config).
+// Defaults and limits of Config. A zero field takes its default.
 const (
 	// DefaultBatchSize is how many rows one claim takes when ApplyConcurrency is 1.
 	DefaultBatchSize = 32
@@ -18,35 +17,50 @@ const (
 	MaxBatchSize = 10000
 	// DefaultPollFallback is how often the drainer claims even when no NOTIFY arrived.
 	DefaultPollFallback = 30 * time.Second
-	// DefaultMaxAttempts is the poison mark of a queue created with outbox.create_queue's defaults.
+	// DefaultMaxAttempts is the poison mark of a queue created with outbox.create_queue's defaults
+	// (max_attempts): the seed's 10.
 	DefaultMaxAttempts = 10
 	// MaxMaxAttempts is the largest max_attempts outbox.create_queue accepts.
 	MaxMaxAttempts = 1000
-	// DefaultBackoffMin is the shortest retry delay of a queue created with the defaults.
+	// DefaultBackoffMin is the shortest retry delay of a queue created with outbox.create_queue's
+	// defaults (backoff_min): the seed's 1s.
 	DefaultBackoffMin = time.Second
-	// DefaultBackoffMax is the longest retry delay of a queue created with the defaults.
+	// DefaultBackoffMax is the longest retry delay of a queue created with outbox.create_queue's
+	// defaults (backoff_max): the seed's 30s.
 	DefaultBackoffMax = 30 * time.Second
 	// DefaultApplyTimeout bounds one Applier call.
 	DefaultApplyTimeout = 5 * time.Second
-	// DefaultApplyConcurrency applies a batch's rows one after another.
+	// DefaultApplyConcurrency applies one row at a time.
 	DefaultApplyConcurrency = 1
 	// DefaultRepairInterval is how often the repair pass runs (outbox.repair).
 	DefaultRepairInterval = time.Minute
 	// MinRepairInterval is the shortest RepairInterval Validate accepts: each pass costs a walk
 	// over the queue's partitions.
 	MinRepairInterval = 100 * time.Millisecond
+	// MaxLease is the longest Lease (and LockTransactionTimeout) Validate accepts.
+	MaxLease = 24 * time.Hour
 	// LeaseMargin is kept between the end of an apply's deadline and the end of its lease, so
 	// that a result is back before anyone else can claim the row: an apply's deadline is
 	// min(ApplyTimeout, lease end - LeaseMargin), measured on this process's clock from the moment
-	// the claim was sent (so clock skew with the server can only shorten it).
+	// the claim was sent (so clock skew with the server can only shorten it). In lock mode it is
+	// kept between the last apply's deadline and the end of LockTransactionTimeout, for
+	// settle_locked and COMMIT.
 	LeaseMargin = time.Second
 )
 
 // DefaultLease returns the lease used when Config.Lease is zero: twice the apply timeout plus
-// LeaseMargin, so the first apply of a batch always gets its full ApplyTimeout and the rest of the
-// batch rarely needs an extension.
+// LeaseMargin, so a row that waited for a free apply slot rarely needs an extension.
 func DefaultLease(applyTimeout time.Duration) time.Duration {
 	return 2*cmp.Or(applyTimeout, DefaultApplyTimeout) + LeaseMargin
+}
+
+// DefaultLockTransactionTimeout returns the bound used when Config.LockTransactionTimeout is zero:
+// the longest a lock-mode batch can take when every apply uses its full ApplyTimeout (the batch's
+// rows, ApplyConcurrency at a time) plus LeaseMargin for settle_locked and COMMIT. Zero arguments
+// take their defaults. With the defaults (32 rows one at a time, 5s each) it is 2m41s.
+func DefaultLockTransactionTimeout(batchSize, applyConcurrency int, applyTimeout time.Duration) time.Duration {
+	c := Config{BatchSize: batchSize, ApplyConcurrency: applyConcurrency, ApplyTimeout: applyTimeout}.withDefaults()
+	return c.lockTransactionFloor()
 }
 
 // ClaimMode selects how rows are claimed and how their results are written.
@@ -54,14 +68,17 @@ type ClaimMode int
 
 const (
 	// ClaimLease (the default) leases rows with a per-row fencing token in one short transaction
-	// (outbox.claim_batch); applies run outside any transaction and their results count only
-	// while the token still matches (outbox.apply_results). No transaction stays open during an
-	// apply, so it suits slow or unreliable peers. Each row is written twice (lease, result).
+	// (outbox.claim_batch); applies run outside any transaction, as a continuous pipeline (a free
+	// apply slot is refilled at once, results are recorded as they finish, in batches) and their
+	// results count only while the token still matches (outbox.apply_results). No transaction
+	// stays open during an apply, so it suits slow or unreliable peers. Each row is written twice
+	// (lease, result).
 	ClaimLease ClaimMode = iota
 	// ClaimLock is seed 001's claim transaction: BEGIN; outbox.claim_locked; apply the batch;
 	// outbox.settle_locked; COMMIT. The row lock is the fence and each row is written once, which
 	// is measurably faster, but a transaction (and a pooled connection) stays open for the whole
-	// batch, up to ApplyTimeout per sequential apply: pick it for fast peers only.
+	// batch, up to LockTransactionTimeout, and the next batch is claimed only when the slowest
+	// apply of this one has returned: pick it for fast peers only.
 	ClaimLock
 )
 
@@ -76,24 +93,27 @@ func (m ClaimMode) String() string {
 	return fmt.Sprintf("ClaimMode(%d)", int(m))
 }
 
-// PermanentPolicy says what a permanent apply failure does to a row. It mirrors the queue's
-// registered permanent_policy, which is what outbox.apply_results actually applies.
+// PermanentPolicy is a queue's permanent_policy (outbox.create_queue): what a permanent apply
+// failure does to a row. The SQL function outbox.apply_results applies it; the drainer can only
+// expect one (Config.ExpectPermanentPolicy). The zero value expects nothing.
 type PermanentPolicy int
 
 const (
-	// PoisonPermanent (the default) poisons the row: attempt_count = max attempts, never retried
-	// (outbox.requeue_poisoned gives it a fresh start). On a partitioned queue its successors
-	// then skip it.
-	PoisonPermanent PermanentPolicy = iota
-	// RetryPermanent retries a permanent failure like a transient one, with backoff, until max
-	// attempts. Only for queues without a PartitionColumn: a row that can never apply would wedge
-	// its partition forever. Validate rejects the pair.
+	// PoisonPermanent ('poison', create_queue's default) poisons the row: attempt_count = max
+	// attempts, never retried (outbox.requeue_poisoned gives it a fresh start). On a partitioned
+	// queue its successors then skip it.
+	PoisonPermanent PermanentPolicy = iota + 1
+	// RetryPermanent ('retry') retries a permanent failure like a transient one, with backoff,
+	// until max attempts. Only for queues without a partition column: a row that can never apply
+	// would wedge its partition forever (create_queue refuses the pair, and so does Validate).
 	RetryPermanent
 )
 
-// String returns the SQL name of the policy: "poison" or "retry".
+// String returns the SQL name of the policy: "poison" or "retry" ("" for the zero value).
 func (p PermanentPolicy) String() string {
 	switch p {
+	case 0:
+		return ""
 	case PoisonPermanent:
 		return "poison"
 	case RetryPermanent:
@@ -102,64 +122,63 @@ func (p PermanentPolicy) String() string {
 	return fmt.Sprintf("PermanentPolicy(%d)", int(p))
 }
 
-// Config configures a Drainer. Only Table is required.
+// Config configures a Drainer. Only Table is required; every other zero field takes its default.
 //
-// Max attempts, backoff, the permanent policy, the partition column and the channel live in the
-// queue's SQL registry (written by outbox.create_queue, read through outbox.queue_info), and the
-// SQL functions are what applies them: the SQL side wins. Leave those fields zero to take the
-// registered values; a non-zero value that differs from the registration makes Run fail at start
-// with an error naming the field, so a drainer never believes in a policy the database does not
-// apply.
+// Every field configures this drainer, except the Expect fields. Max attempts, backoff, the
+// permanent policy, the partition column and the channel are the queue's, not the drainer's: they
+// are set by outbox.create_queue (as the queue's owner or pgdrain_operator) and applied by the SQL
+// functions, which is why a drainer that runs as pgdrain_worker cannot change them. An Expect
+// field, when set, is a check: Run reads the registration (outbox.queue_info) and fails at start,
+// with an error matching ErrRegistrationMismatch that names the field, when the queue is registered
+// otherwise, so a drainer never runs believing in a policy the database does not apply. Leave
+// them zero to accept whatever is registered.
 type Config struct {
 	// Table is the queue table, "schema.table" (or "table" for schema public), as registered with
 	// outbox.create_queue. Required.
 	Table string
-	// Channel is the LISTEN channel the queue's insert trigger notifies. Defaults to the
-	// registered channel.
-	Channel string
-	// BatchSize is how many rows one claim takes. Defaults to 32 (DefaultBatchSize).
+	// BatchSize is how many rows one claim takes (and, in lease mode with ApplyConcurrency 1, how
+	// many the drainer holds at most). Defaults to 32 (DefaultBatchSize).
 	BatchSize int
 	// PollFallback is how often the drainer claims even without a NOTIFY (a missed NOTIFY costs at
 	// most this long). Defaults to 30s (DefaultPollFallback).
 	PollFallback time.Duration
-	// MaxAttempts is the poison mark: a row with this many attempts is never retried. Registry
-	// setting: defaults to the registered max_attempts (DefaultMaxAttempts for a queue created with
-	// defaults); a different non-zero value is an error.
-	MaxAttempts int
-	// BackoffMin and BackoffMax bound the exponential retry delay. Registry settings: default to
-	// the registered backoff_min/backoff_max (DefaultBackoffMin, DefaultBackoffMax for a queue
-	// created with defaults); different non-zero values are an error.
-	BackoffMin time.Duration
-	BackoffMax time.Duration
 	// ApplyTimeout bounds one Applier call, and is also the shutdown grace: an apply in flight when
-	// Run's ctx is cancelled keeps a non-cancellable context with this deadline, so its result is
-	// still recorded. Defaults to 5s (DefaultApplyTimeout).
+	// Run's ctx is cancelled keeps a non-cancellable context with this deadline and its result is
+	// still recorded; Run does not wait for an apply that ignores its context longer than that.
+	// Defaults to 5s (DefaultApplyTimeout).
 	ApplyTimeout time.Duration
-	// ApplyConcurrency is how many rows of one batch are applied in parallel (the Applier must be
-	// safe for concurrent use when it is above 1). When above 1 the claim batch is sized to exactly
-	// ApplyConcurrency, so a whole wave is applied at once; results still go back in one round
-	// trip per batch. It is a throughput knob, not an ordering one: the drainer never promises id
-	// order (claims are ordered attempt_count, id, so fresh rows overtake retried ones); only a
-	// PartitionColumn gives order, per key. Defaults to 1 (DefaultApplyConcurrency).
+	// ApplyConcurrency is how many applies run at the same time (the Applier must be safe for
+	// concurrent use when it is above 1). In lease mode a slot is refilled as soon as it frees: the
+	// drainer holds at most BatchSize rows when ApplyConcurrency is 1 and ApplyConcurrency rows
+	// otherwise (claimed, waiting or applying), and claims again when no claimed row is waiting for
+	// a slot and a quarter of that (at least one row) is free, or nothing is running. In lock mode a claim takes exactly ApplyConcurrency rows
+	// when it is above 1, all applied at once. It is a throughput knob, not an ordering one: the
+	// drainer never promises id order (claims are ordered attempt_count, id, so fresh rows
+	// overtake retried ones); only the queue's partition column gives order, per key. Defaults to
+	// 1 (DefaultApplyConcurrency).
 	ApplyConcurrency int
-	// PartitionColumn is the queue's order key: a row is claimed only when no deliverable row with
-	// a smaller id exists in its partition, across batches and replicas. Choose the narrowest key
-	// on which events do not commute (a wider key only over-serializes; a narrower one loses
-	// order). Registry setting: defaults to the registered partition_column; a different non-empty
-	// value is an error.
-	PartitionColumn string
 	// WedgeWarnAfter, when positive on a partitioned queue with a WithWedgeObserver, makes the
 	// drainer report (at most once per WedgeWarnAfter) the oldest partitions whose oldest pending
 	// row is older than this. Defaults to 0: off, at zero cost.
 	WedgeWarnAfter time.Duration
-	// PermanentPolicy is what a permanent apply failure does. Registry setting: the zero value
-	// (PoisonPermanent) takes the registered permanent_policy; RetryPermanent must match it.
-	PermanentPolicy PermanentPolicy
 	// Lease is how long a claimed row is this drainer's in lease mode. It must be longer than
-	// ApplyTimeout + LeaseMargin. Defaults to 2*ApplyTimeout + LeaseMargin (DefaultLease).
+	// ApplyTimeout + LeaseMargin. Lease mode only. Defaults to 2*ApplyTimeout + LeaseMargin
+	// (DefaultLease).
 	Lease time.Duration
 	// ClaimMode is ClaimLease (the default) or ClaimLock.
 	ClaimMode ClaimMode
+	// LockTransactionTimeout bounds how long a lock-mode claim transaction stays open, from BEGIN
+	// to COMMIT (a pooled connection and the rows' locks are held meanwhile). An apply starts only
+	// when its full ApplyTimeout ends LeaseMargin before this bound; at that point the rows whose
+	// applies have returned are settled and committed even if another apply (one that ignores its
+	// context) is still running: its row is unlocked untouched and claimed again (delivered again).
+	// It must leave every row of a batch its full ApplyTimeout: at least ceil(claimed rows /
+	// ApplyConcurrency) * ApplyTimeout + LeaseMargin, where a claim takes BatchSize rows
+	// (ApplyConcurrency when that is above 1). Keep the server's idle_in_transaction_session_timeout
+	// for the drainer's role above it: the server ends a transaction idle for longer (its rows are
+	// claimed again, delivered again), and Run warns at start when it is lower. Lock mode only.
+	// Defaults to that minimum (DefaultLockTransactionTimeout).
+	LockTransactionTimeout time.Duration
 	// RepairInterval is how often the drainer runs outbox.repair, which finds pending rows that no
 	// claim can reach because derived state (partition heads, their floors and parks) disagrees
 	// with the queue table, and fixes it. Each fix is logged at Warn and counted in
@@ -168,6 +187,30 @@ type Config struct {
 	// starts. Negative turns the pass off; a positive value must be at least MinRepairInterval.
 	// Defaults to 1m (DefaultRepairInterval).
 	RepairInterval time.Duration
+
+	// ExpectPartitionColumn, when set, makes Run fail unless the queue is registered with this
+	// partition_column: a row is then claimed only when no deliverable row with a smaller id exists
+	// in its partition, across batches and replicas. The key is chosen at outbox.create_queue: the
+	// narrowest key on which events do not commute (a wider key only over-serializes; a narrower
+	// one loses order). Defaults to "" (no expectation).
+	ExpectPartitionColumn string
+	// ExpectChannel, when set, makes Run fail unless the queue's insert trigger notifies this
+	// channel (the drainer LISTENs on the registered channel). Defaults to "" (no expectation).
+	ExpectChannel string
+	// ExpectMaxAttempts, when set, makes Run fail unless the queue is registered with this
+	// max_attempts, the poison mark (outbox.create_queue's default is 10, DefaultMaxAttempts).
+	// Defaults to 0 (no expectation).
+	ExpectMaxAttempts int
+	// ExpectBackoffMin and ExpectBackoffMax, when set, make Run fail unless the queue is registered
+	// with this backoff_min / backoff_max, the bounds of the exponential retry delay
+	// (outbox.create_queue's defaults are 1s and 30s, DefaultBackoffMin and DefaultBackoffMax).
+	// Default to 0 (no expectation).
+	ExpectBackoffMin time.Duration
+	ExpectBackoffMax time.Duration
+	// ExpectPermanentPolicy, when set, makes Run fail unless the queue is registered with this
+	// permanent_policy (outbox.create_queue's default is PoisonPermanent). RetryPermanent cannot be
+	// expected together with an ExpectPartitionColumn. Defaults to 0 (no expectation).
+	ExpectPermanentPolicy PermanentPolicy
 }
 
 var (
@@ -175,22 +218,21 @@ var (
 	identPattern     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 )
 
-// withDefaults returns c with every zero field set to its default. Registry settings get the
-// defaults of outbox.create_queue; Run replaces them with the registered values first.
+// withDefaults returns c with every zero field that has a default set to it. The Expect fields
+// have none: zero means no expectation.
 func (c Config) withDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.PollFallback = cmp.Or(c.PollFallback, DefaultPollFallback)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
-	c.BackoffMin = cmp.Or(c.BackoffMin, DefaultBackoffMin)
-	c.BackoffMax = cmp.Or(c.BackoffMax, max(DefaultBackoffMax, c.BackoffMin))
 	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, DefaultApplyTimeout)
 	c.ApplyConcurrency = cmp.Or(c.ApplyConcurrency, DefaultApplyConcurrency)
 	c.Lease = cmp.Or(c.Lease, DefaultLease(c.ApplyTimeout))
+	c.LockTransactionTimeout = cmp.Or(c.LockTransactionTimeout, c.lockTransactionFloor())
 	c.RepairInterval = cmp.Or(c.RepairInterval, DefaultRepairInterval)
 	return c
 }
 
-// claimSize is how many rows one claim asks for.
+// claimSize is how many rows one claim asks for at most (and, in lease mode, how many rows the
+// drainer holds at most).
 func (c Config) claimSize() int {
 	if c.ApplyConcurrency > 1 {
 		return c.ApplyConcurrency
@@ -198,9 +240,21 @@ func (c Config) claimSize() int {
 	return c.BatchSize
 }
 
+// lockWaves is how many applies one apply slot runs, at most, for one lock-mode batch.
+func (c Config) lockWaves() int {
+	n, slots := max(c.claimSize(), 1), max(c.ApplyConcurrency, 1)
+	return (n + slots - 1) / slots
+}
+
+// lockTransactionFloor is the shortest LockTransactionTimeout that gives every row of a batch its
+// full ApplyTimeout and leaves LeaseMargin for settling.
+func (c Config) lockTransactionFloor() time.Duration {
+	return time.Duration(c.lockWaves())*c.ApplyTimeout + LeaseMargin
+}
+
 // Validate reports every problem of c (after defaults), one line each, every line starting with
-// the field name. It needs no database; Run additionally checks c against the queue's
-// registration.
+// the field name. It needs no database; Run additionally checks the Expect fields against the
+// queue's registration.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
@@ -211,23 +265,11 @@ func (c Config) Validate() error {
 	case !queueNamePattern.MatchString(c.Table):
 		bad("Table must be a plain name \"schema.table\" (letters, digits, _), got %q", c.Table)
 	}
-	if c.Channel != "" && !identPattern.MatchString(c.Channel) {
-		bad("Channel must be a plain name of at most 63 characters, got %q", c.Channel)
-	}
 	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
 		bad("BatchSize must be between 1 and %d, got %d", MaxBatchSize, c.BatchSize)
 	}
 	if c.PollFallback <= 0 {
 		bad("PollFallback must be positive, got %s", c.PollFallback)
-	}
-	if c.MaxAttempts < 1 || c.MaxAttempts > MaxMaxAttempts {
-		bad("MaxAttempts must be between 1 and %d, got %d", MaxMaxAttempts, c.MaxAttempts)
-	}
-	if c.BackoffMin <= 0 {
-		bad("BackoffMin must be positive, got %s", c.BackoffMin)
-	}
-	if c.BackoffMax < c.BackoffMin {
-		bad("BackoffMax must be at least BackoffMin (%s), got %s", c.BackoffMin, c.BackoffMax)
 	}
 	if c.ApplyTimeout <= 0 {
 		bad("ApplyTimeout must be positive, got %s", c.ApplyTimeout)
@@ -235,33 +277,66 @@ func (c Config) Validate() error {
 	if c.ApplyConcurrency < 1 || c.ApplyConcurrency > MaxBatchSize {
 		bad("ApplyConcurrency must be between 1 and %d, got %d", MaxBatchSize, c.ApplyConcurrency)
 	}
-	if c.PartitionColumn != "" && !identPattern.MatchString(c.PartitionColumn) {
-		bad("PartitionColumn must be a plain column name, got %q", c.PartitionColumn)
-	}
 	if c.WedgeWarnAfter < 0 {
 		bad("WedgeWarnAfter must be 0 (off) or positive, got %s", c.WedgeWarnAfter)
 	}
-	switch c.PermanentPolicy {
-	case PoisonPermanent:
-	case RetryPermanent:
-		if c.PartitionColumn != "" {
-			bad("PermanentPolicy RetryPermanent is not allowed with a PartitionColumn (%q): an event that can never apply would wedge its partition forever", c.PartitionColumn)
+	if c.ClaimMode != ClaimLock { // not used in lock mode
+		if c.Lease <= c.ApplyTimeout+LeaseMargin {
+			bad("Lease must be longer than ApplyTimeout (%s) plus LeaseMargin (%s), got %s", c.ApplyTimeout, LeaseMargin, c.Lease)
 		}
-	default:
-		bad("PermanentPolicy must be PoisonPermanent or RetryPermanent, got %d", int(c.PermanentPolicy))
-	}
-	if c.Lease <= c.ApplyTimeout+LeaseMargin {
-		bad("Lease must be longer than ApplyTimeout (%s) plus LeaseMargin (%s), got %s", c.ApplyTimeout, LeaseMargin, c.Lease)
-	}
-	if c.Lease > 24*time.Hour {
-		bad("Lease must be at most 24h, got %s", c.Lease)
+		if c.Lease > MaxLease {
+			bad("Lease must be at most %s, got %s", MaxLease, c.Lease)
+		}
 	}
 	if c.ClaimMode != ClaimLease && c.ClaimMode != ClaimLock {
 		bad("ClaimMode must be ClaimLease or ClaimLock, got %d", int(c.ClaimMode))
 	}
+	switch {
+	case c.LockTransactionTimeout < 0:
+		bad("LockTransactionTimeout must be positive (or 0 for the default), got %s", c.LockTransactionTimeout)
+	case c.ClaimMode != ClaimLock:
+		// Not used in lease mode.
+	case c.ApplyTimeout > 0 && c.BatchSize >= 1 && c.ApplyConcurrency >= 1:
+		if floor := c.lockTransactionFloor(); c.LockTransactionTimeout < floor {
+			bad("LockTransactionTimeout must be at least %s (%d sequential applies of ApplyTimeout %s per slot: "+
+				"BatchSize %d, ApplyConcurrency %d; plus LeaseMargin %s), got %s: lower BatchSize or ApplyTimeout, or raise ApplyConcurrency",
+				floor, c.lockWaves(), c.ApplyTimeout, c.BatchSize, c.ApplyConcurrency, LeaseMargin, c.LockTransactionTimeout)
+		}
+		if c.LockTransactionTimeout > MaxLease {
+			bad("LockTransactionTimeout must be at most %s, got %s", MaxLease, c.LockTransactionTimeout)
+		}
+	}
 	if c.RepairInterval > 0 && c.RepairInterval < MinRepairInterval {
 		bad("RepairInterval must be at least MinRepairInterval (%s), or negative to turn the repair pass off, got %s",
 			MinRepairInterval, c.RepairInterval)
+	}
+	if c.ExpectPartitionColumn != "" && !identPattern.MatchString(c.ExpectPartitionColumn) {
+		bad("ExpectPartitionColumn must be a plain column name, got %q", c.ExpectPartitionColumn)
+	}
+	if c.ExpectChannel != "" && !identPattern.MatchString(c.ExpectChannel) {
+		bad("ExpectChannel must be a plain name of at most 63 characters, got %q", c.ExpectChannel)
+	}
+	if c.ExpectMaxAttempts < 0 || c.ExpectMaxAttempts > MaxMaxAttempts {
+		bad("ExpectMaxAttempts must be 0 (no expectation) or between 1 and %d, got %d", MaxMaxAttempts, c.ExpectMaxAttempts)
+	}
+	if c.ExpectBackoffMin < 0 {
+		bad("ExpectBackoffMin must be 0 (no expectation) or positive, got %s", c.ExpectBackoffMin)
+	}
+	switch {
+	case c.ExpectBackoffMax < 0:
+		bad("ExpectBackoffMax must be 0 (no expectation) or positive, got %s", c.ExpectBackoffMax)
+	case c.ExpectBackoffMax > 0 && c.ExpectBackoffMax < c.ExpectBackoffMin:
+		bad("ExpectBackoffMax must be at least ExpectBackoffMin (%s), got %s", c.ExpectBackoffMin, c.ExpectBackoffMax)
+	}
+	switch c.ExpectPermanentPolicy {
+	case 0, PoisonPermanent:
+	case RetryPermanent:
+		if c.ExpectPartitionColumn != "" {
+			bad("ExpectPermanentPolicy RetryPermanent cannot hold with an ExpectPartitionColumn (%q): outbox.create_queue refuses "+
+				"'retry' on a partitioned queue, since an event that can never apply would wedge its partition forever", c.ExpectPartitionColumn)
+		}
+	default:
+		bad("ExpectPermanentPolicy must be 0 (no expectation), PoisonPermanent or RetryPermanent, got %d", int(c.ExpectPermanentPolicy))
 	}
 	return errors.Join(errs...)
 }

@@ -7,24 +7,41 @@
 //
 // ClaimLease (the default) leases rows with a per-row fencing token (outbox.claim_batch) in one
 // short transaction; applies run outside any transaction and results count only while the token
-// still matches (outbox.apply_results, one round trip per batch). Pick it for slow or unreliable
-// peers: nothing stays open while the peer thinks, and a crashed drainer's rows come back when
-// their lease ends. Each row is written twice.
+// still matches (outbox.apply_results). It runs as a continuous pipeline, in the manner of River's
+// producer: ApplyConcurrency apply slots, each taking the next claimed row as soon as it frees;
+// more rows claimed whenever the drainer holds fewer than its claim size (BatchSize, or
+// ApplyConcurrency when that is above 1) and none waits for a slot; results recorded as applies
+// finish, batched (when a claim's worth is pending, after 10ms, at once when nothing else is
+// running, and always by the earliest pending row's deadline, LeaseMargin before its lease ends).
+// One slow apply holds only its own slot. A row that waited for a slot (or a whole claim that
+// came back late) is given a full ApplyTimeout by extending its lease first (outbox.extend_lease;
+// for a late claim, all its rows in one round trip). Pick lease mode for slow or unreliable peers: nothing
+// stays open while the peer thinks, and a crashed drainer's rows come back when their lease ends.
+// Each row is written twice.
 //
 // ClaimLock is seed 001's claim transaction: BEGIN; outbox.claim_locked; apply the batch;
 // outbox.settle_locked; COMMIT. The row lock is the fence and each row is written once, which
 // measured about 1.5–1.8× the throughput of lease mode, but a transaction and a pooled connection
-// stay open for the whole batch (up to ApplyTimeout per sequential apply). Pick it for fast peers
-// (milliseconds), with a modest BatchSize or ApplyConcurrency > 1.
+// stay open for the whole batch, and the next batch waits for the slowest apply of this one.
+// Config.LockTransactionTimeout bounds that transaction: each apply's deadline is at most
+// LeaseMargin before the bound, and at that point what returned is settled and committed, while a
+// row whose Applier ignores its context is left untouched (claimed and delivered again). Its
+// default, and its minimum, gives every row of a batch its full ApplyTimeout. Keep the role's
+// idle_in_transaction_session_timeout above it (Run warns when it is not): the server ends a
+// transaction idle for longer, nothing of the batch is recorded, and its rows are claimed again.
+// Pick lock mode for fast peers (milliseconds), with a modest BatchSize or ApplyConcurrency > 1.
 //
 // # Guarantees
 //
 // Delivery is at least once: make the Applier idempotent (EventFrom gives the row id as a key).
 // An apply never outlives its lease: its ctx deadline is min(ApplyTimeout, lease end -
 // LeaseMargin), and a result that still arrives late is refused by its token, counted
-// (outbox_lease_lost_total) and logged at debug level, never retried from here. Order is given
-// only per partition key (Config.PartitionColumn); without one, rows of the same key can apply in
-// any order, so leave it empty only when the target converges under any order.
+// (outbox_lease_lost_total) and logged at debug level, never retried from here. A drainer never
+// applies one row twice at the same time: a row it claims again while its previous apply still
+// runs (the Applier ignored its context past the lease) waits for that apply to return. Order is
+// given only per partition key (the queue's partition_column, chosen at outbox.create_queue);
+// without one, rows of the same key can apply in any order, so leave it out only when the target
+// converges under any order.
 //
 // # Errors
 //
@@ -36,10 +53,14 @@
 //
 // # Configuration and the SQL registry
 //
-// Max attempts, backoff, the permanent policy, the partition column and the channel belong to the
-// queue's registration (outbox.create_queue) and the SQL functions apply them: SQL wins. Leave them
-// zero in Config to take the registered values; Run fails at start, naming the field, when a value
-// you set disagrees with the registration.
+// Every Config field configures the drainer, except the Expect fields. Max attempts, backoff, the
+// permanent policy, the partition column and the channel belong to the queue's registration
+// (outbox.create_queue, which pgdrain_worker may not call) and the SQL functions apply them. The
+// ExpectMaxAttempts, ExpectBackoffMin, ExpectBackoffMax, ExpectPermanentPolicy,
+// ExpectPartitionColumn and ExpectChannel fields are optional checks of that registration: zero
+// accepts whatever is registered; a set value that disagrees makes Run fail at start with an error
+// matching ErrRegistrationMismatch that names each field. Validate (run by New too) reports every
+// problem of a Config at once, one per line, each line starting with the field name.
 //
 // # Privileges and the repair pass
 //
@@ -53,13 +74,21 @@
 // key, cause, head id and detail, and counted in pgdrain_repairs_total{queue,cause}: a repair turns
 // a bug into a bounded delay that someone sees, so report any increase.
 //
-// # Wake-ups and shutdown
+// # Wake-ups, LISTEN and shutdown
 //
-// Run LISTENs on the queue's channel over a dedicated connection (application_name
-// ListenerApplicationName(table)), reconnecting with backoff; polls every PollFallback anyway;
-// claims again at once after a batch that found rows (always after a full one: more may wait; and
-// a recorded head unblocks its partition's successor, which no NOTIFY announces); and wakes when the earliest backoff or lease of the
-// queue ends. When Run's ctx is cancelled, applies in flight finish on a non-cancellable context
-// bounded by ApplyTimeout and are recorded, claimed rows not yet started are released (lease
-// mode) or left untouched by the COMMIT (lock mode), and Run returns nil.
+// The drainers of a process that share a pool share one LISTEN connection: it is acquired from the
+// pool and hijacked, so it is made like every pooled connection (BeforeConnect, AfterConnect, the
+// pool's runtime parameters: IAM tokens and session setup apply) and does not count against
+// MaxConns. It LISTENs on the channels of the drainers running, adding and removing channels as
+// they start and stop, and closes with the last one; when it dies it reconnects with backoff and
+// wakes every drainer, since NOTIFYs sent meanwhile are lost. ListenerPID names its backend.
+//
+// Besides NOTIFY, a drainer polls every PollFallback; claims again when there is room after a
+// claim that found rows, and after recording results (a recorded head unblocks its partition's
+// successor, which no NOTIFY announces); and wakes when the earliest backoff or lease of the queue
+// ends. When Run's ctx is cancelled, claimed rows not yet started are released (lease mode) or left
+// untouched by the COMMIT (lock mode), applies in flight finish on a non-cancellable context bounded
+// by ApplyTimeout and are recorded, and Run returns nil: it waits at most ApplyTimeout for them, so
+// an Applier that ignores its context does not hold shutdown (its result is dropped and its row is
+// delivered again).
 package drainer

@@ -15,8 +15,10 @@ import (
 
 // Applier delivers one event to its peer. It must be idempotent (delivery is at least once) and,
 // when ApplyConcurrency > 1, safe for concurrent use. Its ctx ends at min(ApplyTimeout, lease end
-// - LeaseMargin) and is not cancelled by Run's ctx. A nil error records the row as sent; an error
-// is transient unless marked with Permanent. A panic is recovered and recorded as permanent.
+// - LeaseMargin) (in lock mode: LeaseMargin before the batch's LockTransactionTimeout) and is not
+// cancelled by Run's ctx; an Applier that ignores it keeps its apply slot but not shutdown, and
+// its result is then dropped. A nil error records the row as sent; an error is transient unless
+// marked with Permanent. A panic is recovered and recorded as permanent.
 type Applier[T any] func(ctx context.Context, eventType string, payload T) error
 
 // Decoder turns a row's jsonb payload into T. A decoding error is permanent: the payload will
@@ -81,11 +83,12 @@ func WithMetrics[T any](reg prometheus.Registerer) Option[T] {
 // through the outbox SQL functions. Run it on as many replicas as you like.
 type Drainer[T any] struct {
 	pool          *pgxpool.Pool
-	cfg           Config // as given: registry settings still zero when the caller left them so
+	cfg           Config // as given
 	table         string // canonical "schema.table"
 	decode        Decoder[T]
 	apply         Applier[T]
-	logger        *slog.Logger
+	logger        *slog.Logger // with the queue's name
+	baseLogger    *slog.Logger // as given, for the LISTEN connection its pool's drainers share
 	wedgeObserver func(context.Context, []WedgedPartition)
 	registerer    prometheus.Registerer
 	metrics       *metrics
@@ -118,6 +121,7 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 	for _, o := range opts {
 		o(d)
 	}
+	d.baseLogger = d.logger
 	d.logger = d.logger.With("table", d.table)
 	d.metrics = newMetrics(d.table, pool, d.logger)
 	if d.registerer != nil {
@@ -128,15 +132,26 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 	return d, nil
 }
 
-// Run drains the queue until ctx is cancelled. It first checks the queue's registration
-// (outbox.queue_info) against the Config (failing with an error naming the disagreeing field, or
-// matching ErrQueueNotRegistered), logs check_indexes findings as warnings, then claims on every
+// Run drains the queue until ctx is cancelled. It first reads the queue's registration
+// (outbox.queue_info: an unregistered queue is an error matching ErrQueueNotRegistered) and checks
+// the Config's Expect fields against it (a disagreement is an error matching
+// ErrRegistrationMismatch that names every disagreeing field), logs check_indexes findings as
+// warnings, and joins the LISTEN connection its pool's drainers share. Then it claims on every
 // NOTIFY, every PollFallback, as soon as the earliest backoff or lease of the queue ends
-// (outbox.next_due), again at once after a batch that found rows, and after a repair pass
-// (Config.RepairInterval) that fixed something. On cancellation, applies in flight finish (bounded
-// by ApplyTimeout) and are recorded, claimed rows not yet started are released, and Run returns
-// nil. Database errors while draining are logged and retried. Every statement calls an outbox
-// function granted to pgdrain_worker, so that role is all the drainer's login role needs.
+// (outbox.next_due), whenever there is room after a claim that found rows, after recording
+// results, and after a repair pass (Config.RepairInterval) that fixed something.
+//
+// In lease mode it is a continuous pipeline: a free apply slot takes the next claimed row at once,
+// more rows are claimed as slots free, and results are recorded as applies finish (batched), so
+// one slow apply holds only its own slot. On cancellation, claimed rows not yet started are
+// released, applies in flight get ApplyTimeout to finish and are recorded, and Run returns nil; an
+// apply that ignores its context does not hold Run longer than that (its row is delivered again).
+// In lock mode each batch is one claim transaction bounded by LockTransactionTimeout; on
+// cancellation no apply starts, those in flight get ApplyTimeout, the finished ones are settled and
+// the rest are left untouched by the COMMIT.
+//
+// Database errors while draining are logged and retried. Every statement calls an outbox function
+// granted to pgdrain_worker, so that role is all the drainer's login role needs.
 func (d *Drainer[T]) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -149,34 +164,35 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := reconcile(d.cfg, reg)
-	if err != nil {
+	if err := checkExpectations(d.cfg, reg); err != nil {
 		return err
 	}
 	d.logIndexFindings(ctx)
 
-	r := &runner[T]{d: d, cfg: cfg, reg: reg, wake: make(chan struct{}, 1)}
+	r := &runner[T]{d: d, cfg: d.cfg.withDefaults(), reg: reg, wake: make(chan struct{}, 1), runCtx: ctx}
+	r.warnIdleInTransactionTimeout(ctx)
+	sub := subscribe(d.pool, reg.channel, r.signal, d.baseLogger)
+	defer sub.close()
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		stopBackground()
 		wg.Wait()
 	}()
-	listening := make(chan struct{})
-	wg.Go(func() { r.listen(bgCtx, listening) })
 	if r.wedgeWatchEnabled() {
 		wg.Go(func() { r.watchWedges(bgCtx) })
 	}
-	if cfg.RepairInterval > 0 {
+	if r.cfg.RepairInterval > 0 {
 		wg.Go(func() { r.watchRepairs(bgCtx) })
 	}
 	// Claim only once LISTEN is in place (or has failed once), so no NOTIFY falls in between.
 	select {
-	case <-listening:
+	case <-sub.ready:
 	case <-ctx.Done():
 		return nil
 	}
-	return r.loop(ctx)
+	r.drain(ctx)
+	return nil
 }
 
 // logIndexFindings logs what outbox.check_indexes reports: a missing or extra (decoy) index

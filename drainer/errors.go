@@ -120,6 +120,11 @@ var ErrAlreadyRunning = errors.New("drainer is already running")
 // (SQLSTATE 42P01 from the outbox functions).
 var ErrQueueNotRegistered = errors.New("queue is not registered")
 
+// ErrRegistrationMismatch is matched (errors.Is) by the error Run returns when an Expect field of
+// the Config disagrees with the queue's registration (outbox.queue_info). The error names every
+// disagreeing field, one per line, each line starting with the field name.
+var ErrRegistrationMismatch = errors.New("queue registration does not match the Config's expectations")
+
 // notRegisteredError keeps PostgreSQL's message (which names the queue and says what to do) and
 // the *pgconn.PgError beneath it.
 type notRegisteredError struct{ pgErr *pgconn.PgError }

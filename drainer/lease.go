@@ -2,108 +2,332 @@ package drainer
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
-// leaseBatch is one round of lease mode: claim_batch (short transaction), applies outside any
-// transaction, one apply_results round trip (more only when a slow apply holds the batch so long
-// that finished rows would otherwise lose their leases), and release of the rows not started.
-func (r *runner[T]) leaseBatch(ctx context.Context) (int, error) {
-	start := time.Now()
-	jobs, err := queryClaimBatch(ctx, r.d.pool, r.reg.queue, r.cfg.claimSize(), r.cfg.Lease, start.Add(r.cfg.Lease-LeaseMargin))
-	if err != nil {
-		return 0, err
-	}
-	r.d.metrics.observeClaim(ClaimLease, time.Since(start))
-	if len(jobs) == 0 {
-		return 0, nil
-	}
-	rec := r.startRecorder(ctx)
-	r.applyJobs(ctx, jobs, r.ensureLease, rec.finished)
-	rec.close()
-	r.releaseUnstarted(ctx, jobs)
-	return len(jobs), nil
+// pipeline is lease mode: a continuous pipeline in the manner of River's producer. Claimed rows
+// wait in claim order for one of ApplyConcurrency apply slots; a slot that frees takes the next
+// waiting row at once, and the claimer claims more whenever the drainer holds fewer than
+// claimSize rows and none is waiting for a slot. Results go to the recorder as applies finish.
+// Nothing waits for the slowest apply of a batch.
+type pipeline[T any] struct {
+	r   *runner[T]
+	rec *recorder[T]
+	// freed is signalled (without blocking) when an apply slot frees.
+	freed chan struct{}
+
+	mu       sync.Mutex     // guards the fields below
+	waiting  []*job         // claimed, not started, in claim order
+	running  int            // slots taken
+	applying map[int64]bool // ids of the rows in the slots
+	parked   map[int64]*job // claimed again while still in a slot (see dispatch)
+	stopping bool           // Run's ctx ended: start nothing more
+	idle     chan struct{}  // closed when running drops to 0 while stopping
 }
 
-// ensureLease makes sure j's lease outlasts a full ApplyTimeout before it is applied, extending
-// it when an earlier apply of the batch used up the time. false = do not apply (lease lost, or
-// the extension failed with no time left).
-func (r *runner[T]) ensureLease(ctx context.Context, j *job) bool {
-	if time.Until(j.deadline) >= r.cfg.ApplyTimeout {
-		return true
-	}
-	start := time.Now()
-	until, err := queryExtendLease(ctx, r.d.pool, r.reg.queue, j, r.cfg.Lease)
-	switch {
-	case err != nil && time.Until(j.deadline) > 0:
-		r.d.logger.WarnContext(ctx, "extending lease failed; applying with the time left", "id", j.event.ID, "err", err)
-		return true
-	case err != nil:
-		r.d.logger.WarnContext(ctx, "extending lease failed; leaving the row", "id", j.event.ID, "err", err)
-		j.started = false
-		return false
-	case until == nil:
-		j.leaseLost = true
-		r.d.metrics.leaseLost.Inc()
-		r.d.logger.DebugContext(ctx, "lease lost before apply; not applying", "id", j.event.ID)
-		return false
-	}
-	j.deadline = start.Add(r.cfg.Lease - LeaseMargin)
-	return true
+func newPipeline[T any](r *runner[T]) *pipeline[T] {
+	p := &pipeline[T]{r: r, freed: make(chan struct{}, 1), idle: make(chan struct{}),
+		applying: map[int64]bool{}, parked: map[int64]*job{}}
+	p.rec = newRecorder(r, p.busy)
+	return p
 }
 
-// recordLeased writes the results of the started applies in one apply_results round trip. A row
-// reported applied = false was no longer ours (its lease ran out and someone else took it): it is
-// counted, never retried from here.
-func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) {
-	var done []*job
-	for _, j := range jobs {
-		if j.started && !j.leaseLost {
-			done = append(done, j)
-		}
+func (p *pipeline[T]) lock()   { p.mu.Lock() }
+func (p *pipeline[T]) unlock() { p.mu.Unlock() }
+
+// busy reports whether an apply is running or a claimed row waits for one: the recorder flushes at
+// once when nothing is, since no further result is coming soon.
+func (p *pipeline[T]) busy() bool {
+	p.lock()
+	defer p.unlock()
+	return p.running > 0 || len(p.waiting) > 0 || len(p.parked) > 0
+}
+
+// room is how many rows the claimer may claim now: none while a claimed row still waits for a
+// slot, otherwise up to claimSize held in all, once a quarter of that is free (or nothing runs):
+// many replicas refilling one slot at a time would cost a claim per row.
+func (p *pipeline[T]) room() int {
+	p.lock()
+	defer p.unlock()
+	if len(p.waiting) > 0 || p.stopping {
+		return 0
 	}
-	if len(done) == 0 {
-		return
+	size := p.r.cfg.claimSize()
+	room := max(size-p.running-len(p.parked), 0)
+	if room < max(size/4, 1) && p.running > 0 {
+		return 0
 	}
-	byID := make(map[int64]*job, len(done))
-	for _, j := range done {
-		byID[j.event.ID] = j
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
-	err := queryApplyResults(rctx, r.d.pool, r.reg.queue, done, func(id int64, applied bool) {
-		j := byID[id]
-		if applied {
-			r.d.metrics.recorded(j.disposition)
+	return room
+}
+
+// run claims and dispatches until ctx ends, then shuts down (see shutdown). It returns when every
+// apply in flight has returned or been given up on and every result is recorded.
+func (p *pipeline[T]) run(ctx context.Context) {
+	go p.rec.run(ctx)
+	p.claimLoop(ctx)
+	p.shutdown(ctx)
+}
+
+// claimLoop claims when there is room: at once after a claim that found rows (as soon as a slot
+// frees), otherwise on a wake-up (NOTIFY, a reconnected LISTEN, a recorded result, a repair), at
+// the earliest backoff or lease end in the queue, or after PollFallback.
+func (p *pipeline[T]) claimLoop(ctx context.Context) {
+	r := p.r
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	errDelay := errorDelayMin
+	hungry := true // the last claim found rows (or something woke us): claim when there is room
+	for {
+		if ctx.Err() != nil {
 			return
 		}
-		r.d.metrics.leaseLost.Inc()
-		r.d.logger.DebugContext(ctx, "result refused: lease lost (the row was claimed again)",
-			"id", id, "outcome", j.disposition.String())
-	})
-	if err != nil {
-		r.d.logger.ErrorContext(ctx, "recording results failed; the rows will be claimed again when their leases end",
-			"rows", len(done), "err", err)
+		wait := time.Duration(-1) // no timer
+		if hungry {
+			if n := p.room(); n > 0 {
+				jobs, err := r.claimLeased(ctx, n)
+				switch {
+				case ctx.Err() != nil:
+					p.dispatch(jobs) // released by shutdown
+					return
+				case err != nil:
+					r.d.logger.ErrorContext(ctx, "claiming batch failed; retrying", "err", err, "retry_in", errDelay)
+					wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
+				case len(jobs) > 0:
+					errDelay = errorDelayMin
+					p.dispatch(jobs)
+					continue
+				default:
+					errDelay = errorDelayMin
+					hungry = false
+				}
+			}
+		}
+		if !hungry {
+			wait = r.nextWake(ctx)
+		}
+		var timerC <-chan time.Time
+		if wait >= 0 {
+			timer.Reset(wait)
+			timerC = timer.C
+		}
+		var freed <-chan struct{}
+		if hungry {
+			freed = p.freed
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+			hungry = true
+		case <-timerC:
+			hungry = true
+		case <-freed:
+		}
+		timer.Stop()
 	}
 }
 
-// releaseUnstarted gives back, in one round trip, the rows claimed but never started (Run's ctx
-// ended first), so another drainer can take them at once, with no attempt counted.
-func (r *runner[T]) releaseUnstarted(ctx context.Context, jobs []*job) {
-	var unstarted []*job
-	for _, j := range jobs {
-		if !j.started {
-			unstarted = append(unstarted, j)
-		}
+// claimLeased leases up to n rows (outbox.claim_batch). When the claim took so long that the rows
+// no longer have a full ApplyTimeout before their deadline (a slow database, a short Lease), their
+// leases are extended at once, all in one round trip, rather than one round trip per row as each
+// starts.
+func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
+	start := time.Now()
+	deadline := start.Add(r.cfg.Lease - LeaseMargin)
+	jobs, err := queryClaimBatch(ctx, r.d.pool, r.reg.queue, n, r.cfg.Lease, deadline)
+	if err != nil {
+		return nil, err
 	}
-	if len(unstarted) == 0 {
+	r.d.metrics.observeClaim(ClaimLease, time.Since(start))
+	if len(jobs) == 0 || time.Until(deadline) >= r.cfg.ApplyTimeout {
+		return jobs, nil
+	}
+	extStart := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, max(time.Until(deadline), r.cfg.ApplyTimeout))
+	defer cancel()
+	until, err := queryExtendLeases(ectx, r.d.pool, r.reg.queue, jobs, r.cfg.Lease)
+	if err != nil {
+		r.d.logger.WarnContext(ctx, "extending the leases of a slow claim failed; applying with the time left",
+			"rows", len(jobs), "err", err)
+		for _, j := range jobs {
+			j.noExtend = true
+		}
+		return jobs, nil
+	}
+	kept := jobs[:0]
+	for i, j := range jobs {
+		if until[i] == nil {
+			r.d.metrics.leaseLost.Inc()
+			continue
+		}
+		j.deadline = extStart.Add(r.cfg.Lease - LeaseMargin)
+		kept = append(kept, j)
+	}
+	return kept, nil
+}
+
+// dispatch queues claimed rows and fills the free slots. A row whose previous apply is still in a
+// slot (its lease ended while an Applier ignored its context, and this drainer claimed it again)
+// is parked until that apply returns: a drainer never applies one row twice at the same time.
+func (p *pipeline[T]) dispatch(jobs []*job) {
+	if len(jobs) == 0 {
+		return
+	}
+	p.lock()
+	for _, j := range jobs {
+		if p.applying[j.event.ID] {
+			p.parked[j.event.ID] = j
+			continue
+		}
+		p.waiting = append(p.waiting, j)
+	}
+	p.unlock()
+	p.fill()
+}
+
+// fill starts waiting rows while slots are free.
+func (p *pipeline[T]) fill() {
+	p.lock()
+	defer p.unlock()
+	for !p.stopping && len(p.waiting) > 0 && p.running < p.r.cfg.ApplyConcurrency {
+		j := p.waiting[0]
+		p.waiting[0] = nil
+		p.waiting = p.waiting[1:]
+		if p.applying[j.event.ID] { // claimed again while waiting, and the first claim started
+			p.parked[j.event.ID] = j
+			continue
+		}
+		p.running++
+		p.applying[j.event.ID] = true
+		go p.work(j)
+	}
+}
+
+// work applies one row in its slot and hands the result to the recorder.
+func (p *pipeline[T]) work(j *job) {
+	ctx := p.r.runCtx
+	switch p.r.ensureLease(ctx, j) {
+	case leaseKept:
+		if ctx.Err() != nil {
+			p.r.release(ctx, []*job{j}) // shutting down: give it back untouched
+			break
+		}
+		p.r.applyOne(ctx, j)
+		p.rec.add(j)
+	case leaseUnsure:
+		p.r.release(ctx, []*job{j})
+	case leaseGone:
+	}
+	p.lock()
+	p.running--
+	delete(p.applying, j.event.ID)
+	if again := p.parked[j.event.ID]; again != nil {
+		delete(p.parked, j.event.ID)
+		p.waiting = append([]*job{again}, p.waiting...)
+	}
+	if p.stopping && p.running == 0 {
+		close(p.idle)
+	}
+	p.unlock()
+	p.fill()
+	p.rec.nudge() // the last apply running may have ended: flush without waiting
+	select {
+	case p.freed <- struct{}{}:
+	default:
+	}
+}
+
+// shutdown is Run's end in lease mode: rows not started are released at once (no attempt counted),
+// applies in flight get ApplyTimeout (each has a non-cancellable context that ends by then) and
+// their results are recorded. An apply that ignores its context and is still running after that is
+// given up on: its result is not recorded and its row is delivered again when its lease ends.
+func (p *pipeline[T]) shutdown(ctx context.Context) {
+	r := p.r
+	p.lock()
+	p.stopping = true
+	unstarted := p.waiting
+	p.waiting = nil
+	for _, j := range p.parked {
+		unstarted = append(unstarted, j)
+	}
+	clear(p.parked)
+	running := p.running
+	if running == 0 {
+		close(p.idle)
+	}
+	p.unlock()
+	r.release(ctx, unstarted)
+	grace := time.NewTimer(r.cfg.ApplyTimeout + shutdownSlack)
+	defer grace.Stop()
+	select {
+	case <-p.idle:
+	case <-grace.C:
+		p.lock()
+		left := p.running
+		p.unlock()
+		r.d.logger.WarnContext(ctx, "applies still running after ApplyTimeout at shutdown: they ignore their context; "+
+			"their results are not recorded and their rows will be delivered again when their leases end",
+			"applies", left, "apply_timeout", r.cfg.ApplyTimeout)
+	}
+	p.rec.close()
+}
+
+// leaseState is what ensureLease found.
+type leaseState int
+
+const (
+	leaseKept   leaseState = iota // apply it
+	leaseUnsure                   // the extension failed with no time left: do not apply, release
+	leaseGone                     // someone else holds the row now: do not apply, do not record
+)
+
+// ensureLease makes sure j's lease outlasts a full ApplyTimeout before it is applied, extending
+// it when the row waited for a slot so long that it does not.
+func (r *runner[T]) ensureLease(ctx context.Context, j *job) leaseState {
+	if time.Until(j.deadline) >= r.cfg.ApplyTimeout {
+		return leaseKept
+	}
+	if j.noExtend {
+		if time.Until(j.deadline) > 0 {
+			return leaseKept
+		}
+		return leaseUnsure
+	}
+	j.noExtend = true // one attempt per row: a database too slow to extend is not asked again
+	start := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, max(time.Until(j.deadline), r.cfg.ApplyTimeout))
+	defer cancel()
+	until, err := queryExtendLease(ectx, r.d.pool, r.reg.queue, j, r.cfg.Lease)
+	switch {
+	case err != nil && time.Until(j.deadline) > 0:
+		if ctx.Err() == nil {
+			r.d.logger.WarnContext(ctx, "extending lease failed; applying with the time left", "id", j.event.ID, "err", err)
+		}
+		return leaseKept
+	case err != nil:
+		r.d.logger.WarnContext(ctx, "extending lease failed; leaving the row", "id", j.event.ID, "err", err)
+		return leaseUnsure
+	case until == nil:
+		r.d.metrics.leaseLost.Inc()
+		r.d.logger.DebugContext(ctx, "lease lost before apply; not applying", "id", j.event.ID)
+		return leaseGone
+	}
+	j.deadline = start.Add(r.cfg.Lease - LeaseMargin)
+	return leaseKept
+}
+
+// release gives rows back untouched, in one round trip, so another drainer can take them at once,
+// with no attempt counted. A failure is logged: their leases will end.
+func (r *runner[T]) release(ctx context.Context, jobs []*job) {
+	if len(jobs) == 0 {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	if err := queryRelease(rctx, r.d.pool, r.reg.queue, unstarted); err != nil {
-		r.d.logger.WarnContext(ctx, "releasing unstarted rows failed; their leases will expire", "rows", len(unstarted), "err", err)
+	if err := queryRelease(rctx, r.d.pool, r.reg.queue, jobs); err != nil {
+		r.d.logger.WarnContext(ctx, "releasing unstarted rows failed; their leases will expire", "rows", len(jobs), "err", err)
 		return
 	}
-	r.d.logger.DebugContext(ctx, "released unstarted rows", "rows", len(unstarted))
+	r.d.logger.DebugContext(ctx, "released unstarted rows", "rows", len(jobs))
 }

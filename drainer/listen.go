@@ -2,47 +2,167 @@ package drainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const (
 	// listenRetryMin and listenRetryMax bound the pause between LISTEN reconnection attempts.
 	listenRetryMin = 100 * time.Millisecond
 	listenRetryMax = 5 * time.Second
+	// listenCloseTimeout bounds closing the LISTEN connection.
+	listenCloseTimeout = time.Second
 )
 
-// ListenerApplicationName returns the application_name of the drainer's dedicated LISTEN
-// connection for table, so operators (and tests) can find it in pg_stat_activity.
-func ListenerApplicationName(table string) string {
-	name := "pgdrain listen " + canonicalTable(table)
-	if len(name) > 63 {
-		name = name[:63]
+// The drainers of a process that share a pool share one LISTEN connection: a listener, kept in
+// listeners by pool, that exists while at least one of them runs. Its connection is acquired
+// from the pool and hijacked (so it is made exactly like the pool's other connections:
+// BeforeConnect, AfterConnect, the pool's runtime parameters, and then it no longer counts against
+// MaxConns nor pins a pooled connection). It LISTENs on the union of the running drainers'
+// channels, adding and removing channels as drainers start and stop, and wakes the drainers of a
+// channel on each NOTIFY. When the connection dies it reconnects with backoff and then wakes every
+// drainer, because NOTIFYs sent in between are lost.
+var listeners = struct {
+	mu    sync.Mutex
+	byKey map[*pgxpool.Pool]*listener
+}{byKey: map[*pgxpool.Pool]*listener{}}
+
+// ListenerPID returns the backend process id of the LISTEN connection that the drainers running on
+// pool share (pg_stat_activity.pid), or 0 when none is connected and LISTENing. For operators and tests: the
+// connection carries the pool's own settings (application_name included), so this is how to tell
+// it apart.
+func ListenerPID(pool *pgxpool.Pool) uint32 {
+	listeners.mu.Lock()
+	l := listeners.byKey[pool]
+	listeners.mu.Unlock()
+	if l == nil {
+		return 0
 	}
-	return name
+	return l.pid.Load()
 }
 
-// listen keeps a dedicated connection (not from the pool: it would pin a pooled connection
-// forever) LISTENing on the queue's channel and wakes the loop on each notification. When the
-// connection drops it reconnects with backoff, and wakes the loop once connected again because
-// notifications sent in between are lost. ready is closed after the first LISTEN attempt.
-func (r *runner[T]) listen(ctx context.Context, ready chan struct{}) {
-	markReady := sync.OnceFunc(func() { close(ready) })
-	defer markReady()
+// listener is the LISTEN connection of one pool.
+type listener struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+	pid    atomic.Uint32
+
+	mu        sync.Mutex
+	subs      map[*subscription]struct{}
+	dirty     bool               // the channel set changed since the last LISTEN/UNLISTEN
+	interrupt context.CancelFunc // ends the current WaitForNotification, nil when not waiting
+}
+
+// subscription is one running drainer's interest in a channel.
+type subscription struct {
+	l       *listener
+	channel string
+	wake    func()
+	ready   chan struct{} // closed once the channel is LISTENed, or an attempt to do so failed
+	readyFn func()
+}
+
+// subscribe adds channel to pool's listener (starting it if needed); wake is called on each
+// NOTIFY on channel and after each reconnection. wake must not block.
+func subscribe(pool *pgxpool.Pool, channel string, wake func(), logger *slog.Logger) *subscription {
+	listeners.mu.Lock()
+	defer listeners.mu.Unlock()
+	l := listeners.byKey[pool]
+	if l == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		l = &listener{pool: pool, logger: logger, cancel: cancel, done: make(chan struct{}),
+			subs: map[*subscription]struct{}{}}
+		listeners.byKey[pool] = l
+		go func() {
+			defer close(l.done)
+			l.run(ctx)
+		}()
+	}
+	s := &subscription{l: l, channel: channel, wake: wake, ready: make(chan struct{})}
+	s.readyFn = sync.OnceFunc(func() { close(s.ready) })
+	l.mu.Lock()
+	l.subs[s] = struct{}{}
+	l.changed()
+	l.mu.Unlock()
+	return s
+}
+
+// close removes the subscription; the last one stops the listener and closes its connection
+// before close returns.
+func (s *subscription) close() {
+	l := s.l
+	listeners.mu.Lock()
+	l.mu.Lock()
+	delete(l.subs, s)
+	last := len(l.subs) == 0
+	if last {
+		delete(listeners.byKey, l.pool)
+	} else {
+		l.changed()
+	}
+	l.mu.Unlock()
+	listeners.mu.Unlock()
+	if last {
+		l.cancel()
+		<-l.done
+	}
+}
+
+// changed marks the channel set as changed and interrupts the wait. l.mu must be held.
+func (l *listener) changed() {
+	l.dirty = true
+	if l.interrupt != nil {
+		l.interrupt()
+	}
+}
+
+// snapshot returns the channels wanted now and the subscriptions, and clears dirty.
+func (l *listener) snapshot() (channels []string, subs []*subscription) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dirty = false
+	for s := range l.subs {
+		subs = append(subs, s)
+		if !slices.Contains(channels, s.channel) {
+			channels = append(channels, s.channel)
+		}
+	}
+	slices.Sort(channels)
+	return channels, subs
+}
+
+// run keeps a connection LISTENing until ctx ends, reconnecting with backoff.
+func (l *listener) run(ctx context.Context) {
 	delay := listenRetryMin
 	for ctx.Err() == nil {
-		connected, err := r.listenOnce(ctx, markReady)
-		markReady()
+		connected, err := l.session(ctx)
+		l.pid.Store(0)
 		if ctx.Err() != nil {
 			return
+		}
+		// Drainers waiting for their first LISTEN poll meanwhile.
+		_, subs := l.snapshot()
+		l.mu.Lock()
+		l.dirty = true // LISTEN everything again on the next connection
+		l.mu.Unlock()
+		for _, s := range subs {
+			s.readyFn()
 		}
 		if connected {
 			delay = listenRetryMin
 		}
-		r.d.logger.WarnContext(ctx, "LISTEN connection lost; reconnecting (polling meanwhile)", "err", err, "retry_in", delay)
+		l.logger.WarnContext(ctx, "LISTEN connection lost; reconnecting (polling meanwhile)", "err", err, "retry_in", delay)
 		select {
 		case <-ctx.Done():
 			return
@@ -52,28 +172,104 @@ func (r *runner[T]) listen(ctx context.Context, ready chan struct{}) {
 	}
 }
 
-// listenOnce connects, LISTENs and forwards notifications until the connection fails.
-func (r *runner[T]) listenOnce(ctx context.Context, onListening func()) (connected bool, err error) {
-	cc := r.d.pool.Config().ConnConfig.Copy()
-	cc.RuntimeParams["application_name"] = ListenerApplicationName(r.reg.queue)
-	conn, err := pgx.ConnectConfig(ctx, cc)
+// session acquires a connection from the pool, hijacks it, LISTENs and forwards notifications
+// until the connection fails or ctx ends.
+func (l *listener) session(ctx context.Context) (connected bool, err error) {
+	pc, err := l.pool.Acquire(ctx)
 	if err != nil {
-		return false, fmt.Errorf("connecting: %w", err)
+		return false, fmt.Errorf("acquiring a connection: %w", err)
 	}
+	conn := pc.Hijack()
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listenCloseTimeout)
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.reg.channel}.Sanitize()); err != nil {
-		return false, fmt.Errorf("listening on %s: %w", r.reg.channel, err)
-	}
-	onListening()
-	r.signal()
+	listening := map[string]bool{}
+	fresh := true
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		l.mu.Lock()
+		dirty := l.dirty
+		l.mu.Unlock()
+		if dirty || fresh {
+			channels, subs := l.snapshot()
+			if err := syncChannels(ctx, conn, listening, channels); err != nil {
+				return !fresh, err
+			}
+			l.pid.Store(conn.PgConn().PID())
+			for _, s := range subs {
+				s.readyFn()
+				if fresh {
+					s.wake() // a new connection: NOTIFYs sent while there was none are lost
+				}
+			}
+			fresh = false
+		}
+
+		l.mu.Lock()
+		if l.dirty {
+			l.mu.Unlock()
+			continue
+		}
+		wctx, interrupt := context.WithCancel(ctx)
+		l.interrupt = interrupt
+		l.mu.Unlock()
+		n, err := conn.WaitForNotification(wctx)
+		l.mu.Lock()
+		l.interrupt = nil
+		l.mu.Unlock()
+		interrupted := wctx.Err() != nil
+		interrupt()
+		switch {
+		case err == nil:
+			l.notify(n.Channel)
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case interrupted && !conn.IsClosed():
+			// The channel set changed: LISTEN/UNLISTEN at the top of the loop.
+		default:
 			return true, fmt.Errorf("waiting for notification: %w", err)
 		}
-		r.signal()
+	}
+}
+
+// syncChannels LISTENs on the channels in want that are not in listening and UNLISTENs the others,
+// in one statement, and updates listening.
+func syncChannels(ctx context.Context, conn *pgx.Conn, listening map[string]bool, want []string) error {
+	var stmts []string
+	for _, ch := range want {
+		if !listening[ch] {
+			stmts = append(stmts, "LISTEN "+pgx.Identifier{ch}.Sanitize())
+		}
+	}
+	for ch := range listening {
+		if !slices.Contains(want, ch) {
+			stmts = append(stmts, "UNLISTEN "+pgx.Identifier{ch}.Sanitize())
+		}
+	}
+	if len(stmts) == 0 {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, strings.Join(stmts, "; ")); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		return fmt.Errorf("listening on %s: %w", strings.Join(want, ", "), err)
+	}
+	clear(listening)
+	for _, ch := range want {
+		listening[ch] = true
+	}
+	return nil
+}
+
+// notify wakes every subscription of channel.
+func (l *listener) notify(channel string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for s := range l.subs {
+		if s.channel == channel {
+			s.wake()
+		}
 	}
 }

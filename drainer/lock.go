@@ -2,20 +2,31 @@ package drainer
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// lockBatch is one round of lock mode (seed 001's claim transaction): BEGIN; claim_locked; apply
-// (each bounded by ApplyTimeout); settle_locked; COMMIT. Rows not started when Run's ctx ends are
-// simply not settled: COMMIT unlocks them untouched.
+// lockBatch is one round of lock mode (seed 001's claim transaction): BEGIN; claim_locked; apply;
+// settle_locked; COMMIT, all within LockTransactionTimeout. Every apply's deadline is at most
+// LeaseMargin before that bound (settleBy), and no apply starts after it. At settleBy, or when the
+// applies in flight at shutdown have had their ApplyTimeout, the rows whose applies returned are
+// settled and committed; an apply still running then is given up on, and its row is unlocked
+// untouched by the COMMIT and claimed again. Rows not started are likewise left untouched.
 func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	start := time.Now()
+	txEnd := start.Add(r.cfg.LockTransactionTimeout)
+	settleBy := txEnd.Add(-LeaseMargin)
 	tx, err := r.d.pool.Begin(ctx)
 	if err != nil {
 		return 0, translate("claiming batch", err)
 	}
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LeaseMargin)
 		defer cancel()
 		_ = tx.Rollback(rctx) // no-op after Commit
 	}()
@@ -24,21 +35,19 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	r.d.metrics.observeClaim(ClaimLock, time.Since(start))
-
-	r.applyJobs(ctx, jobs, nil, nil)
-
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
-	var done []*job
 	for _, j := range jobs {
-		if j.started {
-			done = append(done, j)
-		}
+		j.deadline = settleBy
 	}
+
+	done := r.applyLocked(ctx, jobs, settleBy)
+
+	// Settle and commit within the bound (at least LeaseMargin, when an overrun used it up).
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(txEnd, time.Now().Add(LeaseMargin)))
+	defer cancel()
 	if len(done) > 0 {
 		settled, err := querySettleLocked(rctx, tx, r.reg.queue, done)
 		if err != nil {
-			return len(jobs), err
+			return len(jobs), r.lockTxEnded(err, len(done))
 		}
 		if settled != int64(len(done)) {
 			r.d.logger.WarnContext(ctx, "settle_locked recorded fewer rows than applied", "applied", len(done), "settled", settled)
@@ -46,10 +55,120 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	}
 	// An empty claim may still have written (woken parked heads, refreshed stale ones): commit it.
 	if err := tx.Commit(rctx); err != nil {
-		return len(jobs), translate("committing batch", err)
+		return len(jobs), r.lockTxEnded(translate("committing batch", err), len(done))
 	}
 	for _, j := range done {
 		r.d.metrics.recorded(j.disposition)
 	}
 	return len(jobs), nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// applyLocked applies jobs with at most ApplyConcurrency at a time, in claim order, and returns
+// those whose apply returned in time to be settled. It stops starting applies at settleBy or when
+// ctx ends; it stops waiting at settleBy, or ApplyTimeout after ctx ended.
+func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.Time) []*job {
+	if len(jobs) == 0 {
+		return nil
+	}
+	finished := make(chan *job, len(jobs)) // never blocks, also for applies given up on
+	var next atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range min(r.cfg.ApplyConcurrency, len(jobs)) {
+		wg.Go(func() {
+			for !stop.Load() && ctx.Err() == nil && time.Now().Before(settleBy) {
+				i := int(next.Add(1)) - 1
+				if i >= len(jobs) {
+					return
+				}
+				r.applyOne(ctx, jobs[i])
+				finished <- jobs[i]
+			}
+		})
+	}
+	allDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(allDone)
+	}()
+	bound := time.NewTimer(time.Until(settleBy))
+	defer bound.Stop()
+	var grace <-chan time.Time
+	cancelled := ctx.Done()
+	var done []*job
+	collect := func() []*job {
+		stop.Store(true)
+		for {
+			select {
+			case j := <-finished:
+				done = append(done, j)
+			default:
+				return done
+			}
+		}
+	}
+	for {
+		select {
+		case j := <-finished:
+			done = append(done, j)
+		case <-allDone:
+			return collect()
+		case <-cancelled:
+			cancelled = nil
+			t := time.NewTimer(r.cfg.ApplyTimeout + shutdownSlack)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			collect()
+			r.d.logger.WarnContext(ctx, "applies still running after ApplyTimeout at shutdown: they ignore their context; "+
+				"their rows are left unsettled and will be delivered again", "settled", len(done), "claimed", len(jobs))
+			return done
+		case <-bound.C:
+			collect()
+			r.d.logger.WarnContext(ctx, "lock-mode batch reached LockTransactionTimeout with applies still running: "+
+				"an Applier ignores its context; settling what returned, the rest is claimed again",
+				"settled", len(done), "claimed", len(jobs), "lock_transaction_timeout", r.cfg.LockTransactionTimeout)
+			return done
+		}
+	}
+}
+
+// lockTxEnded explains a failed settle or commit: when the server ended the claim transaction
+// (idle_in_transaction_session_timeout, or the connection died) nothing of the batch was written,
+// so its rows, unlocked, are claimed again (and the applied ones delivered again).
+func (r *runner[T]) lockTxEnded(err error, applied int) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "25P03" {
+		return fmt.Errorf("the server ended the claim transaction (idle_in_transaction_session_timeout is shorter than the batch's applies; "+
+			"keep it above LockTransactionTimeout %s for the drainer's role): the %d applied rows were not recorded and will be claimed again: %w",
+			r.cfg.LockTransactionTimeout, applied, err)
+	}
+	return fmt.Errorf("the claim transaction failed: the %d applied rows were not recorded and will be claimed again: %w", applied, err)
+}
+
+// warnIdleInTransactionTimeout warns, in lock mode, when the server would end a claim transaction
+// before LockTransactionTimeout (idle_in_transaction_session_timeout as the drainer's connections
+// see it). A failed check is logged at debug level and does not stop Run.
+func (r *runner[T]) warnIdleInTransactionTimeout(ctx context.Context) {
+	if r.cfg.ClaimMode != ClaimLock {
+		return
+	}
+	idle, err := queryIdleInTransactionTimeout(ctx, r.d.pool)
+	if err != nil {
+		r.d.logger.DebugContext(ctx, "reading idle_in_transaction_session_timeout", "err", err)
+		return
+	}
+	if idle > 0 && idle < r.cfg.LockTransactionTimeout {
+		r.d.logger.WarnContext(ctx, "idle_in_transaction_session_timeout is shorter than LockTransactionTimeout: the server ends a "+
+			"lock-mode batch whose applies take longer; its rows are then claimed again (delivered again). Raise it for the drainer's "+
+			"role, or lower BatchSize or ApplyTimeout", "idle_in_transaction_session_timeout", idle,
+			"lock_transaction_timeout", r.cfg.LockTransactionTimeout)
+	}
 }

@@ -8,22 +8,25 @@ import (
 const (
 	// minWakeDelay keeps a wake-up scheduled for "now" from turning into a busy loop.
 	minWakeDelay = 100 * time.Millisecond
-	// errorDelayMin and errorDelayMax bound the pause after a failed batch (database down).
+	// errorDelayMin and errorDelayMax bound the pause after a failed claim (database down).
 	errorDelayMin = 100 * time.Millisecond
 	errorDelayMax = 5 * time.Second
-	// recordTimeout bounds writing a batch's results, which must happen even after Run's ctx ends.
+	// recordTimeout bounds writing results (and releasing rows), which must happen even after
+	// Run's ctx ends.
 	recordTimeout = 10 * time.Second
 )
 
-// runner is one Run: the resolved config and the wake-up channel.
+// runner is one Run: the resolved config, the registration and the wake-up channel.
 type runner[T any] struct {
-	d    *Drainer[T]
-	cfg  Config
-	reg  registration
-	wake chan struct{}
+	d      *Drainer[T]
+	cfg    Config // defaults applied
+	reg    registration
+	wake   chan struct{}
+	runCtx context.Context // Run's ctx
 }
 
-// signal asks the loop to claim now (a NOTIFY arrived, or LISTEN reconnected).
+// signal asks the claimer to claim now (a NOTIFY arrived, LISTEN reconnected, results were
+// recorded, a repair fixed something). It never blocks.
 func (r *runner[T]) signal() {
 	select {
 	case r.wake <- struct{}{}:
@@ -31,20 +34,29 @@ func (r *runner[T]) signal() {
 	}
 }
 
-// loop claims batches until ctx ends: at once after any batch that found rows (so always after a
-// full one), otherwise on a wake-up, at the earliest backoff or lease end in the queue, or after
-// PollFallback.
-func (r *runner[T]) loop(ctx context.Context) error {
+// drain runs the configured mode until ctx ends.
+func (r *runner[T]) drain(ctx context.Context) {
+	if r.cfg.ClaimMode == ClaimLock {
+		r.lockLoop(ctx)
+		return
+	}
+	newPipeline(r).run(ctx)
+}
+
+// lockLoop claims lock-mode batches until ctx ends: at once after any batch that found rows (so
+// always after a full one), otherwise on a wake-up, at the earliest backoff or lease end in the
+// queue, or after PollFallback.
+func (r *runner[T]) lockLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	errDelay := errorDelayMin
 	for {
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
-		n, err := r.batch(ctx)
+		n, err := r.lockBatch(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		var wait time.Duration
 		switch {
@@ -63,20 +75,11 @@ func (r *runner[T]) loop(ctx context.Context) error {
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-r.wake:
 		case <-timer.C:
 		}
 	}
-}
-
-// batch claims, applies and records one batch in the configured mode; it returns how many rows
-// it claimed.
-func (r *runner[T]) batch(ctx context.Context) (int, error) {
-	if r.cfg.ClaimMode == ClaimLock {
-		return r.lockBatch(ctx)
-	}
-	return r.leaseBatch(ctx)
 }
 
 // nextWake is how long to sleep: PollFallback, or less when a lease or backoff that parks work

@@ -10,9 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// Every statement the drainer sends is here. Each calls an outbox SQL function granted to
-// pgdrain_worker (docs/security.md); the drainer reads and writes no table itself, so a login role
-// that is only a member of pgdrain_worker can run it.
+// Every statement the drainer sends is here (but LISTEN/UNLISTEN, in listen.go). Each calls an
+// outbox SQL function granted to pgdrain_worker (docs/security.md), or reads pg_settings; the
+// drainer reads and writes no table itself, so a login role that is only a member of
+// pgdrain_worker can run it.
 const (
 	sqlQueueInfo = `
 		SELECT queue_name, coalesce(partition_column, ''), max_attempts, backoff_min, backoff_max,
@@ -38,6 +39,10 @@ const (
 		SELECT partition_key, head_id, head_attempt_count, coalesce(head_last_error, ''), oldest_pending_at,
 		       pending, reason, extract(epoch FROM now() - oldest_pending_at)::float8
 		FROM outbox.wedged_partitions($1, $2, $3)`
+	// sqlIdleInTransactionTimeout reads the setting as this session sees it (role and database
+	// defaults applied), in milliseconds.
+	sqlIdleInTransactionTimeout = `
+		SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'idle_in_transaction_session_timeout'`
 	sqlRepair = `
 		SELECT coalesce(partition_key, ''), head_id, cause, coalesce(detail, '')
 		FROM outbox.repair($1, $2)`
@@ -157,6 +162,27 @@ func queryExtendLease(ctx context.Context, db querier, queue string, j *job, lea
 	return until, nil
 }
 
+// queryExtendLeases extends the leases of jobs in one round trip (outbox.extend_lease per row) and
+// returns each row's new lease end, nil where the lease is no longer ours.
+func queryExtendLeases(ctx context.Context, db querier, queue string, jobs []*job, lease time.Duration) ([]*time.Time, error) {
+	var b pgx.Batch
+	for _, j := range jobs {
+		b.Queue(sqlExtendLease, queue, j.event.ID, j.token, lease)
+	}
+	res := db.SendBatch(ctx, &b)
+	out := make([]*time.Time, len(jobs))
+	for i := range jobs {
+		if err := res.QueryRow().Scan(&out[i]); err != nil {
+			_ = res.Close()
+			return nil, translate("extending leases", err)
+		}
+	}
+	if err := res.Close(); err != nil {
+		return nil, translate("extending leases", err)
+	}
+	return out, nil
+}
+
 // queryApplyResults records the outcomes of jobs in one round trip (outbox.apply_results) and
 // calls applied for each row with whether its result counted (false: the lease was lost).
 func queryApplyResults(ctx context.Context, db querier, queue string, jobs []*job, applied func(id int64, ok bool)) error {
@@ -268,4 +294,14 @@ func queryRepair(ctx context.Context, db querier, queue string, dryRun bool) ([]
 		return nil, translate("repairing derived state", err)
 	}
 	return list, nil
+}
+
+// queryIdleInTransactionTimeout returns idle_in_transaction_session_timeout as a pooled
+// connection sees it (0: off).
+func queryIdleInTransactionTimeout(ctx context.Context, db querier) (time.Duration, error) {
+	var ms int64
+	if err := db.QueryRow(ctx, sqlIdleInTransactionTimeout).Scan(&ms); err != nil {
+		return 0, translate("reading idle_in_transaction_session_timeout", err)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -25,50 +25,42 @@ func loadRegistration(ctx context.Context, db querier, table string) (registrati
 	return queryQueueInfo(ctx, db, table)
 }
 
-// reconcile fills the registry settings that c leaves zero from r and fails, naming the field,
-// when a set one disagrees: the SQL functions apply the registered values, so they win.
-func reconcile(c Config, r registration) (Config, error) {
+// mismatchError is one Expect field that the registration contradicts.
+type mismatchError struct{ msg string }
+
+func (e *mismatchError) Error() string { return e.msg }
+
+func (e *mismatchError) Is(target error) bool { return target == ErrRegistrationMismatch }
+
+// checkExpectations reports every Expect field of c that r contradicts, one error each, each
+// starting with the field name and matching ErrRegistrationMismatch.
+func checkExpectations(c Config, r registration) error {
 	var errs []error
-	mismatch := func(field string, got, registered any, column string) {
-		errs = append(errs, fmt.Errorf(
-			"%s is %v but queue %s is registered with %s %v; the SQL registry wins: leave %s zero or change the queue with outbox.create_queue",
-			field, got, r.queue, column, registered, field))
+	mismatch := func(field string, want, registered any, column string) {
+		errs = append(errs, &mismatchError{fmt.Sprintf(
+			"%s is %v but queue %s is registered with %s %v: the SQL functions apply the registration; "+
+				"change the queue with outbox.create_queue (as its owner or pgdrain_operator) or the expectation",
+			field, want, r.queue, column, registered)})
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = r.maxAttempts
-	} else if c.MaxAttempts != r.maxAttempts {
-		mismatch("MaxAttempts", c.MaxAttempts, r.maxAttempts, "max_attempts")
+	if c.ExpectMaxAttempts != 0 && c.ExpectMaxAttempts != r.maxAttempts {
+		mismatch("ExpectMaxAttempts", c.ExpectMaxAttempts, r.maxAttempts, "max_attempts")
 	}
-	if c.BackoffMin == 0 {
-		c.BackoffMin = r.backoffMin
-	} else if c.BackoffMin != r.backoffMin {
-		mismatch("BackoffMin", c.BackoffMin, r.backoffMin, "backoff_min")
+	if c.ExpectBackoffMin != 0 && c.ExpectBackoffMin != r.backoffMin {
+		mismatch("ExpectBackoffMin", c.ExpectBackoffMin, r.backoffMin, "backoff_min")
 	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = r.backoffMax
-	} else if c.BackoffMax != r.backoffMax {
-		mismatch("BackoffMax", c.BackoffMax, r.backoffMax, "backoff_max")
+	if c.ExpectBackoffMax != 0 && c.ExpectBackoffMax != r.backoffMax {
+		mismatch("ExpectBackoffMax", c.ExpectBackoffMax, r.backoffMax, "backoff_max")
 	}
-	if c.PermanentPolicy == PoisonPermanent {
-		c.PermanentPolicy = r.permanentPolicy
-	} else if c.PermanentPolicy != r.permanentPolicy {
-		mismatch("PermanentPolicy", c.PermanentPolicy, r.permanentPolicy, "permanent_policy")
+	if c.ExpectPermanentPolicy != 0 && c.ExpectPermanentPolicy != r.permanentPolicy {
+		mismatch("ExpectPermanentPolicy", c.ExpectPermanentPolicy, r.permanentPolicy, "permanent_policy")
 	}
-	if c.PartitionColumn == "" {
-		c.PartitionColumn = r.partitionColumn
-	} else if !strings.EqualFold(c.PartitionColumn, r.partitionColumn) {
-		mismatch("PartitionColumn", quoteOrNone(c.PartitionColumn), quoteOrNone(r.partitionColumn), "partition_column")
+	if c.ExpectPartitionColumn != "" && !strings.EqualFold(c.ExpectPartitionColumn, r.partitionColumn) {
+		mismatch("ExpectPartitionColumn", quoteOrNone(c.ExpectPartitionColumn), quoteOrNone(r.partitionColumn), "partition_column")
 	}
-	if c.Channel == "" {
-		c.Channel = r.channel
-	} else if !strings.EqualFold(c.Channel, r.channel) {
-		mismatch("Channel", quoteOrNone(c.Channel), quoteOrNone(r.channel), "channel")
+	if c.ExpectChannel != "" && !strings.EqualFold(c.ExpectChannel, r.channel) {
+		mismatch("ExpectChannel", quoteOrNone(c.ExpectChannel), quoteOrNone(r.channel), "channel")
 	}
-	if err := errors.Join(errs...); err != nil {
-		return c, err
-	}
-	c = c.withDefaults()
-	return c, c.Validate()
+	return errors.Join(errs...)
 }
 
 func quoteOrNone(s string) string {

@@ -11,9 +11,9 @@ func (r *runner[T]) wedgeWatchEnabled() bool {
 	if r.cfg.WedgeWarnAfter <= 0 {
 		return false
 	}
-	if r.cfg.PartitionColumn == "" || r.d.wedgeObserver == nil {
+	if r.reg.partitionColumn == "" || r.d.wedgeObserver == nil {
 		r.d.logger.Info("WedgeWarnAfter is set but the wedge report is off: it needs a partitioned queue and WithWedgeObserver",
-			"partitioned", r.cfg.PartitionColumn != "", "observer", r.d.wedgeObserver != nil)
+			"partitioned", r.reg.partitionColumn != "", "observer", r.d.wedgeObserver != nil)
 		return false
 	}
 	return true

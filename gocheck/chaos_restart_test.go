@@ -183,10 +183,11 @@ func TestChaos_ServerRestart(t *testing.T) {
 		"the drainers reconnect and drain everything")
 	var listeners int
 	require.Eventually(t, func() bool {
-		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
-			drainer.ListenerApplicationName("public.restart")).Scan(&listeners)
-		return listeners == 2
-	}, 30*time.Second, 100*time.Millisecond, "both LISTEN connections are back")
+		pid := drainer.ListenerPID(pool)
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'LISTEN%'`,
+			int64(pid)).Scan(&listeners)
+		return pid != 0 && listeners == 1
+	}, 30*time.Second, 100*time.Millisecond, "the LISTEN connection both drainers share is back")
 	_, err = pool.Exec(ctx, `INSERT INTO public.restart (event_type, payload, resource_id)
 		SELECT 'after', '{}', 'key-' || k FROM generate_series(1, 10) k`)
 	require.NoError(t, err)

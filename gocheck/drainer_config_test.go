@@ -32,19 +32,19 @@ func TestDrainer_Validate_RejectsEachBadConfig(t *testing.T) {
 		{"negative batch size", func(c *drainer.Config) { c.BatchSize = -1 }, "BatchSize", "between 1 and 10000"},
 		{"batch size above the SQL limit", func(c *drainer.Config) { c.BatchSize = 10001 }, "BatchSize", "got 10001"},
 		{"negative poll fallback", func(c *drainer.Config) { c.PollFallback = -time.Second }, "PollFallback", "positive"},
-		{"negative max attempts", func(c *drainer.Config) { c.MaxAttempts = -3 }, "MaxAttempts", "between 1 and 1000"},
-		{"max attempts above the SQL limit", func(c *drainer.Config) { c.MaxAttempts = 1001 }, "MaxAttempts", "got 1001"},
-		{"negative backoff min", func(c *drainer.Config) { c.BackoffMin = -time.Second }, "BackoffMin", "positive"},
-		{"backoff max below min", func(c *drainer.Config) { c.BackoffMin, c.BackoffMax = 2*time.Second, time.Second }, "BackoffMax", "at least BackoffMin"},
+		{"negative max attempts", func(c *drainer.Config) { c.ExpectMaxAttempts = -3 }, "ExpectMaxAttempts", "between 1 and 1000"},
+		{"max attempts above the SQL limit", func(c *drainer.Config) { c.ExpectMaxAttempts = 1001 }, "ExpectMaxAttempts", "got 1001"},
+		{"negative backoff min", func(c *drainer.Config) { c.ExpectBackoffMin = -time.Second }, "ExpectBackoffMin", "positive"},
+		{"backoff max below min", func(c *drainer.Config) { c.ExpectBackoffMin, c.ExpectBackoffMax = 2*time.Second, time.Second }, "ExpectBackoffMax", "at least ExpectBackoffMin"},
 		{"negative apply timeout", func(c *drainer.Config) { c.ApplyTimeout = -time.Second }, "ApplyTimeout", "positive"},
 		{"negative apply concurrency", func(c *drainer.Config) { c.ApplyConcurrency = -2 }, "ApplyConcurrency", "between 1"},
 		{"negative wedge threshold", func(c *drainer.Config) { c.WedgeWarnAfter = -time.Second }, "WedgeWarnAfter", "0 (off) or positive"},
-		{"partition column expression", func(c *drainer.Config) { c.PartitionColumn = "payload->>'x'" }, "PartitionColumn", "plain column"},
-		{"bad channel", func(c *drainer.Config) { c.Channel = "no spaces please" }, "Channel", "plain name"},
+		{"partition column expression", func(c *drainer.Config) { c.ExpectPartitionColumn = "payload->>'x'" }, "ExpectPartitionColumn", "plain column"},
+		{"bad channel", func(c *drainer.Config) { c.ExpectChannel = "no spaces please" }, "ExpectChannel", "plain name"},
 		{"retry policy with a partition column", func(c *drainer.Config) {
-			c.PermanentPolicy, c.PartitionColumn = drainer.RetryPermanent, "resource_id"
-		}, "PermanentPolicy", "not allowed with a PartitionColumn"},
-		{"unknown policy", func(c *drainer.Config) { c.PermanentPolicy = 7 }, "PermanentPolicy", "PoisonPermanent or RetryPermanent"},
+			c.ExpectPermanentPolicy, c.ExpectPartitionColumn = drainer.RetryPermanent, "resource_id"
+		}, "ExpectPermanentPolicy", "cannot hold with an ExpectPartitionColumn"},
+		{"unknown policy", func(c *drainer.Config) { c.ExpectPermanentPolicy = 7 }, "ExpectPermanentPolicy", "PoisonPermanent or RetryPermanent"},
 		{"lease equal to apply timeout plus margin", func(c *drainer.Config) {
 			c.ApplyTimeout, c.Lease = time.Second, time.Second+drainer.LeaseMargin
 		}, "Lease", "longer than ApplyTimeout"},
@@ -76,8 +76,9 @@ func drPoolForValidation(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
-// Zero registry settings take the registered values; a set one that disagrees makes Run fail at
-// start, naming the field and saying that the SQL registry wins; an unregistered queue is named.
+// Zero Expect fields accept the registration; a set one that disagrees makes Run fail at start
+// (ErrRegistrationMismatch), naming the field and the registered value; an unregistered queue is
+// named.
 func TestDrainer_Run_ChecksConfigAgainstTheRegistry(t *testing.T) {
 	t.Parallel()
 	q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id", maxAttempts: 5})
@@ -91,25 +92,26 @@ func TestDrainer_Run_ChecksConfigAgainstTheRegistry(t *testing.T) {
 	}
 	base := q.config(drainer.ClaimLease)
 
-	require.NoError(t, run(base), "zero registry fields are filled from the registration")
+	require.NoError(t, run(base), "zero Expect fields expect nothing")
 	same := base
-	same.MaxAttempts, same.BackoffMin, same.BackoffMax, same.PartitionColumn = 5, 50*time.Millisecond, 200*time.Millisecond, "resource_id"
+	same.ExpectMaxAttempts, same.ExpectBackoffMin, same.ExpectBackoffMax, same.ExpectPartitionColumn = 5, 50*time.Millisecond, 200*time.Millisecond, "resource_id"
+	same.ExpectPermanentPolicy, same.ExpectChannel = drainer.PoisonPermanent, "pgdrain_public_events"
 	require.NoError(t, run(same), "values equal to the registration are fine")
 
 	for _, tc := range []struct {
 		edit func(*drainer.Config)
 		want string
 	}{
-		{func(c *drainer.Config) { c.MaxAttempts = 10 }, "MaxAttempts is 10 but queue public.events is registered with max_attempts 5; the SQL registry wins"},
-		{func(c *drainer.Config) { c.BackoffMin = time.Second }, "BackoffMin is 1s but queue public.events is registered with backoff_min 50ms"},
-		{func(c *drainer.Config) { c.BackoffMax = time.Minute }, "BackoffMax is 1m0s but queue public.events is registered with backoff_max 200ms"},
-		{func(c *drainer.Config) { c.PartitionColumn = "object" }, `PartitionColumn is "object" but queue public.events is registered with partition_column "resource_id"`},
-		{func(c *drainer.Config) { c.Channel = "elsewhere" }, `Channel is "elsewhere" but queue public.events is registered with channel "pgdrain_public_events"`},
+		{func(c *drainer.Config) { c.ExpectMaxAttempts = 10 }, "ExpectMaxAttempts is 10 but queue public.events is registered with max_attempts 5: the SQL functions apply the registration"},
+		{func(c *drainer.Config) { c.ExpectBackoffMin = time.Second }, "ExpectBackoffMin is 1s but queue public.events is registered with backoff_min 50ms"},
+		{func(c *drainer.Config) { c.ExpectBackoffMax = time.Minute }, "ExpectBackoffMax is 1m0s but queue public.events is registered with backoff_max 200ms"},
+		{func(c *drainer.Config) { c.ExpectPartitionColumn = "object" }, `ExpectPartitionColumn is "object" but queue public.events is registered with partition_column "resource_id"`},
+		{func(c *drainer.Config) { c.ExpectChannel = "elsewhere" }, `ExpectChannel is "elsewhere" but queue public.events is registered with channel "pgdrain_public_events"`},
 	} {
 		cfg := base
 		tc.edit(&cfg)
 		err := run(cfg)
-		require.Error(t, err)
+		require.ErrorIs(t, err, drainer.ErrRegistrationMismatch)
 		require.Contains(t, err.Error(), tc.want)
 	}
 
@@ -117,12 +119,16 @@ func TestDrainer_Run_ChecksConfigAgainstTheRegistry(t *testing.T) {
 	require.NoError(t, err)
 	loose := base
 	loose.Table = "public.loose"
-	loose.PermanentPolicy = drainer.RetryPermanent
+	loose.ExpectPermanentPolicy = drainer.RetryPermanent
 	require.NoError(t, run(loose), "RetryPermanent matches a 'retry' queue")
-	loose.PartitionColumn = ""
+	loose.ExpectPartitionColumn = ""
 	loose.Table = "public.events"
 	err = run(loose)
-	require.ErrorContains(t, err, "PermanentPolicy is retry but queue public.events is registered with permanent_policy poison")
+	require.ErrorContains(t, err, "ExpectPermanentPolicy is retry but queue public.events is registered with permanent_policy poison")
+	loose.ExpectPermanentPolicy = drainer.PoisonPermanent
+	loose.Table = "public.loose"
+	require.ErrorContains(t, run(loose), "ExpectPermanentPolicy is poison but queue public.loose is registered with permanent_policy retry",
+		"PoisonPermanent is an expectation too, not a zero value that accepts anything")
 
 	missing := base
 	missing.Table = "public.nowhere"

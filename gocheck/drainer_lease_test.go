@@ -23,6 +23,8 @@ func TestDrainer_LeaseLostMidApply_LateResultRefused(t *testing.T) {
 
 	cfgA := q.config(drainer.ClaimLease)
 	cfgA.ApplyTimeout, cfgA.Lease = 200*time.Millisecond, 1300*time.Millisecond
+	// A holds one row at a time, so while its apply hangs it claims nothing: B re-claims the row.
+	cfgA.BatchSize = 1
 	started := make(chan struct{})
 	var callsA atomic.Int32
 	var deadlineA time.Duration

@@ -63,14 +63,15 @@ func TestDrainer_ShutdownDuringBatch_RecordsInFlightReleasesTheRest(t *testing.T
 	})
 }
 
-// drListenerPID returns the pid of the drainer's LISTEN backend once it has LISTENed (0 if none).
+// drListenerPID returns the pid of the LISTEN backend the drainers on q's pool share once it has
+// LISTENed (0 if none).
 func drListenerPID(t *testing.T, q *drQueue) int32 {
 	t.Helper()
 	var pid int32
 	err := q.pool.QueryRow(context.Background(), `
 		SELECT coalesce(max(pid), 0) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = $1 AND query LIKE 'LISTEN%'`,
-		drainer.ListenerApplicationName(q.table)).Scan(&pid)
+		WHERE datname = current_database() AND pid = $1 AND query LIKE 'LISTEN%'`,
+		int64(drainer.ListenerPID(q.pool))).Scan(&pid)
 	require.NoError(t, err)
 	return pid
 }

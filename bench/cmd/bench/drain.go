@@ -68,7 +68,7 @@ func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n
 	cfg := drainer.Config{Table: q, ApplyConcurrency: c.concurrency, ClaimMode: c.mode, PollFallback: time.Second,
 		BatchSize: c.batchSize}
 	if c.partitioned {
-		cfg.PartitionColumn = "resource_id"
+		cfg.ExpectPartitionColumn = "resource_id"
 	}
 	decode := func(b []byte) (json.RawMessage, error) { return b, nil }
 	apply := func(context.Context, string, json.RawMessage) error { return nil }

@@ -104,11 +104,13 @@ BEGIN
   -- when it wrote anything: a partition became claimable.
   IF v_new IS NOT NULL OR v_empty IS NOT NULL OR v_low_keys IS NOT NULL THEN
     WITH up AS (
-      -- A new head's floor is 0, never our smallest id: "no head" may mean the heads were lost (a
-      -- crash) while older rows of the key are still pending; raising a floor is the claims' job,
-      -- under the key's producer lock.
+      -- A new head's floor is our smallest id (poisoned rows before it are not walked again) only
+      -- while the queue's heads are complete: after a crash "no head" may mean the heads were lost
+      -- while older rows of the key are still pending, and the floor is 0 until a claim raises it.
       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
-      SELECT p_q.queue_id, u.k, u.lo, 0
+      SELECT p_q.queue_id, u.k, u.lo,
+             CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
+                  THEN u.lo ELSE 0 END
       FROM unnest(v_keys, v_mins) AS u(k, lo)
       WHERE u.k = ANY (v_new) OR u.k = ANY (v_empty) OR u.k = ANY (v_low_keys)
       ORDER BY u.k
