@@ -105,7 +105,14 @@ func TestDrainer_RepairPass_DeliversRowsNoClaimReached(t *testing.T) {
 
 				_, ids := applied.snapshot()
 				require.Contains(t, ids, victim)
-				require.Equal(t, 1.0, drRepairs(t, reg, dmg.cause), "counted once, with its cause")
+				// An empty head whose floor is too high is dropped by the first claim that looks at it
+				// (under the key's producer lock), which turns the damage into a missing head: whichever
+				// of the two the repair pass met first is what it counts.
+				cause := dmg.cause
+				if cause == "floor_above_row" && drRepairs(t, reg, "missing_head") == 1 {
+					cause = "missing_head"
+				}
+				require.Equal(t, 1.0, drRepairs(t, reg, cause), "counted once, with its cause")
 				log := buf.String()
 				var line string
 				for l := range strings.Lines(log) {
@@ -117,7 +124,7 @@ func TestDrainer_RepairPass_DeliversRowsNoClaimReached(t *testing.T) {
 				require.Contains(t, line, "level=WARN")
 				require.Contains(t, line, "queue=public.events")
 				require.Contains(t, line, "partition_key=victim")
-				require.Contains(t, line, "cause="+dmg.cause)
+				require.Contains(t, line, "cause="+cause)
 				require.Contains(t, line, "head_id=")
 				require.Contains(t, line, "detail=")
 				drNoPrivilegeErrors(t, log)
