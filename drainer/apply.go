@@ -3,6 +3,7 @@ package drainer
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -55,7 +56,13 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 		if len(j.errText) > maxErrorText {
 			j.errText = j.errText[:maxErrorText]
 		}
-		r.d.logger.DebugContext(ctx, "apply failed", "id", j.event.ID, "event_type", j.event.Type,
+		level := slog.LevelDebug
+		if j.disposition == DispositionPermanent && r.reg.permanentPolicy != RetryPermanent {
+			// The event will never be delivered unless someone requeues it: say so where it is seen.
+			level = slog.LevelWarn
+		}
+		r.d.logger.Log(ctx, level, "apply failed", "queue", j.event.Table, "id", j.event.ID,
+			"partition_key", j.event.PartitionKey, "event_type", j.event.Type,
 			"attempts", j.event.Attempts, "outcome", j.disposition.String(), "err", err)
 	}
 }
