@@ -2,52 +2,17 @@ package gocheck
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/drainer"
-	"github.com/pgdrain/pgdrain/internal/testdb"
 )
-
-// drLoginPool creates a throwaway LOGIN role that is a member of pgdrainRole and of nothing else
-// (not a superuser, owns nothing) and returns a pool connected to db as that role. The role is
-// dropped when the test ends, after everything registered later (drainers) has stopped.
-func drLoginPool(t *testing.T, db *testdb.DB, pgdrainRole string) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	login := "pgdrain_t_" + hex.EncodeToString(b)
-	_, err := db.Pool.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER IN ROLE %s",
-		pgx.Identifier{login}.Sanitize(), pgx.Identifier{pgdrainRole}.Sanitize()))
-	require.NoError(t, err)
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	u.User = url.User(login)
-	pool, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = db.Pool.Exec(ctx, fmt.Sprintf("DROP ROLE IF EXISTS %s", pgx.Identifier{login}.Sanitize()))
-	})
-	var super bool
-	require.NoError(t, pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super))
-	require.False(t, super)
-	return pool
-}
 
 // drCapture is a drainer logger that keeps every line (Debug and up) for assertions and prints
 // them when the test fails.
@@ -84,7 +49,7 @@ func TestDrainer_AsWorker_DrainsEveryShapeInBothModes(t *testing.T) {
 			t.Parallel()
 			drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
 				q := drNewQueue(t, drQueueOpts{partitionColumn: shape.partition})
-				worker := drLoginPool(t, q.db, "pgdrain_worker")
+				worker := loginPool(t, q.db, "pgdrain_worker")
 				const keys, perKey = 3, 5
 				for seq := range perKey {
 					for k := range keys {
@@ -151,7 +116,7 @@ func TestDrainer_AsWorker_WakesWhenABackoffEnds(t *testing.T) {
 			drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
 				q := drNewQueue(t, drQueueOpts{partitionColumn: shape.partition,
 					backoffMin: 300 * time.Millisecond, backoffMax: 300 * time.Millisecond})
-				worker := drLoginPool(t, q.db, "pgdrain_worker")
+				worker := loginPool(t, q.db, "pgdrain_worker")
 				q.enqueue(t, "k", "op", 1)
 				var calls atomic.Int32
 				var failedAt, retriedAt atomic.Int64
@@ -228,7 +193,7 @@ func TestSecurity_WorkerReachesQueueStateOnlyThroughFunctions(t *testing.T) {
 func TestDrainer_AsWorker_UnregisteredQueueIsNamed(t *testing.T) {
 	t.Parallel()
 	q := drNewQueue(t, drQueueOpts{})
-	worker := drLoginPool(t, q.db, "pgdrain_worker")
+	worker := loginPool(t, q.db, "pgdrain_worker")
 	run := func(table string) error {
 		cfg := q.config(drainer.ClaimLease)
 		cfg.Table = table

@@ -61,7 +61,7 @@ func drListeners(t *testing.T, admin *pgxpool.Pool, role string) []int32 {
 func TestDrainer_Listen_OneConnectionForAllDrainersOfAPool(t *testing.T) {
 	t.Parallel()
 	qs := drListenQueues(t, 5)
-	worker := drLoginPool(t, qs[0].db, "pgdrain_worker")
+	worker := loginPool(t, qs[0].db, "pgdrain_worker")
 	role := worker.Config().ConnConfig.User
 	admin := qs[0].pool
 	noop := func(context.Context, string, drEvent) error { return nil }
@@ -112,7 +112,7 @@ func TestDrainer_Listen_OneConnectionForAllDrainersOfAPool(t *testing.T) {
 func TestDrainer_Listen_HonoursBeforeConnectAndAfterConnect(t *testing.T) {
 	t.Parallel()
 	q := drNewQueue(t, drQueueOpts{})
-	login := drLoginPool(t, q.db, "pgdrain_worker")
+	login := loginPool(t, q.db, "pgdrain_worker")
 	role := login.Config().ConnConfig.User
 
 	u, err := url.Parse(q.db.URL)
@@ -170,7 +170,7 @@ func TestDrainer_Listen_HonoursBeforeConnectAndAfterConnect(t *testing.T) {
 func TestDrainer_Listen_ReconnectsAndWakesEveryDrainer(t *testing.T) {
 	t.Parallel()
 	qs := drListenQueues(t, 3)
-	worker := drLoginPool(t, qs[0].db, "pgdrain_worker")
+	worker := loginPool(t, qs[0].db, "pgdrain_worker")
 	admin := qs[0].pool
 	for _, q := range qs {
 		d, _ := drNew(t, worker, q.config(drainer.ClaimLease), func(context.Context, string, drEvent) error { return nil })

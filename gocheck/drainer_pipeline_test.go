@@ -32,7 +32,7 @@ func TestDrainer_Pipeline_SlowApplyDoesNotStallTheRest(t *testing.T) {
 	q.enqueue(t, "slow", "slow", 0) // the lowest id: claimed first
 	const others = 500
 	drFill(t, q, "fast", others)
-	worker := drLoginPool(t, q.db, "pgdrain_worker")
+	worker := loginPool(t, q.db, "pgdrain_worker")
 
 	cfg := q.config(drainer.ClaimLease)
 	cfg.ApplyConcurrency, cfg.ApplyTimeout, cfg.Lease = 16, 5*time.Second, 0
@@ -76,7 +76,7 @@ func TestDrainer_Pipeline_ContextIgnoringApplyDoesNotHoldShutdown(t *testing.T) 
 		hung := q.enqueue(t, "hung", "hung", 0)
 		q.enqueue(t, "a", "fast", 1)
 		q.enqueue(t, "b", "fast", 2)
-		worker := drLoginPool(t, q.db, "pgdrain_worker")
+		worker := loginPool(t, q.db, "pgdrain_worker")
 		release := make(chan struct{})
 		t.Cleanup(func() { close(release) })
 
@@ -141,7 +141,7 @@ func TestDrainer_Pipeline_ResultsRecordedBeforeTheirLeaseEnds(t *testing.T) {
 	q.enqueue(t, "hung", "hung", 0)
 	const n = 40
 	drFill(t, q, "late", n)
-	worker := drLoginPool(t, q.db, "pgdrain_worker")
+	worker := loginPool(t, q.db, "pgdrain_worker")
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 
@@ -189,7 +189,7 @@ func TestDrainer_LockMode_BatchBoundedByLockTransactionTimeout(t *testing.T) {
 	for i := range 3 {
 		q.enqueue(t, "k", "fast", i+1)
 	}
-	worker := drLoginPool(t, q.db, "pgdrain_worker")
+	worker := loginPool(t, q.db, "pgdrain_worker")
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 
@@ -233,7 +233,7 @@ func TestDrainer_LockMode_IdleInTransactionTimeout_BatchClaimedAgain(t *testing.
 	for i := range 3 {
 		q.enqueue(t, "k", "op", i+1)
 	}
-	login := drLoginPool(t, q.db, "pgdrain_worker")
+	login := loginPool(t, q.db, "pgdrain_worker")
 	role := login.Config().ConnConfig.User
 	_, err := q.pool.Exec(context.Background(), `ALTER ROLE `+role+` SET idle_in_transaction_session_timeout = '300ms'`)
 	require.NoError(t, err)

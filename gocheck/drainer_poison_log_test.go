@@ -22,7 +22,7 @@ func TestDrainer_PoisonedEventIsLoggedAtWarn(t *testing.T) {
 		q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
 		bad := q.enqueue(t, "k-bad", "op", 1)
 		flaky := q.enqueue(t, "k-flaky", "op", 1)
-		worker := drLoginPool(t, q.db, "pgdrain_worker")
+		worker := loginPool(t, q.db, "pgdrain_worker")
 		var failedOnce atomic.Bool
 		apply := func(ctx context.Context, _ string, _ drEvent) error {
 			ev, _ := drainer.EventFrom(ctx)

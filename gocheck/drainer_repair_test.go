@@ -63,7 +63,7 @@ func TestDrainer_RepairPass_DeliversRowsNoClaimReached(t *testing.T) {
 			t.Parallel()
 			drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
 				q, victim := drDamagedQueue(t, dmg.sql)
-				worker := drLoginPool(t, q.db, "pgdrain_worker")
+				worker := loginPool(t, q.db, "pgdrain_worker")
 				var applied drLog
 				apply := func(ctx context.Context, _ string, e drEvent) error {
 					applied.add(ctx, e)
@@ -151,7 +151,7 @@ func TestDrainer_RepairPass_ReplicasCountEachRepairOnce(t *testing.T) {
 
 	var regs []*prometheus.Registry
 	for i := range 3 {
-		worker := drLoginPool(t, q.db, "pgdrain_worker")
+		worker := loginPool(t, q.db, "pgdrain_worker")
 		cfg := q.config(drModes[i%2])
 		cfg.RepairInterval = 100 * time.Millisecond
 		d, reg := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil })
@@ -214,6 +214,6 @@ func TestCLI_CheckReportsRowsNoClaimReaches(t *testing.T) {
 // loginURL is drLoginPool's role as a URL, for the CLI.
 func loginURL(t *testing.T, q *drQueue, pgdrainRole string) string {
 	t.Helper()
-	pool := drLoginPool(t, q.db, pgdrainRole)
+	pool := loginPool(t, q.db, pgdrainRole)
 	return pool.Config().ConnString()
 }

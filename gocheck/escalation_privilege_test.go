@@ -22,10 +22,10 @@ import (
 	"github.com/pgdrain/pgdrain/migrations"
 )
 
-// escLoginPool creates a throwaway LOGIN role that is a member of pgdrainRole and of nothing else
+// loginPool creates a throwaway LOGIN role that is a member of pgdrainRole and of nothing else
 // (not a superuser, owns nothing) and returns a pool connected to db as that role. The role is
 // dropped when the test ends.
-func escLoginPool(t *testing.T, db *testdb.DB, pgdrainRole string) *pgxpool.Pool {
+func loginPool(t *testing.T, db *testdb.DB, pgdrainRole string) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
 	b := make([]byte, 5)
@@ -84,9 +84,9 @@ func TestEscalation_AsWorker_RunsTheLadderWithOnlyItsRole(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := testdb.New(t)
-	operator := escLoginPool(t, db, "pgdrain_operator")
-	producer := escLoginPool(t, db, "pgdrain_producer")
-	worker := escLoginPool(t, db, "pgdrain_worker")
+	operator := loginPool(t, db, "pgdrain_operator")
+	producer := loginPool(t, db, "pgdrain_producer")
+	worker := loginPool(t, db, "pgdrain_worker")
 
 	var policy, smsPolicy, alert, ladder, smsLadder string
 	require.NoError(t, operator.QueryRow(ctx, `SELECT alr.create_policy('on-call', '[
@@ -213,7 +213,7 @@ func TestEscalation_RolesCanNotReachWhatIsNotTheirs(t *testing.T) {
 		// The operator: policies and reading the state; it can not take, record, raise or write rows.
 		{"pgdrain_operator", join(writes, helpers, worker, producer), append(reads, `SELECT * FROM alr.channels_in_use()`)},
 	} {
-		pool := escLoginPool(t, db, c.role)
+		pool := loginPool(t, db, c.role)
 		for _, q := range c.refused {
 			_, err := pool.Exec(ctx, q)
 			code, msg := sqlState(err)
@@ -230,7 +230,7 @@ func TestEscalation_RolesCanNotReachWhatIsNotTheirs(t *testing.T) {
 		}
 	}
 	// The worker's allowed calls with wrong tokens change nothing either (fencing, not privilege).
-	w := escLoginPool(t, db, "pgdrain_worker")
+	w := loginPool(t, db, "pgdrain_worker")
 	for _, q := range worker[1:3] {
 		var ok bool
 		require.NoError(t, w.QueryRow(ctx, q).Scan(&ok))
@@ -301,7 +301,7 @@ func TestEscalation_AlrAloneGrantsTheWorker(t *testing.T) {
 	require.NoError(t, err)
 
 	_, ladder := firingAlert(t, db.Pool, "disk full", ladderPolicy(t, db.Pool, "telegram", "0s"), time.Second)
-	worker := escLoginPool(t, db, "pgdrain_worker")
+	worker := loginPool(t, db, "pgdrain_worker")
 	logger, _ := newEscLog(t)
 	telegram := &fakeTelegram{}
 	engine, err := escalation.New(worker, map[string]escalation.Notifier{
