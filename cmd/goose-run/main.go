@@ -14,13 +14,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/pgdrain/pgdrain/migrations"
 )
@@ -28,10 +31,33 @@ import (
 const usage = `usage: goose-run [--dsn URL] [--module NAME] COMMAND
 commands: up | up-to VERSION | down | down-to VERSION | redo | status | version`
 
+// Exit codes, as pgdrain's: 0 ok, 1 the migration or the database failed, 2 usage error.
+const (
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// usageError is a mistake in the command line (exit 2), found before any database is touched.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+	// Interrupted deploys stop between statements; goose rolls back the migration in flight.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Println(usage)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "goose-run:", err)
-		os.Exit(1)
+		if errors.As(err, new(usageError)) {
+			os.Exit(exitUsage)
+		}
+		os.Exit(exitFailed)
 	}
 }
 
@@ -41,17 +67,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	dsn := fl.String("dsn", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
 	module := fl.String("module", "", "module to act on (default: all for up/status/version)")
 	if err := fl.Parse(args); err != nil {
-		return fmt.Errorf("%w\n%s", err, usage)
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%v\n%s", err, usage)
 	}
 	rest := fl.Args()
 	if len(rest) == 0 {
-		return errors.New(usage)
+		return usagef("%s", usage)
 	}
 	cmd, cmdArgs := rest[0], rest[1:]
-	if *dsn == "" {
-		return errors.New("no database: pass --dsn or set DATABASE_URL")
-	}
-
 	mods, err := selectModules(cmd, *module)
 	if err != nil {
 		return err
@@ -59,6 +84,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	target, err := versionArg(cmd, cmdArgs)
 	if err != nil {
 		return err
+	}
+	if *dsn == "" {
+		return usagef("no database: pass --dsn or set DATABASE_URL")
 	}
 
 	db, err := sql.Open("pgx", *dsn)
@@ -75,8 +103,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if cmd == "down" || cmd == "down-to" {
 		slices.Reverse(mods)
 	}
+	// Concurrent deployers (replicas starting at once) take turns on a PostgreSQL advisory lock.
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return err
+	}
 	for _, m := range mods {
-		p, err := migrations.NewProvider(db, m)
+		p, err := migrations.NewProvider(db, m, goose.WithSessionLocker(locker))
 		if err != nil {
 			return err
 		}
@@ -91,17 +124,17 @@ func selectModules(cmd, module string) ([]migrations.Module, error) {
 	switch cmd {
 	case "up", "status", "version", "up-to", "down", "down-to", "redo":
 	default:
-		return nil, fmt.Errorf("unknown command %q\n%s", cmd, usage)
+		return nil, usagef("unknown command %q\n%s", cmd, usage)
 	}
 	if module != "" {
 		m, err := migrations.ModuleByName(module)
 		if err != nil {
-			return nil, err
+			return nil, usageError{err.Error()}
 		}
 		return []migrations.Module{m}, nil
 	}
 	if len(migrations.Modules) > 1 && cmd != "up" && cmd != "status" && cmd != "version" {
-		return nil, fmt.Errorf("%s needs --module (one of the modules)", cmd)
+		return nil, usagef("%s needs --module (one of the modules)", cmd)
 	}
 	return slices.Clone(migrations.Modules), nil
 }
@@ -110,16 +143,16 @@ func versionArg(cmd string, args []string) (int64, error) {
 	wants := cmd == "up-to" || cmd == "down-to"
 	if !wants {
 		if len(args) > 0 {
-			return 0, fmt.Errorf("%s takes no arguments, got %q", cmd, strings.Join(args, " "))
+			return 0, usagef("%s takes no arguments, got %q", cmd, strings.Join(args, " "))
 		}
 		return 0, nil
 	}
 	if len(args) != 1 {
-		return 0, fmt.Errorf("%s needs exactly one VERSION", cmd)
+		return 0, usagef("%s needs exactly one VERSION", cmd)
 	}
 	v, err := strconv.ParseInt(args[0], 10, 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%s: VERSION must be a non-negative integer, got %q", cmd, args[0])
+		return 0, usagef("%s: VERSION must be a non-negative integer, got %q", cmd, args[0])
 	}
 	return v, nil
 }

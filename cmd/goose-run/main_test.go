@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"strings"
 	"testing"
 
@@ -47,7 +48,41 @@ func TestUsageErrors(t *testing.T) {
 		"status with extra": {"--dsn", "postgres://x@127.0.0.1:1/x", "status", "1"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			require.Error(t, run(context.Background(), args, &bytes.Buffer{}))
+			err := run(context.Background(), args, &bytes.Buffer{})
+			require.ErrorAs(t, err, new(usageError), "a usage error (exit 2)")
 		})
 	}
+}
+
+// The command is checked before the database: a wrong command says so even without a DSN.
+func TestCommandIsCheckedBeforeTheDSN(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	err := run(context.Background(), []string{"sideways"}, &bytes.Buffer{})
+	require.ErrorAs(t, err, new(usageError))
+	require.Contains(t, err.Error(), `unknown command "sideways"`)
+	err = run(context.Background(), []string{"status"}, &bytes.Buffer{})
+	require.ErrorAs(t, err, new(usageError))
+	require.Contains(t, err.Error(), "no database")
+}
+
+func TestHelpIsNotAnError(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		require.ErrorIs(t, run(context.Background(), []string{arg}, &bytes.Buffer{}), flag.ErrHelp)
+	}
+}
+
+// Replicas that deploy at once take turns (goose's PostgreSQL session locker): every one succeeds
+// and the migrations are applied once.
+func TestConcurrentDeployersAreSerialized(t *testing.T) {
+	db := testdb.NewEmpty(t)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- run(context.Background(), []string{"--dsn", db.URL, "up"}, &bytes.Buffer{}) }()
+	}
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "status"}, &out))
+	require.NotContains(t, out.String(), "pending")
 }
