@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -261,8 +263,9 @@ func TestCLI_ExitCodes(t *testing.T) {
 		{"bad age", []string{"--dsn", db.URL, "purge", "public.cli_events", "--older-than", "7 days"}, cli.ExitUsage, "want a duration like 90s, 5m, 12h or 7d"},
 		{"bad limit", []string{"--dsn", db.URL, "wedged", "public.cli_events", "--limit", "0"}, cli.ExitUsage, "--limit must be between 1 and 10000, got 0"},
 		{"unknown flag", []string{"--dsn", db.URL, "stats", "q", "--frob"}, cli.ExitUsage, "flag provided but not defined: -frob"},
-		{"no database", []string{"--dsn", "", "queues"}, cli.ExitUsage, "no database"},
-		{"unknown queue", []string{"--dsn", db.URL, "stats", "public.nope"}, cli.ExitDatabase, "queue public.nope is not registered (call outbox.create_queue first) (SQLSTATE 42P01)"},
+		{"unknown queue", []string{"--dsn", db.URL, "stats", "public.nope"}, cli.ExitUsage, "queue public.nope is not registered (call outbox.create_queue first) (SQLSTATE 42P01)"},
+		{"requeue without ids", []string{"--dsn", db.URL, "requeue", "public.cli_events"}, cli.ExitUsage, "give the ids to requeue, or --all"},
+		{"requeue ids and --all", []string{"--dsn", db.URL, "requeue", "public.cli_events", "3", "--all"}, cli.ExitUsage, "give ids or --all, not both"},
 		{"wedged on unpartitioned", []string{"--dsn", db.URL, "wedged", "public.cli_jobs"}, cli.ExitDatabase, "queue public.cli_jobs has no partition column (SQLSTATE 22023)"},
 		{"unreachable server", []string{"--dsn", "postgres://nobody@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", "queues"}, cli.ExitDatabase, "connecting to database"},
 	} {
@@ -275,5 +278,28 @@ func TestCLI_ExitCodes(t *testing.T) {
 	}
 	help := runCLI(t, "help")
 	require.Equal(t, cli.ExitOK, help.code)
-	require.Contains(t, help.stdout, "exit codes: 0 ok, 1 problems found, 2 usage error, 3 database error")
+	require.Contains(t, help.stdout, "exit codes: 0 ok, 1 problems found, 2 usage error (an unknown queue too), 3 database error")
+	version := runCLI(t, "--version")
+	require.Equal(t, cli.ExitOK, version.code)
+	require.True(t, strings.HasPrefix(version.stdout, "pgdrain "), version.stdout)
+}
+
+// Without --dsn and DATABASE_URL, pgdrain connects like psql: the PG* environment and libpq's
+// defaults.
+func TestCLI_UsesThePGEnvironment(t *testing.T) {
+	db := cliFixture(t)
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("PGHOST", u.Hostname())
+	t.Setenv("PGPORT", u.Port())
+	t.Setenv("PGUSER", u.User.Username())
+	if pw, ok := u.User.Password(); ok {
+		t.Setenv("PGPASSWORD", pw)
+	}
+	t.Setenv("PGDATABASE", strings.TrimPrefix(u.Path, "/"))
+	t.Setenv("PGSSLMODE", u.Query().Get("sslmode"))
+	r := runCLI(t, "queues")
+	require.Equal(t, cli.ExitOK, r.code, "stderr %q", r.stderr)
+	require.Contains(t, r.stdout, "public.cli_events")
 }

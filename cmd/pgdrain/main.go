@@ -5,7 +5,7 @@
 //	pgdrain [--dsn URL] [--json] queues
 //	pgdrain [--dsn URL] [--json] stats QUEUE
 //	pgdrain [--dsn URL] [--json] wedged QUEUE [--older-than 1m] [--limit 10]
-//	pgdrain [--dsn URL] [--json] requeue QUEUE [ID...]
+//	pgdrain [--dsn URL] [--json] requeue QUEUE (ID... | --all)
 //	pgdrain [--dsn URL] [--json] purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000]
 //	pgdrain [--dsn URL] [--json] check QUEUE
 //

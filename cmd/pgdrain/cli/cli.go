@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ const (
 	ExitProblems = 1
 	// ExitUsage means the arguments were wrong; nothing was sent to the database.
 	ExitUsage = 2
-	// ExitDatabase means the database refused or could not be reached (an unknown queue too).
+	// ExitDatabase means the database refused or could not be reached.
 	ExitDatabase = 3
 )
 
@@ -36,7 +37,8 @@ commands:
   wedged QUEUE [--older-than 1m] [--limit 10]
                                   partitions whose oldest pending row is older than --older-than,
                                   with the reason their head does not move (exit 1 if any)
-  requeue QUEUE [ID...]           give poisoned rows (all, or the given ids) a fresh start
+  requeue QUEUE (ID... | --all)   give poisoned rows (the given ids, or all with --all) a fresh
+                                  start, each at the tail of its key
   purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000]
                                   delete rows sent more than --older-than ago, --chunk rows per
                                   short transaction, at most --max-rows in all (0 = no limit)
@@ -45,10 +47,12 @@ commands:
                                   nothing) (exit 1 if any problem)
 
 flags (before or after the command):
-  --dsn URL    PostgreSQL URL (default $DATABASE_URL)
+  --dsn URL    PostgreSQL URL (default $DATABASE_URL; without either, the PG* environment
+               and libpq's defaults, as psql)
   --json       machine-readable output
+  --version    print pgdrain's version
 
-exit codes: 0 ok, 1 problems found, 2 usage error, 3 database error`
+exit codes: 0 ok, 1 problems found, 2 usage error (an unknown queue too), 3 database error`
 
 const noCommand = "no command given"
 
@@ -112,6 +116,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "pgdrain: %s (pgdrain help: usage)\n", ue.msg)
 		}
 		return ExitUsage
+	case isUnknownQueue(err):
+		fmt.Fprintf(stderr, "pgdrain: %s\n", describe(err))
+		return ExitUsage
 	default:
 		fmt.Fprintf(stderr, "pgdrain: %s\n", describe(err))
 		return ExitDatabase
@@ -129,8 +136,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	global := flag.NewFlagSet("pgdrain", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
 	common(global)
+	showVersion := global.Bool("version", false, "print pgdrain's version")
 	if err := global.Parse(args); err != nil {
 		return flagError(err)
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "pgdrain", version())
+		return nil
 	}
 	if global.NArg() == 0 {
 		return usagef(noCommand)
@@ -163,10 +175,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := validate(); err != nil {
 		return err
 	}
-	if dsn == "" {
-		return usagef("no database: pass --dsn or set DATABASE_URL")
-	}
-
+	// No --dsn and no DATABASE_URL: libpq's PG* variables and defaults, as psql does.
 	conn, err := connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -205,7 +214,7 @@ func flagError(err error) error {
 func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, usagef("--dsn is not a valid PostgreSQL URL: %v", err)
+		return nil, usagef("--dsn (or DATABASE_URL, or the PG* environment) is not a valid PostgreSQL connection string: %v", err)
 	}
 	cfg.RuntimeParams["application_name"] = "pgdrain-cli"
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -217,6 +226,13 @@ func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// isUnknownQueue: the outbox functions name a queue that is not registered (or whose table is gone)
+// with SQLSTATE 42P01, which is the caller's mistake, not the database's.
+func isUnknownQueue(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
 // describe turns a database error into one line that keeps PostgreSQL's message and SQLSTATE.
 func describe(err error) string {
 	var pgErr *pgconn.PgError
@@ -224,4 +240,12 @@ func describe(err error) string {
 		return fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
 	}
 	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// version is the module version pgdrain was built from ("(devel)" in a checkout).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }
