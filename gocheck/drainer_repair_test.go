@@ -174,7 +174,7 @@ func TestCLI_CheckReportsRowsNoClaimReaches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, victim := drDamagedQueue(t, drDamage[0].sql)
-	operator := loginURL(t, q, "pgdrain_operator")
+	operator := loginURL(t, q.db, "pgdrain_operator")
 	type report struct {
 		OK       bool `json:"ok"`
 		Problems []struct {
@@ -209,11 +209,4 @@ func TestCLI_CheckReportsRowsNoClaimReaches(t *testing.T) {
 	text = runCLI(t, "check", "public.events", "--dsn", operator)
 	require.Equal(t, cli.ExitOK, text.code, text.stderr)
 	require.Contains(t, text.stdout, "a claim can reach every pending row")
-}
-
-// loginURL is drLoginPool's role as a URL, for the CLI.
-func loginURL(t *testing.T, q *drQueue, pgdrainRole string) string {
-	t.Helper()
-	pool := loginPool(t, q.db, pgdrainRole)
-	return pool.Config().ConnString()
 }

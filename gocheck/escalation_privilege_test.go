@@ -2,17 +2,13 @@ package gocheck
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -22,29 +18,14 @@ import (
 	"github.com/pgdrain/pgdrain/migrations"
 )
 
-// loginPool creates a throwaway LOGIN role that is a member of pgdrainRole and of nothing else
-// (not a superuser, owns nothing) and returns a pool connected to db as that role. The role is
-// dropped when the test ends.
+// loginPool returns a pool connected to db as a fresh login role that is a member of pgdrainRole
+// and of nothing else (not a superuser, owns nothing), and checks that it is exactly that.
 func loginPool(t *testing.T, db *testdb.DB, pgdrainRole string) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	login := "pgdrain_t_" + hex.EncodeToString(b)
-	_, err := db.Pool.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER IN ROLE %s",
-		pgx.Identifier{login}.Sanitize(), pgx.Identifier{pgdrainRole}.Sanitize()))
+	pool, err := pgxpool.New(ctx, loginURL(t, db, pgdrainRole))
 	require.NoError(t, err)
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	u.User = url.User(login)
-	pool, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = db.Pool.Exec(ctx, fmt.Sprintf("DROP ROLE IF EXISTS %s", pgx.Identifier{login}.Sanitize()))
-	})
+	t.Cleanup(pool.Close)
 	var super bool
 	var roles []string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT r.rolsuper, ARRAY(SELECT m.roleid::regrole::text

@@ -18,29 +18,38 @@ import (
 	"github.com/pgdrain/pgdrain/internal/testdb"
 )
 
-// loginAs creates a throwaway LOGIN role that is a member of pgdrainRole (one of the roles
-// migration 00002 creates) and returns a connection to db as that role. The test cluster trusts
-// 127.0.0.1, so no password is needed. The role is dropped when the test ends.
-func loginAs(t *testing.T, db *testdb.DB, pgdrainRole string) *pgx.Conn {
+// loginURL creates a throwaway LOGIN role that is a member of pgdrainRole (one of the roles
+// migration 00002 creates), not a superuser, and returns db's URL with that user. The test cluster
+// trusts 127.0.0.1, so no password is needed. The role is dropped when the test ends, after the
+// connections opened later are closed (cleanups run last-registered first).
+func loginURL(t *testing.T, db *testdb.DB, pgdrainRole string) string {
 	t.Helper()
-	ctx := context.Background()
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	login := "pgdrain_t_" + hex.EncodeToString(b)
-	_, err := db.Pool.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN IN ROLE %s",
+	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER IN ROLE %s",
 		pgx.Identifier{login}.Sanitize(), pgx.Identifier{pgdrainRole}.Sanitize()))
 	require.NoError(t, err)
-
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = db.Pool.Exec(ctx, fmt.Sprintf("DROP ROLE IF EXISTS %s", pgx.Identifier{login}.Sanitize()))
+	})
 	u, err := url.Parse(db.URL)
 	require.NoError(t, err)
 	u.User = url.User(login)
-	conn, err := pgx.Connect(ctx, u.String())
-	require.NoError(t, err, "connecting as %s (member of %s)", login, pgdrainRole)
+	return u.String()
+}
+
+// loginAs returns a connection to db as a fresh login role that is a member of pgdrainRole only.
+func loginAs(t *testing.T, db *testdb.DB, pgdrainRole string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), loginURL(t, db, pgdrainRole))
+	require.NoError(t, err, "connecting as a member of %s", pgdrainRole)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = conn.Close(ctx)
-		_, _ = db.Pool.Exec(ctx, fmt.Sprintf("DROP ROLE IF EXISTS %s", pgx.Identifier{login}.Sanitize()))
 	})
 	return conn
 }

@@ -37,18 +37,19 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The claim behind claim_batch (mode 'lease') and claim_locked (mode 'lock'). Returns the ids of
--- the claimed rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free
--- or expired, and on a partitioned queue the first deliverable row of its partition.
+-- The claim behind claim_batch (mode 'lease', partitioned queues; claim_batch leases unpartitioned
+-- rows in one statement of its own) and claim_locked (mode 'lock'). Returns the ids of the claimed
+-- rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free or expired,
+-- and on a partitioned queue the first deliverable row of its partition.
 --
 -- Partitioned queues claim through outbox.partition_heads (one row per partition with pending
--- work), never through the pending rows themselves, so blocked successors, leased heads, heads in
--- backoff and poisoned rows cost nothing: a head that is leased or backing off is "parked" until
--- its time and is woken (at most a bounded number per call) when that time has come. Heads are
--- locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent claimers skip and producers (who hold
--- only advisory locks) do not wait for. Each candidate is still checked against the FIFO rule on the queue table,
--- from the partition's floor (below it every row is sent or poisoned), so poisoned rows in front of
--- a head are not walked again on every claim.
+-- work), never through the pending rows themselves, so blocked successors, heads in backoff and
+-- poisoned rows cost nothing: a head backing off is "parked" until its time and woken (at most a
+-- bounded number per call) when that time has come; a head whose row is leased stays ready and is
+-- passed over with one probe. Heads are locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent
+-- claimers skip and producers (who hold only advisory locks) do not wait for. Each candidate is
+-- still checked against the FIFO rule on the queue table, from the partition's floor (below it
+-- every row is sent or poisoned), so poisoned rows in front of a head are not walked again.
 CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
 RETURNS bigint[]
 LANGUAGE plpgsql
@@ -107,21 +108,14 @@ DECLARE
   v_held bigint[] := CASE WHEN p_mode = 'lock' THEN COALESCE(pg_catalog.string_to_array(NULLIF(
     pg_catalog.current_setting('pgdrain.held_' || p_q.queue_id, true), ''), ',')::bigint[], '{}') ELSE '{}' END;
 BEGIN
-  IF p_q.partition_column IS NULL THEN
+  IF p_q.partition_column IS NULL THEN  -- lock mode only (see above)
     EXECUTE pg_catalog.format(
       'SELECT pg_catalog.array_agg(id) FROM (
          SELECT t.id FROM %s t WHERE %s AND t.id <> ALL ($4)
          ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
       v_table, pg_catalog.replace(v_due, '$now', '$3'))
       INTO v_all USING p_batch_size, p_q.max_attempts, v_now, v_held;
-    v_all := COALESCE(v_all, '{}');
-    IF p_mode = 'lease' AND pg_catalog.cardinality(v_all) > 0 THEN
-      EXECUTE pg_catalog.format(
-        'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $2
-         WHERE id = ANY ($1)', v_table)
-        USING v_all, pg_catalog.clock_timestamp() + p_lease;
-    END IF;
-    RETURN v_all;
+    RETURN COALESCE(v_all, '{}');
   END IF;
 
   IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
@@ -189,7 +183,7 @@ BEGIN
       'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text)
        FROM (
          SELECT t.id, t.%2$I
-         FROM unnest($1::bigint[], $3::bigint[], $5::text[]) AS c(id, floor_id, key)
+         FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
          -- A head must point at a row of its own partition (heads of new keys come from settings a
          -- producer could forge); one that does not is stale and refreshed below.
          JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
@@ -201,8 +195,8 @@ BEGIN
                              AND p.sent_at IS NULL AND p.attempt_count < $2
                            OFFSET 0)
          FOR UPDATE OF t SKIP LOCKED) t',
-      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$6'), p_q.partition_type)
-      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, NULL::tid[], v_keys, v_now;
+      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type)
+      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now;
 
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;
@@ -457,6 +451,46 @@ BEGIN
     PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;
   RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lock mode (seed 001's claim transaction): the same deliverable rows as claim_batch, locked
+-- FOR UPDATE SKIP LOCKED by the caller's open transaction until it ends. No lease is written: the
+-- row lock is the fence, and settle_locked records outcomes in the same transaction, so each row
+-- is written once. The claimed ids are remembered in a transaction-local setting for settle_locked.
+CREATE OR REPLACE FUNCTION outbox.claim_locked(queue text, batch_size integer DEFAULT 32)
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              created_at timestamptz)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'claim_locked';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_ids bigint[];
+  v_setting text;
+BEGIN
+  PERFORM outbox._check_batch_size(fn, batch_size);
+  -- _claim leaves out the rows this transaction already holds (SKIP LOCKED does not skip our own
+  -- locks), so a row is never handed out twice.
+  v_ids := outbox._claim(v_q, batch_size, NULL, 'lock');
+  v_setting := 'pgdrain.held_' || v_q.queue_id;
+  IF pg_catalog.cardinality(v_ids) = 0 THEN
+    RETURN;  -- not even a query: id = ANY('{}') would let the planner pick any partial index
+  END IF;
+  PERFORM pg_catalog.set_config(v_setting,
+    pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
+                         pg_catalog.array_to_string(v_ids, ',')), true);
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.created_at
+     FROM %s t WHERE t.id = ANY ($1) ORDER BY t.attempt_count, t.id',
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
+    v_q.table_oid::regclass)
+    USING v_ids;
 END;
 $$;
 -- +goose StatementEnd
@@ -1259,6 +1293,49 @@ BEGIN
     PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;
   RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lock mode (seed 001's claim transaction): the same deliverable rows as claim_batch, locked
+-- FOR UPDATE SKIP LOCKED by the caller's open transaction until it ends. No lease is written: the
+-- row lock is the fence, and settle_locked records outcomes in the same transaction, so each row
+-- is written once. The claimed ids are remembered in a transaction-local setting for settle_locked.
+CREATE OR REPLACE FUNCTION outbox.claim_locked(queue text, batch_size integer DEFAULT 32)
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              created_at timestamptz)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'claim_locked';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_ids bigint[];
+  v_setting text;
+BEGIN
+  PERFORM outbox._check_batch_size(fn, batch_size);
+  v_ids := outbox._claim(v_q, batch_size, NULL, 'lock');
+  v_setting := 'pgdrain.held_' || v_q.queue_id;
+  -- SKIP LOCKED does not skip this transaction's own locks: a row it already holds (claimed by an
+  -- earlier claim_locked and not yet settled) would be handed out a second time.
+  v_ids := ARRAY(SELECT x FROM pg_catalog.unnest(v_ids) x
+                 WHERE x <> ALL (COALESCE(pg_catalog.string_to_array(
+                   NULLIF(pg_catalog.current_setting(v_setting, true), ''), ',')::bigint[], '{}')));
+  IF pg_catalog.cardinality(v_ids) = 0 THEN
+    RETURN;  -- not even a query: id = ANY('{}') would let the planner pick any partial index
+  END IF;
+  PERFORM pg_catalog.set_config(v_setting,
+    pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
+                         pg_catalog.array_to_string(v_ids, ',')), true);
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.created_at
+     FROM %s t WHERE t.id = ANY ($1) ORDER BY t.attempt_count, t.id',
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
+    v_q.table_oid::regclass)
+    USING v_ids;
 END;
 $$;
 -- +goose StatementEnd

@@ -16,13 +16,10 @@ DECLARE
   v_setting text;
 BEGIN
   PERFORM outbox._check_batch_size(fn, batch_size);
+  -- _claim leaves out the rows this transaction already holds (SKIP LOCKED does not skip our own
+  -- locks), so a row is never handed out twice.
   v_ids := outbox._claim(v_q, batch_size, NULL, 'lock');
   v_setting := 'pgdrain.held_' || v_q.queue_id;
-  -- SKIP LOCKED does not skip this transaction's own locks: a row it already holds (claimed by an
-  -- earlier claim_locked and not yet settled) would be handed out a second time.
-  v_ids := ARRAY(SELECT x FROM pg_catalog.unnest(v_ids) x
-                 WHERE x <> ALL (COALESCE(pg_catalog.string_to_array(
-                   NULLIF(pg_catalog.current_setting(v_setting, true), ''), ',')::bigint[], '{}')));
   IF pg_catalog.cardinality(v_ids) = 0 THEN
     RETURN;  -- not even a query: id = ANY('{}') would let the planner pick any partial index
   END IF;
