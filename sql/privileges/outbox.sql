@@ -12,7 +12,6 @@ GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operat
 -- outbox.partition_heads stays private. Each of these validates its arguments, pins search_path
 -- and builds SQL only with format('%I') / regclass.
 ALTER FUNCTION outbox.enqueue(text, text, jsonb, text) SECURITY DEFINER;
-ALTER FUNCTION outbox.tg_queue__heads() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;

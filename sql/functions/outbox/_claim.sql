@@ -85,8 +85,8 @@ BEGIN
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same
   -- transaction (a test, a script) makes them now.
   IF pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys', true) <> '' THEN
-    PERFORM outbox._refresh_heads(p_q,
-      pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys')::text[]);
+    PERFORM outbox._refresh_heads(p_q, ARRAY(SELECT DISTINCT k FROM pg_catalog.unnest(
+      pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys')::text[]) AS k));
   END IF;
 
   -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.

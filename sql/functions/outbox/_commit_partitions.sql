@@ -35,21 +35,27 @@ SET jit = off
 AS $$
 DECLARE
   v_setting constant text := 'pgdrain.commit_' || p_q.table_oid;
-  v_keys text[] := NULLIF(pg_catalog.current_setting(v_setting || '_keys', true), '')::text[];
-  v_mins bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_mins', true), '')::bigint[];
-  v_maxs bigint[] := NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[];
+  v_keys text[];
+  v_mins bigint[];
+  v_maxs bigint[];
   v_renumbered boolean := false;
   v_issued bigint;
   v_sequence constant regclass := p_q.id_sequence;
-  v_late text[];
-  v_late_los bigint[];
-  v_late_his bigint[];
+  v_any_late boolean;
   v_late_clocks bigint[];
   v_new text[];
   v_empty text[];
   v_low_keys text[];
   v_wrote boolean;
 BEGIN
+  -- What the transaction's statements noted (outbox._note_written appends), merged per key.
+  SELECT pg_catalog.array_agg(s.k), pg_catalog.array_agg(s.lo), pg_catalog.array_agg(s.hi)
+    INTO v_keys, v_mins, v_maxs
+  FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
+        FROM unnest(NULLIF(pg_catalog.current_setting(v_setting || '_keys', true), '')::text[],
+                    NULLIF(pg_catalog.current_setting(v_setting || '_mins', true), '')::bigint[],
+                    NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[]) AS u(k, lo, hi)
+        GROUP BY u.k ORDER BY u.k) s;
   PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
           pg_catalog.set_config(v_setting || '_mins', '', true),
           pg_catalog.set_config(v_setting || '_maxs', '', true);
@@ -70,14 +76,12 @@ BEGIN
   -- One probe per key of the clocks and the heads (LATERAL: index probes whatever the statistics
   -- of these small tables say). Late keys are renumbered, then probed again.
   LOOP
-    SELECT pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
-           pg_catalog.array_agg(u.lo ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
-           pg_catalog.array_agg(u.hi ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
-           pg_catalog.array_agg(c.committed_max ORDER BY u.k) FILTER (WHERE c.committed_max > u.lo),
+    SELECT pg_catalog.bool_or(c.committed_max > u.lo),
+           pg_catalog.array_agg(CASE WHEN c.committed_max > u.lo THEN c.committed_max END ORDER BY u.k),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found IS NULL),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found AND h.head_id IS NULL),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
-      INTO v_late, v_late_los, v_late_his, v_late_clocks, v_new, v_empty, v_low_keys
+      INTO v_any_late, v_late_clocks, v_new, v_empty, v_low_keys
     FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
     -- A hash with no clock yet counts from the queue's clock_base: ids given out before the queue
     -- was (re)registered or truncated, which sessions with a cached sequence may still hand out.
@@ -86,14 +90,12 @@ BEGIN
                        p_q.clock_base) AS committed_max) c ON true
     LEFT JOIN LATERAL (SELECT true AS found, x.head_id, x.floor_id FROM outbox.partition_heads x
                        WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k) h ON true;
-    EXIT WHEN v_late IS NULL OR v_renumbered;
-    SELECT pg_catalog.array_agg(u.k ORDER BY u.k),
-           pg_catalog.array_agg(COALESCE(r.lo, u.lo) ORDER BY u.k),
-           pg_catalog.array_agg(COALESCE(r.hi, u.hi) ORDER BY u.k)
+    EXIT WHEN NOT v_any_late OR v_renumbered;
+    -- v_keys is in key order, and so are the clocks aggregated above and what comes back.
+    SELECT pg_catalog.array_agg(r.k ORDER BY r.k), pg_catalog.array_agg(r.lo ORDER BY r.k),
+           pg_catalog.array_agg(r.hi ORDER BY r.k)
       INTO v_keys, v_mins, v_maxs
-    FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
-    LEFT JOIN outbox._renumber_late_rows(p_q, v_sequence, v_late, v_late_los, v_late_his, v_late_clocks) r
-      ON r.k = u.k;
+    FROM outbox._renumber_late_rows(p_q, v_sequence, v_keys, v_mins, v_maxs, v_late_clocks) r;
     v_renumbered := true;
   END LOOP;
 

@@ -4,7 +4,7 @@
 -- statement, so they are visible here.
 -- A partition found empty loses its head, and a partition whose head search stepped over poisoned
 -- rows gets its floor raised past them, but only under the partition's advisory lock (slot
--- hashtext(key) & 1023 of lock space 1885823232 + queue_id, see tg_queue__heads) taken
+-- hashtext(key) & 1023 of lock space 1885823232 + queue_id, see outbox._note_written) taken
 -- exclusively (try, never wait) and after a second look with a newer snapshot: a producer in
 -- flight holds that lock shared, so its uncommitted rows never lose their head. When the lock is
 -- busy an empty head (head_id NULL) is parked for a second and looked at again by a later claim.

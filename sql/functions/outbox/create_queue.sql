@@ -227,10 +227,9 @@ BEGIN
     'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
        EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, v_channel, v_name);
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+  EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
   IF v_col IS NOT NULL THEN
-    EXECUTE pg_catalog.format(
-      'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
-         FOR EACH STATEMENT EXECUTE FUNCTION outbox.tg_queue__heads(%s, %L)', v_rel, v_queue_id, v_col);
+    PERFORM outbox._install_heads_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
     -- Rows that were pending before adoption (or in the table that replaced the registered one)
     -- need their partition heads too; a registered table already has them, kept by the triggers.
     -- A larger max_attempts makes rows that were poisoned deliverable again, possibly below their

@@ -1,4 +1,4 @@
--- Unregisters a queue: removes its triggers, partition heads, built-mark, clocks and registry row;
+-- Unregisters a queue: removes its triggers (and its heads trigger function), partition heads, built-mark, clocks and registry row;
 -- with drop_table = true also drops the table. The indexes, CHECKs and grants stay with the table.
 -- Works when the table is already gone (dropped outside drop_queue): then only the registration
 -- and its derived state go.
@@ -7,6 +7,7 @@ RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
+SET client_min_messages = warning
 AS $$
 DECLARE
   fn constant text := 'drop_queue';
@@ -31,7 +32,7 @@ BEGIN
   DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_q.queue_id;
   DELETE FROM outbox.queues q WHERE q.queue_id = v_q.queue_id;
   IF v_rel IS NULL THEN
-    RETURN;
+    NULL;
   ELSIF drop_table THEN
     EXECUTE pg_catalog.format('DROP TABLE %s', v_rel);
   ELSE
@@ -39,5 +40,7 @@ BEGIN
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_truncate ON %s', v_rel);
   END IF;
+  -- The queue's own heads trigger function (outbox._install_heads_trigger).
+  EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_q.queue_id);
 END;
 $$;

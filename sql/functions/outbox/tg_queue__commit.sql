@@ -1,5 +1,5 @@
 -- The commit step of producers: the constraint trigger pgdrain_commit on outbox.commit_hooks
--- (DEFERRABLE INITIALLY DEFERRED), whose row outbox.tg_queue__heads inserts once per transaction,
+-- (DEFERRABLE INITIALLY DEFERRED), whose row outbox._note_written inserts once per transaction,
 -- so it fires once, at COMMIT, after the transaction's last statement. It hands every partitioned
 -- queue the transaction wrote to outbox._commit_partitions in queue_id order: the commit locks of
 -- all transactions are then taken in one global order, and committing transactions never deadlock.

@@ -1,0 +1,48 @@
+-- Gives a partitioned queue its heads trigger: a statement-level AFTER INSERT trigger running a
+-- function made for this queue, outbox.tg_queue__heads_q<queue_id>, whose query names the partition
+-- column statically, so PL/pgSQL plans it once per session instead of on every statement (a generic
+-- function would need a dynamic EXECUTE). It hands the statement's keys, with the smallest and
+-- largest new id of each, to outbox._note_written. Made again by every create_queue, so it always
+-- matches the registration; outbox.repair reinstalls it when it is missing or differs.
+-- SECURITY DEFINER like the other triggers: a producer can not write what _note_written writes.
+CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  v_function constant text := 'outbox.' || pg_catalog.quote_ident('tg_queue__heads_q' || p_q.queue_id);
+BEGIN
+  EXECUTE pg_catalog.format(
+    $f$CREATE OR REPLACE FUNCTION %1$s()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = ''
+AS $body$
+-- Made by outbox._install_heads_trigger for queue %2$s; do not edit.
+DECLARE
+  v_keys text[];
+  v_mins bigint[];
+  v_maxs bigint[];
+BEGIN
+  SELECT pg_catalog.array_agg(s.k), pg_catalog.array_agg(s.lo), pg_catalog.array_agg(s.hi)
+    INTO v_keys, v_mins, v_maxs
+  FROM (SELECT n.%3$I::text AS k, pg_catalog.min(n.id) AS lo, pg_catalog.max(n.id) AS hi
+        FROM pgdrain_new_rows n WHERE n.sent_at IS NULL GROUP BY 1 ORDER BY 1) s;
+  IF v_keys IS NOT NULL THEN
+    PERFORM outbox._note_written(%4$s, TG_RELID, v_keys, v_mins, v_maxs);
+  END IF;
+  RETURN NULL;
+END;
+$body$
+$f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column, p_q.queue_id);
+  EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', v_function);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', p_q.table_oid::regclass);
+  EXECUTE pg_catalog.format(
+    'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
+       FOR EACH STATEMENT EXECUTE FUNCTION %s()', p_q.table_oid::regclass, v_function);
+END;
+$$;
