@@ -162,7 +162,7 @@ func benchPipeline(ctx context.Context, o options, emit func(string)) error {
 	meanApply := (float64(pipelineEvery-1)*pipelineFast.Seconds() + pipelineSlow.Seconds()) / pipelineEvery
 	emit(fmt.Sprintf("## 7. One slow apply in %d: continuous pipeline vs batch at a time\n\n"+
 		"Unpartitioned queue pre-filled with %d events, lease mode, one drainer with %d apply slots; the apply of "+
-		"every %dth row takes %s, the others %s. Events sent per second over %s after a %s warm-up, median "+
+		"a row whose id is a multiple of %d takes %s, of the others %s. Events sent per second over %s after a %s warm-up, median "+
 		"(min–max) of %d runs. Ceiling: what the applies alone allow (%d slots / mean apply %.2f ms for the pipeline; "+
 		"%d rows per %s for the batch loop, whose batches nearly all hold a slow row).\n\n",
 		pipelineEvery, o.pipelineEvents, pipelineSlots, pipelineEvery, pipelineSlow, pipelineFast, o.pipelineWindow,
