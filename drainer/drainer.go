@@ -169,8 +169,9 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 		return err
 	}
 	d.logIndexFindings(ctx)
-	// Deferred first, so it runs last: after the background goroutines and the shutdown that
-	// records the last results have counted into the series it removes.
+	// Deferred before the LISTEN subscription and the background goroutines, so it runs after
+	// them and after the shutdown that records the last results: nothing counts into the series
+	// once they are removed.
 	m, leaveMetrics, err := joinMetrics(d.registerer, reg.queue, d.pool, d.logger)
 	if err != nil {
 		return err
