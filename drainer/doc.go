@@ -36,8 +36,8 @@
 // Delivery is at least once: make the Applier idempotent (EventFrom gives the row id as a key).
 // An apply never outlives its lease: its ctx deadline is min(ApplyTimeout, lease end -
 // LeaseMargin), and a result that still arrives late is refused by its token, counted
-// (outbox_lease_lost_total) and logged at debug level, never retried from here. A drainer never
-// applies one row twice at the same time: a row it claims again while its previous apply still
+// (pgdrain_outbox_lease_lost_total) and logged at debug level, never retried from here. A drainer
+// never applies one row twice at the same time: a row it claims again while its previous apply still
 // runs (the Applier ignored its context past the lease) waits for that apply to return. Order is
 // given only per partition key (the queue's partition_column, chosen at outbox.create_queue);
 // without one, rows of the same key can apply in any order, so leave it out only when the target
@@ -49,7 +49,7 @@
 // that does not decode and a panic in the Applier are permanent. Under the queue's default
 // 'poison' policy a permanent failure poisons the row; on a partitioned queue a transient failure
 // never does, so the partition waits for its peer (watch it with WithWedgeObserver and the
-// outbox_oldest_pending_age_seconds gauge).
+// pgdrain_outbox_oldest_pending_age_seconds gauge).
 //
 // # Configuration and the SQL registry
 //

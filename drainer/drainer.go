@@ -70,11 +70,19 @@ func WithWedgeObserver[T any](fn func(ctx context.Context, wedged []WedgedPartit
 	return func(d *Drainer[T]) { d.wedgeObserver = fn }
 }
 
-// WithMetrics registers the drainer's prometheus.Collector with reg: outbox_backlog_depth,
-// outbox_oldest_pending_age_seconds and outbox_poisoned{table} (one outbox.stats call per
-// scrape), outbox_results_total{table,outcome}, outbox_lease_lost_total{table},
-// outbox_claim_duration_seconds{table,mode} and pgdrain_repairs_total{queue,cause} (problems the
-// repair pass fixed; any increase is a bug worth reporting).
+// WithMetrics exports the drainer's metrics through reg while Run runs: from the start of Run
+// (once the queue's registration is read) until Run returns, when they are unregistered again, so
+// a drainer can be run again, or built again, with the same reg. All drainers of a process that
+// share reg share one collector: each queue's series exist once however many of its drainers run,
+// and the counters add up what all of them did.
+//
+// Counters (sum them across processes): pgdrain_outbox_results_total{queue,outcome},
+// pgdrain_outbox_lease_lost_total{queue}, pgdrain_outbox_claim_duration_seconds{queue,mode} and
+// pgdrain_repairs_total{queue,cause} (problems the repair pass fixed; any increase is a bug worth
+// reporting). Table-wide gauges, read at scrape time by one outbox.stats call per queue (bounded
+// by 5s): pgdrain_outbox_backlog_depth, pgdrain_outbox_oldest_pending_age_seconds and
+// pgdrain_outbox_poisoned{queue}. Every process draining a queue reports the same table-wide
+// value, so aggregate those across processes with max by (queue), never sum.
 func WithMetrics[T any](reg prometheus.Registerer) Option[T] {
 	return func(d *Drainer[T]) { d.registerer = reg }
 }
@@ -91,7 +99,6 @@ type Drainer[T any] struct {
 	baseLogger    *slog.Logger // as given, for the LISTEN connection its pool's drainers share
 	wedgeObserver func(context.Context, []WedgedPartition)
 	registerer    prometheus.Registerer
-	metrics       *metrics
 	running       atomic.Bool
 }
 
@@ -123,12 +130,6 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 	}
 	d.baseLogger = d.logger
 	d.logger = d.logger.With("table", d.table)
-	d.metrics = newMetrics(d.table, pool, d.logger)
-	if d.registerer != nil {
-		if err := d.registerer.Register(d.metrics); err != nil {
-			return nil, fmt.Errorf("registering metrics: %w", err)
-		}
-	}
 	return d, nil
 }
 
@@ -168,8 +169,16 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 		return err
 	}
 	d.logIndexFindings(ctx)
+	// Deferred before the LISTEN subscription and the background goroutines, so it runs after
+	// them and after the shutdown that records the last results: nothing counts into the series
+	// once they are removed.
+	m, leaveMetrics, err := joinMetrics(d.registerer, reg.queue, d.pool, d.logger)
+	if err != nil {
+		return err
+	}
+	defer leaveMetrics()
 
-	r := &runner[T]{d: d, cfg: d.cfg.withDefaults(), reg: reg, wake: make(chan struct{}, 1), runCtx: ctx}
+	r := &runner[T]{d: d, cfg: d.cfg.withDefaults(), reg: reg, wake: make(chan struct{}, 1), runCtx: ctx, metrics: m}
 	r.warnIdleInTransactionTimeout(ctx)
 	sub := subscribe(d.pool, reg.channel, r.signal, d.baseLogger)
 	defer sub.close()

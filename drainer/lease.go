@@ -139,7 +139,7 @@ func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.d.metrics.observeClaim(ClaimLease, time.Since(start))
+	r.metrics.observeClaim(ClaimLease, time.Since(start))
 	if len(jobs) == 0 || time.Until(deadline) >= r.cfg.ApplyTimeout {
 		return jobs, nil
 	}
@@ -158,7 +158,7 @@ func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	kept := jobs[:0]
 	for i, j := range jobs {
 		if until[i] == nil {
-			r.d.metrics.leaseLost.Inc()
+			r.metrics.leaseLost.Inc()
 			continue
 		}
 		j.deadline = extStart.Add(r.cfg.Lease - LeaseMargin)
@@ -309,7 +309,7 @@ func (r *runner[T]) ensureLease(ctx context.Context, j *job) leaseState {
 		r.d.logger.WarnContext(ctx, "extending lease failed; leaving the row", "id", j.event.ID, "err", err)
 		return leaseUnsure
 	case until == nil:
-		r.d.metrics.leaseLost.Inc()
+		r.metrics.leaseLost.Inc()
 		r.d.logger.DebugContext(ctx, "lease lost before apply; not applying", "id", j.event.ID)
 		return leaseGone
 	}

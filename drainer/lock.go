@@ -34,7 +34,7 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	r.d.metrics.observeClaim(ClaimLock, time.Since(start))
+	r.metrics.observeClaim(ClaimLock, time.Since(start))
 	for _, j := range jobs {
 		j.deadline = settleBy
 	}
@@ -58,7 +58,7 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 		return len(jobs), r.lockTxEnded(translate("committing batch", err), len(done))
 	}
 	for _, j := range done {
-		r.d.metrics.recorded(j.disposition)
+		r.metrics.recorded(j.disposition)
 	}
 	return len(jobs), nil
 }

@@ -18,11 +18,12 @@ const (
 
 // runner is one Run: the resolved config, the registration and the wake-up channel.
 type runner[T any] struct {
-	d      *Drainer[T]
-	cfg    Config // defaults applied
-	reg    registration
-	wake   chan struct{}
-	runCtx context.Context // Run's ctx
+	d       *Drainer[T]
+	cfg     Config // defaults applied
+	reg     registration
+	wake    chan struct{}
+	runCtx  context.Context // Run's ctx
+	metrics *metrics        // this Run's handle on its queue's series
 }
 
 // signal asks the claimer to claim now (a NOTIFY arrived, LISTEN reconnected, results were

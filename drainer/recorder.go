@@ -55,7 +55,7 @@ func (rec *recorder[T]) add(j *job) {
 			rec.pending[i] = j
 		}
 		rec.mu.Unlock()
-		rec.r.d.metrics.leaseLost.Inc()
+		rec.r.metrics.leaseLost.Inc()
 		rec.nudge()
 		return
 	}
@@ -154,10 +154,10 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded boo
 		j := byID[id]
 		if applied {
 			recorded = true
-			r.d.metrics.recorded(j.disposition)
+			r.metrics.recorded(j.disposition)
 			return
 		}
-		r.d.metrics.leaseLost.Inc()
+		r.metrics.leaseLost.Inc()
 		r.d.logger.DebugContext(ctx, "result refused: lease lost (the row was claimed again)",
 			"id", id, "outcome", j.disposition.String())
 	})

@@ -53,7 +53,7 @@ func (r *runner[T]) repairOnce(ctx context.Context) bool {
 		return true
 	}
 	for _, p := range repairs {
-		r.d.metrics.repaired(p.cause)
+		r.metrics.repaired(p.cause)
 		attrs := []any{"queue", r.reg.queue, "partition_key", p.partitionKey, "cause", p.cause}
 		if p.headID != nil {
 			attrs = append(attrs, "head_id", *p.headID)

@@ -303,3 +303,103 @@ func TestCLI_UsesThePGEnvironment(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, "stderr %q", r.stderr)
 	require.Contains(t, r.stdout, "public.cli_events")
 }
+
+// purge --dry-run, as pgdrain_operator, reports exactly what the purge would delete (same age,
+// same --max-rows bound) and deletes nothing; the real purge then deletes that many.
+func TestCLI_PurgeDryRunDeletesNothing(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.cli_purge')`)
+	// 25 rows sent 8 days ago, 5 sent just now, 3 pending.
+	cliExec(t, db.Pool, `INSERT INTO public.cli_purge (event_type, payload, sent_at)
+		SELECT 'e', '{}', CASE WHEN g <= 25 THEN now() - interval '8 days' WHEN g <= 30 THEN now() END
+		FROM generate_series(1, 33) g`)
+	operator := loginURL(t, db, "pgdrain_operator")
+	rows := func() int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM public.cli_purge`).Scan(&n))
+		return n
+	}
+	type dryRun struct {
+		DryRun      bool  `json:"dry_run"`
+		WouldDelete int64 `json:"would_delete"`
+		Chunks      int   `json:"chunks"`
+	}
+	var d dryRun
+	runCLIJSON(t, cli.ExitOK, &d, "purge", "public.cli_purge", "--dry-run", "--chunk", "10", "--dsn", operator)
+	require.Equal(t, dryRun{DryRun: true, WouldDelete: 25, Chunks: 3}, d)
+	require.Equal(t, 33, rows(), "a dry run deletes nothing")
+	runCLIJSON(t, cli.ExitOK, &d, "purge", "public.cli_purge", "--dry-run", "--max-rows", "7", "--dsn", operator)
+	require.Equal(t, dryRun{DryRun: true, WouldDelete: 7, Chunks: 1}, d, "bounded by --max-rows like the purge")
+	runCLIJSON(t, cli.ExitOK, &d, "purge", "public.cli_purge", "--dry-run", "--older-than", "0s", "--dsn", operator)
+	require.Equal(t, int64(30), d.WouldDelete, "every sent row, never a pending one")
+	require.Equal(t, 33, rows())
+
+	text := runCLI(t, "purge", "public.cli_purge", "--dry-run", "--dsn", operator)
+	require.Equal(t, cli.ExitOK, text.code, text.stderr)
+	require.Contains(t, text.stdout, "would delete 25 sent row(s) of public.cli_purge")
+	require.Contains(t, text.stdout, "nothing deleted")
+	require.Equal(t, 33, rows())
+
+	var p struct {
+		Deleted int64 `json:"deleted"`
+	}
+	runCLIJSON(t, cli.ExitOK, &p, "purge", "public.cli_purge", "--dsn", operator)
+	require.Equal(t, int64(25), p.Deleted, "the purge deletes what the dry run counted")
+	require.Equal(t, 8, rows())
+}
+
+// With --json every error is one JSON object on stderr, nothing on stdout, and the exit code is
+// the one the text mode returns.
+func TestCLI_JSONErrors(t *testing.T) {
+	t.Parallel()
+	db := cliFixture(t)
+	operator := loginURL(t, db, "pgdrain_operator")
+	type errorReport struct {
+		Error    string `json:"error"`
+		Code     string `json:"code"`
+		ExitCode int    `json:"exit_code"`
+		SQLState string `json:"sqlstate"`
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want errorReport
+	}{
+		{"no command", []string{"--json"}, errorReport{"no command given", "usage", cli.ExitUsage, ""}},
+		{"unknown flag after --json", []string{"--json", "--dsn", operator, "stats", "q", "--frob"},
+			errorReport{"flag provided but not defined: -frob", "usage", cli.ExitUsage, ""}},
+		{"unknown flag before --json", []string{"--frob", "--json", "stats", "q"},
+			errorReport{"flag provided but not defined: -frob", "usage", cli.ExitUsage, ""}},
+		{"--json after the command", []string{"--dsn", operator, "stats", "--json"},
+			errorReport{"stats: wrong number of arguments (0)", "usage", cli.ExitUsage, ""}},
+		{"bad flag value", []string{"--json", "--dsn", operator, "wedged", "public.cli_events", "--limit", "0"},
+			errorReport{"--limit must be between 1 and 10000, got 0", "usage", cli.ExitUsage, ""}},
+		{"unknown queue", []string{"--json", "--dsn", operator, "stats", "public.nope"},
+			errorReport{"queue public.nope is not registered (call outbox.create_queue first) (SQLSTATE 42P01)",
+				"unknown_queue", cli.ExitUsage, "42P01"}},
+		{"refused argument", []string{"--json", "--dsn", operator, "wedged", "public.cli_jobs"},
+			errorReport{"queue public.cli_jobs has no partition column (SQLSTATE 22023)", "database", cli.ExitDatabase, "22023"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI(t, tc.args...)
+			require.Equal(t, tc.want.ExitCode, r.code, "stdout %q stderr %q", r.stdout, r.stderr)
+			require.Empty(t, r.stdout)
+			var got errorReport
+			dec := json.NewDecoder(strings.NewReader(r.stderr))
+			dec.DisallowUnknownFields()
+			require.NoError(t, dec.Decode(&got), "stderr %q", r.stderr)
+			require.False(t, dec.More(), "one JSON object: %q", r.stderr)
+			require.Equal(t, tc.want.Code, got.Code)
+			require.Equal(t, tc.want.SQLState, got.SQLState)
+			require.Contains(t, got.Error, tc.want.Error)
+			require.Equal(t, tc.want.ExitCode, got.ExitCode)
+		})
+	}
+	r := runCLI(t, "--json", "--dsn", "postgres://nobody@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", "queues")
+	require.Equal(t, cli.ExitDatabase, r.code)
+	var got errorReport
+	require.NoError(t, json.Unmarshal([]byte(r.stderr), &got), r.stderr)
+	require.Equal(t, "database", got.Code)
+	require.Contains(t, got.Error, "connecting to database")
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/drainer"
+	"github.com/pgdrain/pgdrain/internal/lastscrape"
 	"github.com/pgdrain/pgdrain/internal/testdb"
 )
 
@@ -134,11 +135,12 @@ func drLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// drNew builds a drainer with a test logger and a fresh metrics registry.
+// drNew builds a drainer with a test logger and a fresh metrics registry, which keeps what the
+// drainer exported when Run returned (and unregistered it) for the checks that count after stop.
 func drNew(t *testing.T, pool *pgxpool.Pool, cfg drainer.Config, apply drainer.Applier[drEvent],
-	opts ...drainer.Option[drEvent]) (*drainer.Drainer[drEvent], *prometheus.Registry) {
+	opts ...drainer.Option[drEvent]) (*drainer.Drainer[drEvent], *lastscrape.Registry) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
+	reg := lastscrape.New()
 	opts = append([]drainer.Option[drEvent]{drainer.WithLogger[drEvent](drLogger(t)), drainer.WithMetrics[drEvent](reg)}, opts...)
 	d, err := drainer.New(pool, cfg, drDecode, apply, opts...)
 	require.NoError(t, err)
@@ -178,7 +180,7 @@ func drWaitFor(t *testing.T, timeout time.Duration, what string, cond func() boo
 
 // drMetric returns the value of the metric name with the given labels (counter, gauge, or a
 // histogram's sample count), failing when it is not there.
-func drMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+func drMetric(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	require.NoError(t, err)
@@ -211,9 +213,9 @@ func drMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[st
 	return 0
 }
 
-func drResults(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
+func drResults(t *testing.T, reg prometheus.Gatherer, outcome string) float64 {
 	t.Helper()
-	return drMetric(t, reg, "outbox_results_total", map[string]string{"outcome": outcome})
+	return drMetric(t, reg, "pgdrain_outbox_results_total", map[string]string{"outcome": outcome})
 }
 
 // drLog records applies in order, safely across goroutines.

@@ -50,7 +50,7 @@ func TestDrainer_LeaseLostMidApply_LateResultRefused(t *testing.T) {
 		callsB.Add(1)
 		// Hold the row until A's late result has been refused, so the token alone refused it.
 		for range 250 {
-			if drMetric(t, regA, "outbox_lease_lost_total", nil) == 1 {
+			if drMetric(t, regA, "pgdrain_outbox_lease_lost_total", nil) == 1 {
 				leaseLostSeenByB.Store(true)
 				break
 			}
@@ -74,10 +74,10 @@ func TestDrainer_LeaseLostMidApply_LateResultRefused(t *testing.T) {
 		`SELECT attempt_count, last_error FROM public.events WHERE id = $1`, id).Scan(&attempts, &lastErr))
 	require.Equal(t, 0, attempts, "the refused transient result counted no attempt")
 	require.Nil(t, lastErr, "the refused result wrote no error")
-	require.Equal(t, 1.0, drMetric(t, regA, "outbox_lease_lost_total", nil))
+	require.Equal(t, 1.0, drMetric(t, regA, "pgdrain_outbox_lease_lost_total", nil))
 	require.Equal(t, 0.0, drResults(t, regA, "transient")+drResults(t, regA, "sent"))
 	require.Equal(t, 1.0, drResults(t, regB, "sent"), "recorded once, by the new holder")
-	require.Equal(t, 0.0, drMetric(t, regB, "outbox_lease_lost_total", nil))
+	require.Equal(t, 0.0, drMetric(t, regB, "pgdrain_outbox_lease_lost_total", nil))
 }
 
 // When earlier applies of a batch used up the lease, the drainer extends a row's lease before
@@ -104,7 +104,7 @@ func TestDrainer_LeaseExtendedForLateRowsOfABatch(t *testing.T) {
 	drWaitFor(t, 10*time.Second, "all rows sent", func() bool { return q.sent(t) == 5 })
 	require.NoError(t, stop())
 	require.Equal(t, 5.0, drResults(t, reg, "sent"))
-	require.Equal(t, 0.0, drMetric(t, reg, "outbox_lease_lost_total", nil))
+	require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_outbox_lease_lost_total", nil))
 	require.Greater(t, time.Duration(shortest.Load()), 250*time.Millisecond,
 		"every apply started with (about) its full ApplyTimeout: the lease was extended")
 }

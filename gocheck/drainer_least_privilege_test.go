@@ -83,7 +83,7 @@ func TestDrainer_AsWorker_DrainsEveryShapeInBothModes(t *testing.T) {
 				time.Sleep(500 * time.Millisecond)
 
 				require.Equal(t, float64(keys*(perKey+1)), drResults(t, reg, "sent"))
-				require.Equal(t, 0.0, drMetric(t, reg, "outbox_backlog_depth", nil), "gauges read as worker")
+				require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_outbox_backlog_depth", nil), "gauges read as worker")
 				require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_repairs_total", map[string]string{"cause": "missing_head"}))
 				require.NoError(t, stop())
 

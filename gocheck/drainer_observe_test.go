@@ -14,25 +14,6 @@ import (
 	"github.com/pgdrain/pgdrain/drainer"
 )
 
-// The gauges come from outbox.stats: backlog depth, age of the oldest pending row, poisoned rows.
-func TestDrainer_Metrics_GaugesFromStats(t *testing.T) {
-	t.Parallel()
-	q := drNewQueue(t, drQueueOpts{maxAttempts: 3})
-	for i := range 5 {
-		q.enqueue(t, "k", "op", i)
-	}
-	_, err := q.pool.Exec(context.Background(), `
-		UPDATE public.events SET created_at = now() - interval '90 seconds' WHERE id = 1;
-		UPDATE public.events SET attempt_count = 3 WHERE id IN (4, 5);`)
-	require.NoError(t, err)
-	_, reg := drNew(t, q.pool, q.config(drainer.ClaimLease), func(context.Context, string, drEvent) error { return nil })
-	require.Equal(t, 3.0, drMetric(t, reg, "outbox_backlog_depth", map[string]string{"table": "public.events"}))
-	require.Equal(t, 2.0, drMetric(t, reg, "outbox_poisoned", nil))
-	age := drMetric(t, reg, "outbox_oldest_pending_age_seconds", nil)
-	require.GreaterOrEqual(t, age, 90.0)
-	require.Less(t, age, 150.0)
-}
-
 // The wedge observer gets, rate-limited, only the wedgeReportLimit (10) oldest stuck partitions,
 // oldest first, with head, attempts, last error, age and reason; with WedgeWarnAfter 0 it is
 // never called.

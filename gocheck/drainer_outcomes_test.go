@@ -83,8 +83,8 @@ func TestDrainer_Outcomes_SentTransientPermanentPanicDecode(t *testing.T) {
 		require.Equal(t, 2.0, drResults(t, reg, "sent"))
 		require.Equal(t, 1.0, drResults(t, reg, "transient"))
 		require.Equal(t, 3.0, drResults(t, reg, "permanent"))
-		require.Equal(t, 0.0, drMetric(t, reg, "outbox_lease_lost_total", nil))
-		require.Equal(t, 3.0, drMetric(t, reg, "outbox_poisoned", nil))
-		require.Equal(t, 0.0, drMetric(t, reg, "outbox_backlog_depth", nil))
+		require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_outbox_lease_lost_total", nil))
+		require.Equal(t, 3.0, drMetric(t, reg, "pgdrain_outbox_poisoned", nil))
+		require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_outbox_backlog_depth", nil))
 	})
 }

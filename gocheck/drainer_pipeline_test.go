@@ -61,7 +61,7 @@ func TestDrainer_Pipeline_SlowApplyDoesNotStallTheRest(t *testing.T) {
 		"every other row was claimed, applied and recorded while the slow apply ran")
 	require.EqualValues(t, 1, slowCalls.Load())
 	require.Equal(t, float64(others+1), drResults(t, reg, "sent"))
-	require.Equal(t, 0.0, drMetric(t, reg, "outbox_lease_lost_total", nil))
+	require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_outbox_lease_lost_total", nil))
 	drNoPrivilegeErrors(t, buf.String())
 }
 
@@ -168,7 +168,7 @@ func TestDrainer_Pipeline_ResultsRecordedBeforeTheirLeaseEnds(t *testing.T) {
 		SELECT count(*) FILTER (WHERE recorded_at >= leased_until), count(*) FROM public.recorded`).Scan(&late, &total))
 	require.EqualValues(t, 2*n, total, "each late row recorded twice: transient, then sent")
 	require.Zero(t, late, "no result was written after the lease it was claimed with had ended")
-	require.Equal(t, 0.0, drMetric(t, reg, "outbox_lease_lost_total", nil))
+	require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_outbox_lease_lost_total", nil))
 	require.Equal(t, float64(n), drResults(t, reg, "transient"))
 }
 

@@ -46,7 +46,7 @@ func drDamagedQueue(t *testing.T, damage string) (*drQueue, int64) {
 	return q, victim
 }
 
-func drRepairs(t *testing.T, reg *prometheus.Registry, cause string) float64 {
+func drRepairs(t *testing.T, reg prometheus.Gatherer, cause string) float64 {
 	t.Helper()
 	return drMetric(t, reg, "pgdrain_repairs_total", map[string]string{"queue": "public.events", "cause": cause})
 }
@@ -149,7 +149,7 @@ func TestDrainer_RepairPass_ReplicasCountEachRepairOnce(t *testing.T) {
 	_, err = q.pool.Exec(ctx, `DELETE FROM outbox.partition_heads WHERE partition_key LIKE 'victim-%'`)
 	require.NoError(t, err)
 
-	var regs []*prometheus.Registry
+	var regs []prometheus.Gatherer
 	for i := range 3 {
 		worker := loginPool(t, q.db, "pgdrain_worker")
 		cfg := q.config(drModes[i%2])

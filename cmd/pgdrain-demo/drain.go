@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgdrain/pgdrain/drainer"
+	"github.com/pgdrain/pgdrain/internal/lastscrape"
 )
 
 // webhook posts events to the peer. The Applier it makes is what a service would write: one HTTP
@@ -67,7 +68,7 @@ func rawJSON(b []byte) (json.RawMessage, error) { return json.RawMessage(b), nil
 // replica is one running drainer, as a separate process would run it: its own pool and metrics.
 type replica struct {
 	name    string
-	metrics *prometheus.Registry
+	metrics *lastscrape.Registry // keeps the counts after Run returns
 }
 
 // replicaConfig is the demo replicas' Config: 32 applies in flight per replica, a 2s apply
@@ -91,7 +92,7 @@ func startReplicas(ctx context.Context, dsn string, h *webhook, n int, logger *s
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: connecting: %w", name, err)
 		}
-		reg := prometheus.NewRegistry()
+		reg := lastscrape.New()
 		d, err := drainer.New(pool, replicaConfig(), rawJSON, h.applier(name),
 			drainer.WithLogger[json.RawMessage](logger.With("replica", name)),
 			drainer.WithMetrics[json.RawMessage](reg))
@@ -119,7 +120,7 @@ func startReplicas(ctx context.Context, dsn string, h *webhook, n int, logger *s
 }
 
 // counter reads a counter (summed over its label sets that match want) from a registry.
-func counter(reg *prometheus.Registry, name string, want map[string]string) float64 {
+func counter(reg prometheus.Gatherer, name string, want map[string]string) float64 {
 	families, err := reg.Gather()
 	if err != nil {
 		return 0

@@ -9,16 +9,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgdrain/pgdrain/drainer"
+	"github.com/pgdrain/pgdrain/internal/lastscrape"
 )
 
 // The fencing moment. A fourth drainer ("stalled") claims one row with a 2s lease, and its Applier
 // then ignores its deadline, the way a client stuck in a GC pause or a hung socket does: it comes
 // back only after another replica has re-claimed the row (the lease ran out) and delivered it.
 // Its late result must then be refused by the row's lease token: apply_results reports
-// applied = false and changes nothing, which the drainer counts as outbox_lease_lost_total.
+// applied = false and changes nothing, which the drainer counts as pgdrain_outbox_lease_lost_total.
 
 const (
 	stalledLease        = 2 * time.Second
@@ -67,7 +67,7 @@ func runStalled(ctx context.Context, dsn string, h *webhook, logger *slog.Logger
 		stop()
 		return res.lateErr
 	}
-	reg := prometheus.NewRegistry()
+	reg := lastscrape.New()
 	d, err := drainer.New(pool, drainer.Config{
 		Table: queueName, BatchSize: 1, ApplyTimeout: stalledApplyTimeout, Lease: stalledLease,
 		PollFallback: time.Second,
@@ -81,8 +81,8 @@ func runStalled(ctx context.Context, dsn string, h *webhook, logger *slog.Logger
 		res.err = fmt.Errorf("stalled drainer: %w", err)
 		return res
 	}
-	res.leaseLost = counter(reg, "outbox_lease_lost_total", nil)
-	res.recorded = counter(reg, "outbox_results_total", nil)
+	res.leaseLost = counter(reg, "pgdrain_outbox_lease_lost_total", nil)
+	res.recorded = counter(reg, "pgdrain_outbox_results_total", nil)
 	return res
 }
 

@@ -73,10 +73,10 @@ func (r *report) collect(ctx context.Context, pool *pgxpool.Pool, p *peer, repli
 	}
 	r.peer = p.snapshot()
 	for _, rep := range replicas {
-		r.resultsSent += counter(rep.metrics, "outbox_results_total", map[string]string{"outcome": "sent"})
-		r.resultsTransient += counter(rep.metrics, "outbox_results_total", map[string]string{"outcome": "transient"})
-		r.resultsPermanent += counter(rep.metrics, "outbox_results_total", map[string]string{"outcome": "permanent"})
-		r.replicaLost += counter(rep.metrics, "outbox_lease_lost_total", nil)
+		r.resultsSent += counter(rep.metrics, "pgdrain_outbox_results_total", map[string]string{"outcome": "sent"})
+		r.resultsTransient += counter(rep.metrics, "pgdrain_outbox_results_total", map[string]string{"outcome": "transient"})
+		r.resultsPermanent += counter(rep.metrics, "pgdrain_outbox_results_total", map[string]string{"outcome": "permanent"})
+		r.replicaLost += counter(rep.metrics, "pgdrain_outbox_lease_lost_total", nil)
 	}
 	if r.fence != nil && r.fence.id != 0 {
 		r.fenceDeliveries = p.deliveriesOf(r.fence.id)
@@ -135,7 +135,7 @@ func (r *report) print(w io.Writer) {
 		r.sent, len(r.poisoned), r.pending, r.drainTime.Round(time.Millisecond), s.replicas, rate)
 	fmt.Fprintf(w, "peer         %d calls: %d accepted, %d failed with 503 (transient), %d rejected with 422, %d duplicate deliveries\n",
 		r.peer.calls, r.peer.accepted, r.peer.transient, len(r.peer.rejected), r.peer.duplicates)
-	fmt.Fprintf(w, "recorded     sent %.0f, transient %.0f, permanent %.0f (outbox_results_total over the replicas); lease lost %.0f\n",
+	fmt.Fprintf(w, "recorded     sent %.0f, transient %.0f, permanent %.0f (pgdrain_outbox_results_total over the replicas); lease lost %.0f\n",
 		r.resultsSent, r.resultsTransient, r.resultsPermanent, r.replicaLost)
 	for _, p := range r.poisoned {
 		fmt.Fprintf(w, "poisoned     event #%d (%s) after %d attempts: %s\n             payload %s; the rest of %s was delivered past it\n",

@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,9 +41,10 @@ commands:
                                   with the reason their head does not move (exit 1 if any)
   requeue QUEUE (ID... | --all)   give poisoned rows (the given ids, or all with --all) a fresh
                                   start, each at the tail of its key
-  purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000]
+  purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000] [--dry-run]
                                   delete rows sent more than --older-than ago, --chunk rows per
-                                  short transaction, at most --max-rows in all (0 = no limit)
+                                  short transaction, at most --max-rows in all (0 = no limit);
+                                  --dry-run counts them and deletes nothing
   check QUEUE                     index set, autovacuum settings, NOTIFY and heads triggers, and
                                   pending rows no claim can reach (outbox.repair dry run; changes
                                   nothing) (exit 1 if any problem)
@@ -49,7 +52,8 @@ commands:
 flags (before or after the command):
   --dsn URL    PostgreSQL URL (default $DATABASE_URL; without either, the PG* environment
                and libpq's defaults, as psql)
-  --json       machine-readable output
+  --json       machine-readable output; errors too, as {"error", "code", "exit_code",
+               "sqlstate"} on stderr
   --version    print pgdrain's version
 
 exit codes: 0 ok, 1 problems found, 2 usage error (an unknown queue too), 3 database error`
@@ -97,32 +101,88 @@ var commands = []command{queuesCommand, statsCommand, wedgedCommand, requeueComm
 
 // Run runs the pgdrain command with args (without the program name), writing results to stdout
 // and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or
-// ExitDatabase).
+// ExitDatabase). With --json anywhere in args an error is one JSON object on stderr (see
+// errorReport), with the same exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err := run(ctx, args, stdout)
-	var ue usageError
-	switch {
-	case err == nil:
+	if err == nil {
 		return ExitOK
-	case errors.Is(err, problemsFound):
+	}
+	if errors.Is(err, problemsFound) {
 		return ExitProblems
-	case errors.Is(err, flag.ErrHelp):
+	}
+	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(stdout, Usage)
 		return ExitOK
-	case errors.As(err, &ue):
-		if ue.msg == noCommand {
-			fmt.Fprintf(stderr, "pgdrain: %s\n\n%s\n", ue.msg, Usage)
-		} else {
-			fmt.Fprintf(stderr, "pgdrain: %s (pgdrain help: usage)\n", ue.msg)
-		}
-		return ExitUsage
-	case isUnknownQueue(err):
-		fmt.Fprintf(stderr, "pgdrain: %s\n", describe(err))
-		return ExitUsage
-	default:
-		fmt.Fprintf(stderr, "pgdrain: %s\n", describe(err))
-		return ExitDatabase
 	}
+	rep := report(err)
+	if wantsJSON(args) {
+		_ = json.NewEncoder(stderr).Encode(rep)
+		return rep.ExitCode
+	}
+	switch {
+	case rep.Code != codeUsage:
+		fmt.Fprintf(stderr, "pgdrain: %s\n", rep.Error)
+	case rep.Error == noCommand:
+		fmt.Fprintf(stderr, "pgdrain: %s\n\n%s\n", rep.Error, Usage)
+	default:
+		fmt.Fprintf(stderr, "pgdrain: %s (pgdrain help: usage)\n", rep.Error)
+	}
+	return rep.ExitCode
+}
+
+// Error codes of an errorReport: which class of error, as the exit code says.
+const (
+	codeUsage        = "usage"         // ExitUsage: wrong arguments, nothing sent to the database
+	codeUnknownQueue = "unknown_queue" // ExitUsage: the queue is not registered (SQLSTATE 42P01)
+	codeDatabase     = "database"      // ExitDatabase: the database refused or could not be reached
+)
+
+// errorReport is an error as --json prints it on stderr:
+// {"error": "...", "code": "usage", "exit_code": 2, "sqlstate": "42P01"} (sqlstate only when
+// PostgreSQL raised the error).
+type errorReport struct {
+	Error    string `json:"error"`
+	Code     string `json:"code"`
+	ExitCode int    `json:"exit_code"`
+	SQLState string `json:"sqlstate,omitempty"`
+}
+
+func report(err error) errorReport {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return errorReport{Error: ue.msg, Code: codeUsage, ExitCode: ExitUsage}
+	}
+	rep := errorReport{Error: describe(err), Code: codeDatabase, ExitCode: ExitDatabase}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		rep.SQLState = pgErr.Code
+	}
+	if isUnknownQueue(err) {
+		rep.Code, rep.ExitCode = codeUnknownQueue, ExitUsage
+	}
+	return rep
+}
+
+// wantsJSON reports whether args ask for --json, read before parsing so that an error in parsing
+// (an unknown flag after --json, or before it) is reported as JSON too. The last --json wins, as
+// in the flag package; arguments after "--" are positional.
+func wantsJSON(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		on = true
+		if hasValue {
+			on, _ = strconv.ParseBool(value)
+		}
+	}
+	return on
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
