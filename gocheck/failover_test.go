@@ -41,7 +41,9 @@ var foQueues = []string{foLease, foLock, foEarly}
 // the new primary and reached the peer; per key the peer saw ids in order (a repeat of the same
 // id is a retry); the partition heads were rebuilt on the new primary (they are unlogged) and
 // outbox.repair finds nothing to repair, during the recovery and after; and the drainer on the
-// standby retried with backoff rather than in a tight loop, and never stopped.
+// standby retried with backoff rather than in a tight loop, and never stopped; a drainer started
+// while there is no primary waits for one; every error logged was known as the database being
+// unavailable (Warn, not Error).
 func TestFailover_PromoteStandbyMidDrain(t *testing.T) {
 	t.Parallel()
 	started := time.Now()
@@ -98,7 +100,7 @@ func TestFailover_PromoteStandbyMidDrain(t *testing.T) {
 	runCtx, stopDrainers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var returnedEarly atomic.Int64
-	runErrs := make(chan error, 8)
+	runErrs := make(chan error, 8) // every drainer started below
 	start := func(queue string, mode drainer.ClaimMode, dsn string, h slog.Handler) {
 		cfg := drainer.Config{Table: queue, ClaimMode: mode, BatchSize: 16, ApplyConcurrency: 4,
 			ApplyTimeout: 500 * time.Millisecond, PollFallback: 5 * time.Second}
@@ -179,7 +181,10 @@ func TestFailover_PromoteStandbyMidDrain(t *testing.T) {
 	stopAt := time.Now()
 	require.NoError(t, primary.pgCtl("stop", "-m", "fast"))
 	stopTook := time.Since(stopAt)
-	time.Sleep(time.Second) // no primary at all for a while: connections refused or read-only
+	// No primary at all for a while: connections are refused or read-only. A drainer that starts
+	// now waits for a primary instead of failing.
+	start(foLease, drainer.ClaimLease, both(workerUser), tally)
+	time.Sleep(time.Second)
 	promoteAt := time.Now()
 	peer.markPromoted(promoteAt)
 	require.NoError(t, standby.promote())
@@ -304,6 +309,11 @@ func TestFailover_PromoteStandbyMidDrain(t *testing.T) {
 	t.Logf("what the drainers logged (Warn and above):\n%s", tally)
 	t.Logf("what the drainer on the standby logged (Warn and above):\n%s", earlyTally)
 
+	require.Zero(t, tally.count("ERROR")+earlyTally.count("ERROR"),
+		"every error the failover caused is known as the database being unavailable (logged at Warn)")
+	require.NotZero(t, tally.count("database unavailable"), "the drainers saw the failover")
+	require.NotZero(t, tally.count("starting failed; retrying (database unavailable)"),
+		"the drainer started with no primary waited for one")
 	require.Empty(t, repairs, "outbox.repair (dry run) on the new primary finds nothing to repair")
 	require.NotZero(t, repairChecks.Load(), "the repair check ran during the recovery")
 	// Retrying with backoff (100ms doubling to 5s): a handful of attempts in the window, not a
