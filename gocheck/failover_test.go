@@ -43,7 +43,7 @@ var foQueues = []string{foLease, foLock, foEarly}
 // outbox.repair finds nothing to repair, during the recovery and after; and the drainer on the
 // standby retried with backoff rather than in a tight loop, and never stopped; a drainer started
 // while there is no primary waits for one; every error logged was known as the database being
-// unavailable (Warn, not Error).
+// unavailable (Warn, not Error); every LISTEN connection is back on the new primary.
 func TestFailover_PromoteStandbyMidDrain(t *testing.T) {
 	t.Parallel()
 	started := time.Now()
@@ -101,13 +101,18 @@ func TestFailover_PromoteStandbyMidDrain(t *testing.T) {
 	var wg sync.WaitGroup
 	var returnedEarly atomic.Int64
 	runErrs := make(chan error, 8) // every drainer started below
+	var pools []*pgxpool.Pool
 	start := func(queue string, mode drainer.ClaimMode, dsn string, h slog.Handler) {
+		// PollFallback is long: events written after the failover are drained within seconds only
+		// if the LISTEN connections came back.
 		cfg := drainer.Config{Table: queue, ClaimMode: mode, BatchSize: 16, ApplyConcurrency: 4,
-			ApplyTimeout: 500 * time.Millisecond, PollFallback: 5 * time.Second}
+			ApplyTimeout: 500 * time.Millisecond, PollFallback: time.Minute}
 		if mode == drainer.ClaimLease {
 			cfg.Lease = 3 * time.Second // in-flight leases the failover orphans end soon
 		}
-		d, err := drainer.New(newPool(dsn), cfg, drDecode, apply, drainer.WithLogger[drEvent](slog.New(h)))
+		pool := newPool(dsn)
+		pools = append(pools, pool)
+		d, err := drainer.New(pool, cfg, drDecode, apply, drainer.WithLogger[drEvent](slog.New(h)))
 		require.NoError(t, err)
 		wg.Go(func() {
 			err := d.Run(runCtx)
@@ -185,6 +190,8 @@ func TestFailover_PromoteStandbyMidDrain(t *testing.T) {
 	// now waits for a primary instead of failing.
 	start(foLease, drainer.ClaimLease, both(workerUser), tally)
 	time.Sleep(time.Second)
+	require.Eventually(t, func() bool { return tally.count("starting failed; retrying (database unavailable)") > 0 },
+		30*time.Second, 10*time.Millisecond, "the drainer started with no primary waits for one")
 	promoteAt := time.Now()
 	peer.markPromoted(promoteAt)
 	require.NoError(t, standby.promote())
@@ -232,6 +239,33 @@ func TestFailover_PromoteStandbyMidDrain(t *testing.T) {
 	require.Eventually(t, func() bool { return unsent() == 0 }, 2*time.Minute, 100*time.Millisecond,
 		"the drainers drain every queue on the new primary")
 	drainedAt := time.Now()
+
+	// Every pool's LISTEN connection is back, on the new primary, and wakes its drainers: events
+	// of new keys are delivered long before PollFallback.
+	for i, pool := range pools {
+		require.Eventually(t, func() bool {
+			pid := drainer.ListenerPID(pool)
+			var n int
+			_ = superuser.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'LISTEN%'`,
+				int64(pid)).Scan(&n)
+			return pid != 0 && n == 1
+		}, 30*time.Second, 50*time.Millisecond, "pool %d LISTENs on the new primary", i)
+	}
+	before := map[string]int{}
+	for _, q := range foQueues {
+		before[q] = peer.figures(q).delivered
+		_, err := superuser.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
+			SELECT 'after', jsonb_build_object('key', 'after-' || k, 'seq', 1), 'after-' || k FROM generate_series(1, 5) k`, q))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		for _, q := range foQueues {
+			if peer.figures(q).delivered < before[q]+5 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "events written after the failover are drained on NOTIFY, not the 1-minute poll")
 	stopRepairs()
 	<-repairDone
 	stopDrainers()
@@ -289,9 +323,11 @@ func TestFailover_PromoteStandbyMidDrain(t *testing.T) {
 			}
 		}
 		f := peer.figures(q)
-		lines = append(lines, fmt.Sprintf("failover %s: acknowledged=%d stored=%d delivered=%d duplicates=%d "+
-			"first delivery after promotion=%s", strings.TrimPrefix(q, "public.fo_"), len(acked[q]), len(stored),
-			f.delivered, f.duplicates, f.reconnect.Round(time.Millisecond)))
+		// stored = acknowledged + commits whose acknowledgement the shutdown cut off + the 5 rows
+		// written after the drain.
+		lines = append(lines, fmt.Sprintf("failover %s: acknowledged=%d committed unacknowledged=%d stored=%d delivered=%d "+
+			"duplicates=%d first delivery after promotion=%s", strings.TrimPrefix(q, "public.fo_"), len(acked[q]),
+			len(stored)-len(acked[q])-5, len(stored), f.delivered, f.duplicates, f.reconnect.Round(time.Millisecond)))
 		require.Zero(t, lost, "%s: every acknowledged commit is on the new primary (synchronous standby)", q)
 		require.Zero(t, ackedUndelivered, "%s: every acknowledged commit reached the peer", q)
 		require.Zero(t, undelivered, "%s: every stored row reached the peer", q)
