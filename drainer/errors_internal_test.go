@@ -29,7 +29,9 @@ func TestUnavailable(t *testing.T) {
 		t.Fatal("connecting to a closed port succeeded")
 	}
 
-	pg := func(code, msg string) error { return fmt.Errorf("claiming batch: %w", &pgconn.PgError{Code: code, Message: msg}) }
+	pg := func(code, msg string) error {
+		return fmt.Errorf("claiming batch: %w", &pgconn.PgError{Code: code, Message: msg})
+	}
 	cases := []struct {
 		name string
 		err  error
