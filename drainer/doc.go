@@ -51,6 +51,13 @@
 // never does, so the partition waits for its peer (watch it with WithWedgeObserver and the
 // pgdrain_outbox_oldest_pending_age_seconds gauge).
 //
+// Database errors never stop Run once it is draining: they are logged and retried with backoff.
+// Those that mean no writable database is reachable now (a restart, a failover, a DSN that reaches
+// a standby: connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006) are logged at Warn and are
+// waited out at start too; rows in flight are then delivered again (at least once). Connect with
+// every host in the DSN and target_session_attrs=read-write, or through an address that follows the
+// primary: see docs/failover.md.
+//
 // # Configuration and the SQL registry
 //
 // Every Config field configures the drainer, except the Expect fields. Max attempts, backoff, the

@@ -151,17 +151,17 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 // cancellation no apply starts, those in flight get ApplyTimeout, the finished ones are settled and
 // the rest are left untouched by the COMMIT.
 //
-// Database errors while draining are logged and retried. Every statement calls an outbox function
+// While the database is unavailable (restarting, failing over, a standby not yet promoted:
+// connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006) Run waits and retries with backoff, at
+// start too, logging at Warn; see docs/failover.md. Other errors at start (authentication, a
+// missing queue) are returned. Database errors while draining are logged and retried. Every statement calls an outbox function
 // granted to pgdrain_worker, so that role is all the drainer's login role needs.
 func (d *Drainer[T]) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
 	defer d.running.Store(false)
-	if err := d.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("pinging database: %w", err)
-	}
-	reg, err := loadRegistration(ctx, d.pool, d.table)
+	reg, err := d.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -215,5 +215,34 @@ func (d *Drainer[T]) logIndexFindings(ctx context.Context) {
 	for _, p := range problems {
 		d.logger.WarnContext(ctx, "queue index problem: claims may scan the whole backlog",
 			"problem", p.problem, "index", p.indexName, "detail", p.detail)
+	}
+}
+
+// connect pings the database and reads the queue's registration (outbox.queue_info), retrying with
+// backoff while the database is unavailable (see unavailable): a drainer that starts during a
+// failover waits for the new primary rather than failing. Any other error is returned at once, and
+// so is the last one when ctx ends first.
+func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
+	delay := errorDelayMin
+	for {
+		var reg registration
+		err := d.pool.Ping(ctx)
+		if err != nil {
+			err = fmt.Errorf("pinging database: %w", err)
+		} else if reg, err = loadRegistration(ctx, d.pool, d.table); err == nil {
+			return reg, nil
+		}
+		if ctx.Err() != nil || unavailable(err) == "" {
+			return registration{}, err
+		}
+		d.logRetry(ctx, "starting failed; retrying", err, delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return registration{}, err
+		case <-t.C:
+		}
+		delay = min(2*delay, errorDelayMax)
 	}
 }

@@ -91,7 +91,7 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 					p.dispatch(jobs) // released by shutdown
 					return
 				case err != nil:
-					r.d.logger.ErrorContext(ctx, "claiming batch failed; retrying", "err", err, "retry_in", errDelay)
+					r.d.logRetry(ctx, "claiming batch failed; retrying", err, errDelay)
 					wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
 				case len(jobs) > 0:
 					errDelay = errorDelayMin

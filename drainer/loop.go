@@ -62,7 +62,7 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 		var wait time.Duration
 		switch {
 		case err != nil:
-			r.d.logger.ErrorContext(ctx, "draining batch failed; retrying", "err", err, "retry_in", errDelay)
+			r.d.logRetry(ctx, "draining batch failed; retrying", err, errDelay)
 			wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
 		case n > 0:
 			// Claim again at once: a full batch may have left rows behind, and a recorded head
@@ -90,9 +90,18 @@ func (r *runner[T]) nextWake(ctx context.Context) time.Duration {
 	wait := r.cfg.PollFallback
 	due, err := queryNextDue(ctx, r.d.pool, r.reg.queue)
 	if err != nil {
-		if ctx.Err() == nil {
-			r.d.logger.WarnContext(ctx, "reading the next wake-up time; waiting for PollFallback", "err", err)
+		if ctx.Err() != nil {
+			return wait
 		}
+		// The database went away between the claim and this call: try again as soon as a failed
+		// claim would (the LISTEN connection's return also wakes the drainer), not PollFallback later.
+		if cause := unavailable(err); cause != "" {
+			wait = min(wait, errorDelayMax)
+			r.d.logger.WarnContext(ctx, "reading the next wake-up time failed (database unavailable)", "err", err,
+				"cause", cause, "retry_in", wait)
+			return wait
+		}
+		r.d.logger.WarnContext(ctx, "reading the next wake-up time; waiting for PollFallback", "err", err)
 		return wait
 	}
 	if due != nil {

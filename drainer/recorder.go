@@ -162,8 +162,12 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded boo
 			"id", id, "outcome", j.disposition.String())
 	})
 	if err != nil {
-		r.d.logger.ErrorContext(ctx, "recording results failed; the rows will be claimed again when their leases end",
-			"rows", len(jobs), "err", err)
+		const msg = "recording results failed; the rows will be claimed again when their leases end"
+		if cause := unavailable(err); cause != "" {
+			r.d.logger.WarnContext(ctx, msg+" (database unavailable)", "rows", len(jobs), "err", err, "cause", cause)
+		} else {
+			r.d.logger.ErrorContext(ctx, msg, "rows", len(jobs), "err", err)
+		}
 	}
 	return recorded
 }

@@ -34,12 +34,25 @@ type ownCluster struct {
 	owner       string
 	port        int
 	postgresURL string
+	// settings are extra "-c name=value" server settings, after (so overriding) the defaults.
+	settings []string
 }
 
 // startOwnCluster runs initdb into a temporary directory and starts the server on a random port
 // of 127.0.0.1. Binaries come from PGDRAIN_PG_BINDIR (set by scripts/with-postgres.sh) or the
 // PostgreSQL 15 default; as root, the cluster belongs to PGDRAIN_PG_OWNER (default postgres).
-func startOwnCluster(t *testing.T) *ownCluster {
+func startOwnCluster(t *testing.T, settings ...string) *ownCluster {
+	t.Helper()
+	c := newOwnCluster(t, "pgdrain-restart-", settings...)
+	out, err := c.command("initdb", "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale").CombinedOutput()
+	require.NoError(t, err, "initdb: %s", out)
+	c.start()
+	return c
+}
+
+// newOwnCluster prepares an empty directory for a cluster (owned by the cluster's user) and the
+// cleanup that stops the server and removes the directory; the data directory is not made yet.
+func newOwnCluster(t *testing.T, prefix string, settings ...string) *ownCluster {
 	t.Helper()
 	bin := os.Getenv("PGDRAIN_PG_BINDIR")
 	if bin == "" {
@@ -47,10 +60,10 @@ func startOwnCluster(t *testing.T) *ownCluster {
 	}
 	_, err := os.Stat(filepath.Join(bin, "initdb"))
 	require.NoError(t, err, "no initdb: set PGDRAIN_PG_BINDIR")
-	dir, err := os.MkdirTemp("", "pgdrain-restart-")
+	dir, err := os.MkdirTemp("", prefix)
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
-	c := &ownCluster{t: t, bin: bin, data: filepath.Join(dir, "data"), socketDir: dir}
+	c := &ownCluster{t: t, bin: bin, data: filepath.Join(dir, "data"), socketDir: dir, settings: settings}
 	if os.Geteuid() == 0 {
 		c.owner = os.Getenv("PGDRAIN_PG_OWNER")
 		if c.owner == "" {
@@ -62,18 +75,21 @@ func startOwnCluster(t *testing.T) *ownCluster {
 		_ = c.pgCtl("stop", "-m", "immediate")
 		_ = os.RemoveAll(dir)
 	})
-	out, err := c.command("initdb", "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale").CombinedOutput()
-	require.NoError(t, err, "initdb: %s", out)
+	return c
+}
+
+// start starts the server on a random free port of 127.0.0.1 (trying another when one is taken).
+func (c *ownCluster) start() {
+	c.t.Helper()
 	for attempt := 0; ; attempt++ {
 		c.port = 20000 + rand.IntN(40000)
-		err = c.pgCtl("start")
+		err := c.pgCtl("start")
 		if err == nil {
 			break
 		}
-		require.Less(t, attempt, 5, "starting the cluster: %v", err)
+		require.Less(c.t, attempt, 5, "starting the cluster: %v", err)
 	}
 	c.postgresURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
-	return c
 }
 
 func (c *ownCluster) command(name string, args ...string) *osexec.Cmd {
@@ -89,8 +105,12 @@ func (c *ownCluster) pgCtl(action string, extra ...string) error {
 	args := []string{action, "-D", c.data, "-w", "-t", "60"}
 	if action == "start" || action == "restart" {
 		// -l: without a log file the server would inherit (and hold open) this command's output.
-		args = append(args, "-l", filepath.Join(c.socketDir, "server.log"), "-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off "+
-			"-c synchronous_commit=off -c max_connections=100", c.port, c.socketDir))
+		opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off "+
+			"-c synchronous_commit=off -c max_connections=100", c.port, c.socketDir)
+		for _, s := range c.settings {
+			opts += " -c " + s // pg_ctl hands -o to a shell: settings must not need quoting
+		}
+		args = append(args, "-l", filepath.Join(c.socketDir, "server.log"), "-o", opts)
 	}
 	out, err := c.command("pg_ctl", append(args, extra...)...).CombinedOutput()
 	if err != nil {

@@ -1,0 +1,61 @@
+package drainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TestUnavailable pins which errors mean "no writable database right now" (retried with backoff,
+// at start too) and which do not (returned at start, logged at Error while draining).
+func TestUnavailable(t *testing.T) {
+	// A real ConnectError: nothing listens on a port of 127.0.0.1 that was just closed.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, refused := pgconn.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=x dbname=x sslmode=disable connect_timeout=2", port))
+	if refused == nil {
+		t.Fatal("connecting to a closed port succeeded")
+	}
+
+	pg := func(code, msg string) error {
+		return fmt.Errorf("claiming batch: %w", &pgconn.PgError{Code: code, Message: msg})
+	}
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"admin shutdown 57P01", pg("57P01", "terminating connection due to administrator command"), true},
+		{"crash shutdown 57P02", pg("57P02", "terminating connection because of crash of another server process"), true},
+		{"cannot connect now 57P03", pg("57P03", "the database system is shutting down"), true},
+		{"read-only 25006", pg("25006", "cannot execute LISTEN during recovery"), true},
+		{"unlogged table on a standby 0A000", pg("0A000", "cannot access temporary or unlogged relations during recovery"), true},
+		{"connection failure 08006", pg("08006", "connection failure"), true},
+		{"connection refused", refused, true},
+		{"unexpected EOF", fmt.Errorf("recording: %w", io.ErrUnexpectedEOF), true},
+		{"other 0A000", pg("0A000", "cannot use this feature"), false},
+		{"bad password 28P01", pg("28P01", "password authentication failed for user x"), false},
+		{"permission denied 42501", pg("42501", "permission denied for function claim_batch"), false},
+		{"queue not registered 42P01", pg("42P01", "queue_info: queue public.x is not registered"), false},
+		{"a closed pool", errors.New("closed pool"), false},
+		{"cancelled", context.Canceled, false},
+		{"nil", nil, false},
+	}
+	for _, c := range cases {
+		if got := unavailable(c.err) != ""; got != c.want {
+			t.Errorf("%s: unavailable = %v (%q), want %v", c.name, got, unavailable(c.err), c.want)
+		}
+	}
+}
