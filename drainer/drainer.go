@@ -73,8 +73,8 @@ func WithWedgeObserver[T any](fn func(ctx context.Context, wedged []WedgedPartit
 // WithListenPool makes the drainer LISTEN over a connection acquired (and hijacked) from pool
 // instead of its own. Behind a transaction pooler (PgBouncer's pool_mode=transaction) a LISTEN
 // never hears a NOTIFY, because the server connection it ran on goes back to the pooler's pool
-// after the statement: give the drainer its claims through the pooler and pool, a small pool
-// (MaxConns 1 is enough) connecting to PostgreSQL directly, for LISTEN (docs/pgbouncer.md). The
+// after the statement: pass New the pool that goes through the pooler, and this option a small
+// pool (MaxConns 1 is enough) that connects to PostgreSQL directly (docs/pgbouncer.md). The
 // drainers of a process that share a listen pool share its one LISTEN connection. Without it,
 // or Config.PollOnly, the drainer LISTENs on a connection of its own pool, and warns when that
 // connection goes through a pooler. A nil pool keeps the default.
@@ -153,10 +153,10 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 // the Config's Expect fields against it (a disagreement is an error matching
 // ErrRegistrationMismatch that names every disagreeing field), logs check_indexes findings as
 // warnings, and joins the LISTEN connection its listen pool's drainers share (WithListenPool; none
-// with Config.PollOnly). Then it claims on every
-// NOTIFY (unless Config.PollOnly), every PollFallback, as soon as the earliest backoff or lease of the queue ends
-// (outbox.next_due), whenever there is room after a claim that found rows, after recording
-// results, and after a repair pass (Config.RepairInterval) that fixed something.
+// with Config.PollOnly). Then it claims on every NOTIFY (unless PollOnly), every PollFallback, as
+// soon as the earliest backoff or lease of the queue ends (outbox.next_due), whenever there is room
+// after a claim that found rows, after recording results, and after a repair pass
+// (Config.RepairInterval) that fixed something.
 //
 // In lease mode it is a continuous pipeline: a free apply slot takes the next claimed row at once,
 // more rows are claimed as slots free, and results are recorded as applies finish (batched), so
