@@ -142,6 +142,13 @@ type Config struct {
 	// PollFallback is how often the drainer claims even without a NOTIFY (a missed NOTIFY costs at
 	// most this long). Defaults to 30s (DefaultPollFallback).
 	PollFallback time.Duration
+	// PollOnly turns LISTEN off: the drainer never waits for a NOTIFY and claims every
+	// PollFallback, besides its other wake-ups (the earliest backoff or lease end, room after a
+	// claim that found rows, results recorded). For a pool behind a transaction pooler
+	// (PgBouncer's pool_mode=transaction, where LISTEN cannot work) when no direct connection for
+	// WithListenPool is available: lower PollFallback then, it bounds how long a new row waits
+	// (docs/pgbouncer.md). Defaults to false.
+	PollOnly bool
 	// ApplyTimeout bounds one Applier call, and is also the shutdown grace: an apply in flight when
 	// Run's ctx is cancelled keeps a non-cancellable context with this deadline and its result is
 	// still recorded; Run does not wait for an apply that ignores its context longer than that.

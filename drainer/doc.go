@@ -90,6 +90,12 @@
 // they start and stop, and closes with the last one; when it dies it reconnects with backoff and
 // wakes every drainer, since NOTIFYs sent meanwhile are lost. ListenerPID names its backend.
 //
+// Behind a transaction pooler (PgBouncer's pool_mode=transaction) a LISTEN hears nothing: give the
+// drainers a small direct pool for it with WithListenPool (they then share its one LISTEN
+// connection), or set Config.PollOnly. Such a pool also needs default_query_exec_mode=exec in its
+// connection string, since pgx's default statement cache relies on prepared statements a
+// transaction pooler does not keep; docs/pgbouncer.md has the setup.
+//
 // Besides NOTIFY, a drainer polls every PollFallback; claims again when there is room after a
 // claim that found rows, and after recording results (a recorded head unblocks its partition's
 // successor, which no NOTIFY announces); and wakes when the earliest backoff or lease of the queue

@@ -70,6 +70,18 @@ func WithWedgeObserver[T any](fn func(ctx context.Context, wedged []WedgedPartit
 	return func(d *Drainer[T]) { d.wedgeObserver = fn }
 }
 
+// WithListenPool makes the drainer LISTEN over a connection acquired (and hijacked) from pool
+// instead of its own. Behind a transaction pooler (PgBouncer's pool_mode=transaction) a LISTEN
+// never hears a NOTIFY, because the server connection it ran on goes back to the pooler's pool
+// after the statement: pass New the pool that goes through the pooler, and this option a small
+// pool (MaxConns 1 is enough) that connects to PostgreSQL directly (docs/pgbouncer.md). The
+// drainers of a process that share a listen pool share its one LISTEN connection. Without it,
+// or Config.PollOnly, the drainer LISTENs on a connection of its own pool, and warns when that
+// connection goes through a pooler. A nil pool keeps the default.
+func WithListenPool[T any](pool *pgxpool.Pool) Option[T] {
+	return func(d *Drainer[T]) { d.listenPool = pool }
+}
+
 // WithMetrics exports the drainer's metrics through reg while Run runs: from the start of Run
 // (once the queue's registration is read) until Run returns, when they are unregistered again, so
 // a drainer can be run again, or built again, with the same reg. All drainers of a process that
@@ -91,8 +103,9 @@ func WithMetrics[T any](reg prometheus.Registerer) Option[T] {
 // through the outbox SQL functions. Run it on as many replicas as you like.
 type Drainer[T any] struct {
 	pool          *pgxpool.Pool
-	cfg           Config // as given
-	table         string // canonical "schema.table"
+	listenPool    *pgxpool.Pool // WithListenPool's, nil: LISTEN on pool
+	cfg           Config        // as given
+	table         string        // canonical "schema.table"
 	decode        Decoder[T]
 	apply         Applier[T]
 	logger        *slog.Logger // with the queue's name
@@ -128,6 +141,9 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 	for _, o := range opts {
 		o(d)
 	}
+	if d.listenPool != nil && cfg.PollOnly {
+		return nil, errors.New("WithListenPool and Config.PollOnly exclude each other: PollOnly turns LISTEN off")
+	}
 	d.baseLogger = d.logger
 	d.logger = d.logger.With("table", d.table)
 	return d, nil
@@ -137,10 +153,11 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 // (outbox.queue_info: an unregistered queue is an error matching ErrQueueNotRegistered) and checks
 // the Config's Expect fields against it (a disagreement is an error matching
 // ErrRegistrationMismatch that names every disagreeing field), logs check_indexes findings as
-// warnings, and joins the LISTEN connection its pool's drainers share. Then it claims on every
-// NOTIFY, every PollFallback, as soon as the earliest backoff or lease of the queue ends
-// (outbox.next_due), whenever there is room after a claim that found rows, after recording
-// results, and after a repair pass (Config.RepairInterval) that fixed something.
+// warnings, and joins the LISTEN connection its listen pool's drainers share (WithListenPool; none
+// with Config.PollOnly). Then it claims on every NOTIFY (unless PollOnly), every PollFallback, as
+// soon as the earliest backoff or lease of the queue ends (outbox.next_due), whenever there is room
+// after a claim that found rows, after recording results, and after a repair pass
+// (Config.RepairInterval) that fixed something.
 //
 // In lease mode it is a continuous pipeline: a free apply slot takes the next claimed row at once,
 // more rows are claimed as slots free, and results are recorded as applies finish (batched), so
@@ -180,8 +197,12 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 
 	r := &runner[T]{d: d, cfg: d.cfg.withDefaults(), reg: reg, wake: make(chan struct{}, 1), runCtx: ctx, metrics: m}
 	r.warnIdleInTransactionTimeout(ctx)
-	sub := subscribe(d.pool, reg.channel, r.signal, d.baseLogger)
-	defer sub.close()
+	ready := closedChan
+	if !r.cfg.PollOnly {
+		sub := d.subscribe(reg.channel, r.signal)
+		defer sub.close()
+		ready = sub.ready
+	}
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
@@ -196,12 +217,28 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 	}
 	// Claim only once LISTEN is in place (or has failed once), so no NOTIFY falls in between.
 	select {
-	case <-sub.ready:
+	case <-ready:
 	case <-ctx.Done():
 		return nil
 	}
 	r.drain(ctx)
 	return nil
+}
+
+// closedChan is ready at once: a PollOnly drainer waits for no LISTEN.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// subscribe joins the LISTEN connection of the listen pool (WithListenPool's, or the drainer's
+// own pool, which is then checked for a pooler in between).
+func (d *Drainer[T]) subscribe(channel string, wake func()) *subscription {
+	if d.listenPool != nil {
+		return subscribe(d.listenPool, channel, wake, d.baseLogger, false)
+	}
+	return subscribe(d.pool, channel, wake, d.baseLogger, true)
 }
 
 // logIndexFindings logs what outbox.check_indexes reports: a missing or extra (decoy) index

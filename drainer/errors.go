@@ -153,6 +153,11 @@ func translate(doing string, err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" && strings.Contains(pgErr.Message, "queue ") {
 		return &notRegisteredError{pgErr: pgErr}
 	}
+	if lostStatement(pgErr) {
+		return fmt.Errorf("%s: %w (the pool reaches PostgreSQL through a transaction pooler that keeps no prepared "+
+			"statements, e.g. PgBouncer < 1.21 in pool_mode=transaction: set default_query_exec_mode=exec in the pool's "+
+			"connection string; see docs/pgbouncer.md)", doing, err)
+	}
 	return fmt.Errorf("%s: %w", doing, err)
 }
 
@@ -205,4 +210,21 @@ func (d *Drainer[T]) logRetry(ctx context.Context, msg string, err error, retryI
 		return
 	}
 	d.logger.ErrorContext(ctx, msg, "err", err, "retry_in", retryIn)
+}
+
+// lostStatement tells whether pgErr is what pgx's prepared statements (default_query_exec_mode
+// cache_statement or describe_exec) run into behind a transaction pooler: the statement was
+// prepared on another server connection (26000), another client prepared the same cached name on
+// this one (42P05), or the unnamed statement of the describe round trip was replaced (08P01).
+func lostStatement(pgErr *pgconn.PgError) bool {
+	if pgErr == nil {
+		return false
+	}
+	switch pgErr.Code {
+	case "26000", "42P05":
+		return strings.Contains(pgErr.Message, "stmtcache_") || strings.Contains(pgErr.Message, "unnamed prepared statement")
+	case "08P01":
+		return strings.Contains(pgErr.Message, "bind message supplies")
+	}
+	return false
 }

@@ -37,9 +37,10 @@ var listeners = struct {
 }{byKey: map[*pgxpool.Pool]*listener{}}
 
 // ListenerPID returns the backend process id of the LISTEN connection that the drainers running on
-// pool share (pg_stat_activity.pid), or 0 when none is connected and LISTENing. For operators and tests: the
-// connection carries the pool's own settings (application_name included), so this is how to tell
-// it apart.
+// pool share (pg_stat_activity.pid, as pg_backend_pid() reports it, so also behind a pooler), or 0
+// when none is connected and LISTENing. pool is the listen pool: WithListenPool's when given. For
+// operators and tests: the connection carries the pool's own settings (application_name
+// included), so this is how to tell it apart.
 func ListenerPID(pool *pgxpool.Pool) uint32 {
 	listeners.mu.Lock()
 	l := listeners.byKey[pool]
@@ -54,9 +55,13 @@ func ListenerPID(pool *pgxpool.Pool) uint32 {
 type listener struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
-	pid    atomic.Uint32
+	// checkPooler: warn (once) when the connection goes through a pooler. Off for a pool given
+	// to WithListenPool, which its owner chose for LISTEN.
+	checkPooler  bool
+	warnedPooler bool
+	cancel       context.CancelFunc
+	done         chan struct{}
+	pid          atomic.Uint32
 
 	mu        sync.Mutex
 	subs      map[*subscription]struct{}
@@ -74,14 +79,15 @@ type subscription struct {
 }
 
 // subscribe adds channel to pool's listener (starting it if needed); wake is called on each
-// NOTIFY on channel and after each reconnection. wake must not block.
-func subscribe(pool *pgxpool.Pool, channel string, wake func(), logger *slog.Logger) *subscription {
+// NOTIFY on channel and after each reconnection. wake must not block. checkPooler applies when
+// the call starts the listener.
+func subscribe(pool *pgxpool.Pool, channel string, wake func(), logger *slog.Logger, checkPooler bool) *subscription {
 	listeners.mu.Lock()
 	defer listeners.mu.Unlock()
 	l := listeners.byKey[pool]
 	if l == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		l = &listener{pool: pool, logger: logger, cancel: cancel, done: make(chan struct{}),
+		l = &listener{pool: pool, logger: logger, checkPooler: checkPooler, cancel: cancel, done: make(chan struct{}),
 			subs: map[*subscription]struct{}{}}
 		listeners.byKey[pool] = l
 		go func() {
@@ -185,6 +191,10 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
+	pid, err := l.backendPID(ctx, conn)
+	if err != nil {
+		return false, err
+	}
 	listening := map[string]bool{}
 	fresh := true
 	for {
@@ -196,7 +206,7 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 			if err := syncChannels(ctx, conn, listening, channels); err != nil {
 				return !fresh, err
 			}
-			l.pid.Store(conn.PgConn().PID())
+			l.pid.Store(pid)
 			for _, s := range subs {
 				s.readyFn()
 				if fresh {
@@ -231,6 +241,26 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 			return true, fmt.Errorf("waiting for notification: %w", err)
 		}
 	}
+}
+
+// backendPID returns the pid of the server process that runs conn's statements, and warns (once
+// per listener) when it is not the one conn was given at connect: a pooler is in between, and
+// behind a transaction pooler the server connection that ran LISTEN goes back to the pooler's
+// pool after it, so no NOTIFY reaches this connection. Simple protocol: a pooler in transaction
+// mode keeps no prepared statement (and this is the first statement of a fresh connection).
+func (l *listener) backendPID(ctx context.Context, conn *pgx.Conn) (uint32, error) {
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		return 0, fmt.Errorf("reading the backend pid: %w", err)
+	}
+	if l.checkPooler && !l.warnedPooler && pid != conn.PgConn().PID() {
+		l.warnedPooler = true
+		l.logger.WarnContext(ctx, "the LISTEN connection reaches PostgreSQL through a connection pooler: behind a transaction "+
+			"pooler (PgBouncer pool_mode=transaction) no NOTIFY reaches it and drainers wake only every PollFallback; "+
+			"give them a direct pool with drainer.WithListenPool, or set Config.PollOnly (docs/pgbouncer.md)",
+			"connect_pid", conn.PgConn().PID(), "backend_pid", pid)
+	}
+	return pid, nil
 }
 
 // syncChannels LISTENs on the channels in want that are not in listening and UNLISTENs the others,
