@@ -33,6 +33,9 @@ type job struct {
 	noExtend    bool
 	disposition Disposition
 	errText     string
+	// retryAt is when a transient row may be tried again, when the Applier said (RetryAt); zero:
+	// the queue's backoff.
+	retryAt time.Time
 }
 
 // applyOne runs the Applier for j on a context that ends at min(now + ApplyTimeout, j.deadline)
@@ -51,6 +54,7 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 	err := r.invoke(actx, j)
 	overrun.Stop()
 	j.disposition = dispositionOf(err)
+	j.retryAt = retryAtOf(err)
 	if err != nil {
 		j.errText = err.Error()
 		if len(j.errText) > maxErrorText {
@@ -89,6 +93,18 @@ func textArray(jobs []*job) []pgtype.Text {
 	for i, j := range jobs {
 		if j.disposition != DispositionSent {
 			out[i] = pgtype.Text{String: j.errText, Valid: true}
+		}
+	}
+	return out
+}
+
+// retryAtArray is the retry_at argument of apply_results / settle_locked: NULL (the queue's
+// backoff) unless the Applier chose a time for a transient row.
+func retryAtArray(jobs []*job) []pgtype.Timestamptz {
+	out := make([]pgtype.Timestamptz, len(jobs))
+	for i, j := range jobs {
+		if j.disposition == DispositionTransient && !j.retryAt.IsZero() {
+			out[i] = pgtype.Timestamptz{Time: j.retryAt, Valid: true}
 		}
 	}
 	return out

@@ -38,6 +38,9 @@ func (c Class) String() string {
 type ClassifiedError struct {
 	Class Class
 	Err   error
+	// RetryAt, for a transient error, is the earliest time to try the row again (a peer's
+	// Retry-After); zero means the queue's backoff. See RetryAt.
+	RetryAt time.Time
 }
 
 // Error returns the wrapped error's text.
@@ -67,6 +70,26 @@ func Transient(err error) error {
 		return nil
 	}
 	return &ClassifiedError{Class: ClassTransient, Err: err}
+}
+
+// RetryAt marks err as transient and asks that the row be tried again no earlier than at (a peer's
+// Retry-After): the drainer records it with the result (outbox.apply_results' retry_at), fenced
+// like every result, instead of the queue's exponential backoff. A time already past means as soon
+// as possible. On a partitioned queue the row's key waits until then. It returns nil for a nil err.
+func RetryAt(err error, at time.Time) error {
+	if err == nil {
+		return nil
+	}
+	return &ClassifiedError{Class: ClassTransient, Err: err, RetryAt: at}
+}
+
+// retryAtOf returns the time the outermost ClassifiedError of a transient err asks for, or zero.
+func retryAtOf(err error) time.Time {
+	var ce *ClassifiedError
+	if errors.As(err, &ce) && ce.Class == ClassTransient {
+		return ce.RetryAt
+	}
+	return time.Time{}
 }
 
 // ClassOf returns the Class of the outermost ClassifiedError in err's chain, or ClassTransient.

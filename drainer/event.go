@@ -10,8 +10,16 @@ import (
 type Event struct {
 	// Table is the queue ("schema.table").
 	Table string
-	// ID is the row's id: a stable idempotency key across redeliveries.
+	// ID is the row's id, its position in delivery order. On a partitioned queue an id given out
+	// before COMMIT may change at COMMIT (DESIGN.md, "Identity and order of an event"), and
+	// requeue_poisoned moves a row to a new id: dedupe on EventID.
 	ID int64
+	// EventID is the event's stable identity (outbox column event_id, generated at insert unless the
+	// producer gave one): the idempotency key a peer dedupes on across redeliveries.
+	EventID string
+	// Headers are the event's headers (outbox column headers, an object of strings; nil when none),
+	// for the sink: HTTP headers, Kafka or NATS headers, a W3C traceparent.
+	Headers map[string]string
 	// Type is the row's event_type.
 	Type string
 	// PartitionKey is the row's partition key ("" on an unpartitioned queue).

@@ -23,15 +23,17 @@ const (
 	// sqlNextDue is measured on the server's clock, so clock skew with this process does not matter.
 	sqlNextDue    = `SELECT extract(epoch FROM outbox.next_due($1) - pg_catalog.clock_timestamp())::float8`
 	sqlClaimBatch = `
-		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token
+		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
+		       event_id::text, headers
 		FROM outbox.claim_batch($1, $2, $3)`
 	sqlClaimLocked = `
-		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, NULL::uuid
+		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, NULL::uuid,
+		       event_id::text, headers
 		FROM outbox.claim_locked($1, $2)`
 	sqlExtendLease  = `SELECT outbox.extend_lease($1, $2, $3, $4)`
-	sqlApplyResults = `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5)`
+	sqlApplyResults = `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5, $6)`
 	sqlRelease      = `SELECT outbox.release($1, $2, $3)`
-	sqlSettleLocked = `SELECT outbox.settle_locked($1, $2, $3, $4)`
+	sqlSettleLocked = `SELECT outbox.settle_locked($1, $2, $3, $4, $5)`
 	sqlStats        = `
 		SELECT pending, poisoned, coalesce(extract(epoch FROM oldest_pending_age), 0)::float8
 		FROM outbox.stats($1)`
@@ -120,7 +122,7 @@ func collectJobs(rows pgx.Rows, queue string, deadline time.Time) ([]*job, error
 		j := &job{deadline: deadline}
 		j.event.Table = queue
 		err := row.Scan(&j.event.ID, &j.event.Type, &j.payload, &j.event.PartitionKey, &j.event.Attempts,
-			&j.event.CreatedAt, &j.token)
+			&j.event.CreatedAt, &j.token, &j.event.EventID, &j.event.Headers)
 		return j, err
 	})
 }
@@ -192,7 +194,7 @@ func queryApplyResults(ctx context.Context, db querier, queue string, jobs []*jo
 	for i, j := range jobs {
 		ids[i], tokens[i], outcomes[i] = j.event.ID, j.token, j.disposition.String()
 	}
-	rows, err := db.Query(ctx, sqlApplyResults, queue, ids, tokens, outcomes, textArray(jobs))
+	rows, err := db.Query(ctx, sqlApplyResults, queue, ids, tokens, outcomes, textArray(jobs), retryAtArray(jobs))
 	if err != nil {
 		return translate("recording results", err)
 	}
@@ -229,7 +231,7 @@ func querySettleLocked(ctx context.Context, tx querier, queue string, jobs []*jo
 		ids[i], outcomes[i] = j.event.ID, j.disposition.String()
 	}
 	var settled int64
-	if err := tx.QueryRow(ctx, sqlSettleLocked, queue, ids, outcomes, textArray(jobs)).Scan(&settled); err != nil {
+	if err := tx.QueryRow(ctx, sqlSettleLocked, queue, ids, outcomes, textArray(jobs), retryAtArray(jobs)).Scan(&settled); err != nil {
 		return 0, translate("settling batch", err)
 	}
 	return settled, nil

@@ -11,16 +11,17 @@ GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operat
 -- privilege on any table, so a worker can not bypass the fencing token with a plain UPDATE and
 -- outbox.partition_heads stays private. Each of these validates its arguments, pins search_path
 -- and builds SQL only with format('%I') / regclass.
-ALTER FUNCTION outbox.enqueue(text, text, jsonb, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
-ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text) SECURITY DEFINER;
-ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.extend_lease(text, bigint, uuid, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.release(text, bigint, uuid) SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_locked(text, integer) SECURITY DEFINER;
-ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[], timestamptz[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.stats(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINER;
 ALTER FUNCTION outbox.check_indexes(text) SECURITY DEFINER;
@@ -33,17 +34,18 @@ ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 -- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
 -- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
 -- run as definer and are executable by nobody.
-GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text) TO pgdrain_producer;
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
+GRANT EXECUTE ON FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
 
 -- Workers: both claim modes, results, heartbeats, releases.
 GRANT EXECUTE ON FUNCTION
   outbox.claim_batch(text, integer, interval),
-  outbox.apply_result(text, bigint, uuid, text, text),
-  outbox.apply_results(text, bigint[], uuid[], text[], text[]),
+  outbox.apply_result(text, bigint, uuid, text, text, timestamptz),
+  outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]),
   outbox.extend_lease(text, bigint, uuid, interval),
   outbox.release(text, bigint, uuid),
   outbox.claim_locked(text, integer),
-  outbox.settle_locked(text, bigint[], text[], text[])
+  outbox.settle_locked(text, bigint[], text[], text[], timestamptz[])
   TO pgdrain_worker;
 
 -- Operators: read the state, give poisoned rows a fresh start, purge; list the registered queues.

@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(100);
+SELECT plan(105);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -10,22 +10,25 @@ INSERT INTO contract VALUES
    'queue text, partition_column text DEFAULT NULL::text, max_attempts integer DEFAULT 10, backoff_min interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:00:30''::interval, permanent_policy text DEFAULT ''poison''::text, channel text DEFAULT NULL::text',
    'void', 'void'),
   ('drop_queue', ARRAY['text','boolean'], 'queue text, drop_table boolean DEFAULT false', 'void', 'void'),
-  ('enqueue', ARRAY['text','text','jsonb','text'],
-   'queue text, event_type text, payload jsonb, partition_key text DEFAULT NULL::text', 'bigint', 'bigint'),
+  ('enqueue', ARRAY['text','text','jsonb','text','timestamp with time zone','jsonb','uuid'],
+   'queue text, event_type text, payload jsonb, partition_key text DEFAULT NULL::text, deliver_at timestamp with time zone DEFAULT NULL::timestamp with time zone, headers jsonb DEFAULT NULL::jsonb, event_id uuid DEFAULT NULL::uuid', 'bigint', 'bigint'),
+  ('enqueue_event', ARRAY['text','text','jsonb','text','timestamp with time zone','jsonb','uuid'],
+   'queue text, event_type text, payload jsonb, partition_key text DEFAULT NULL::text, deliver_at timestamp with time zone DEFAULT NULL::timestamp with time zone, headers jsonb DEFAULT NULL::jsonb, event_id uuid DEFAULT NULL::uuid',
+   'TABLE(id bigint, event_id uuid)', 'setof record'),
   ('claim_batch', ARRAY['text','integer','interval'],
    'queue text, batch_size integer DEFAULT 32, lease interval DEFAULT ''00:00:30''::interval',
-   'TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer, lease_token uuid, leased_until timestamp with time zone, created_at timestamp with time zone)',
+   'TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer, lease_token uuid, leased_until timestamp with time zone, created_at timestamp with time zone, event_id uuid, headers jsonb)',
    'setof record'),
-  ('apply_result', ARRAY['text','bigint','uuid','text','text'],
-   'queue text, id bigint, lease_token uuid, outcome text, error text DEFAULT NULL::text', 'boolean', 'boolean'),
-  ('apply_results', ARRAY['text','bigint[]','uuid[]','text[]','text[]'],
-   'queue text, ids bigint[], lease_tokens uuid[], outcomes text[], errors text[] DEFAULT NULL::text[]',
+  ('apply_result', ARRAY['text','bigint','uuid','text','text','timestamp with time zone'],
+   'queue text, id bigint, lease_token uuid, outcome text, error text DEFAULT NULL::text, retry_at timestamp with time zone DEFAULT NULL::timestamp with time zone', 'boolean', 'boolean'),
+  ('apply_results', ARRAY['text','bigint[]','uuid[]','text[]','text[]','timestamp with time zone[]'],
+   'queue text, ids bigint[], lease_tokens uuid[], outcomes text[], errors text[] DEFAULT NULL::text[], retry_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[]',
    'TABLE(id bigint, applied boolean)', 'setof record'),
   ('claim_locked', ARRAY['text','integer'], 'queue text, batch_size integer DEFAULT 32',
-   'TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer, created_at timestamp with time zone)',
+   'TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer, created_at timestamp with time zone, event_id uuid, headers jsonb)',
    'setof record'),
-  ('settle_locked', ARRAY['text','bigint[]','text[]','text[]'],
-   'queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL::text[]', 'bigint', 'bigint'),
+  ('settle_locked', ARRAY['text','bigint[]','text[]','text[]','timestamp with time zone[]'],
+   'queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL::text[], retry_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[]', 'bigint', 'bigint'),
   ('extend_lease', ARRAY['text','bigint','uuid','interval'],
    'queue text, id bigint, lease_token uuid, lease interval', 'timestamp with time zone', 'timestamp with time zone'),
   ('release', ARRAY['text','bigint','uuid'], 'queue text, id bigint, lease_token uuid', 'boolean', 'boolean'),
@@ -49,24 +52,24 @@ INSERT INTO contract VALUES
   ('repair', ARRAY['text','boolean'], 'queue text, dry_run boolean DEFAULT false',
    'TABLE(partition_key text, cause text, head_id bigint, detail text)', 'setof record');
 
--- 18 x has_function
+-- 19 x has_function
 SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 18 x function_returns
+-- 19 x function_returns
 SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
 FROM contract c ORDER BY c.name;
--- 18 x argument names, order and defaults
+-- 19 x argument names, order and defaults
 SELECT is(pg_get_function_arguments(p.oid), c.arguments,
           format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 18 x result shape (the columns of TABLE results)
+-- 19 x result shape (the columns of TABLE results)
 SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 18 x one overload only (a second signature would make calls ambiguous)
+-- 19 x one overload only (a second signature would make calls ambiguous)
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
           1::bigint, format('outbox.%s has exactly one signature', c.name))
 FROM contract c ORDER BY c.name;

@@ -1,14 +1,15 @@
 -- What a queue table enforces on its writers, (re)applied by create_queue and by migration 00004 to
 -- queues registered before it. Idempotent.
 --  * CHECK constraints that name their rule: pgdrain_attempt_count_not_negative,
---    pgdrain_payload_not_json_null and, for a string partition column, pgdrain_partition_key_not_empty
+--    pgdrain_payload_not_json_null, pgdrain_headers_string_object (headers: NULL or an object of
+--    strings) and, for a string partition column, pgdrain_partition_key_not_empty
 --    (not empty or blank): a plain INSERT is held to the rules enqueue checks.
 --    On an adopted table (p_adopted) they are NOT VALID (no scan of the history), and one that a
 --    pending row already breaks is left out with a WARNING: a CHECK is tested on every UPDATE, so it
 --    would make that row's claim fail forever. Pending rows are read once, through the claim index.
 --  * pgdrain_producer (when the role exists) may INSERT only the event's columns (every column but
 --    the ones that steer delivery: id, attempt_count, next_attempt_at, sent_at, leased_until,
---    lease_token, last_error), SELECT (id) for RETURNING id, and use the id's sequence.
+--    lease_token, last_error), SELECT (id, event_id) for RETURNING, and use the id's sequence.
 --  * The AFTER TRUNCATE trigger pgdrain_truncate (outbox.tg_queue__truncate).
 CREATE OR REPLACE FUNCTION outbox._guard_queue_table(p_rel regclass, p_partition_column text,
                                                      p_adopted boolean)
@@ -26,7 +27,9 @@ BEGIN
   FOR v_check IN
     SELECT c.name, c.expr
     FROM (VALUES ('pgdrain_attempt_count_not_negative', 'attempt_count >= 0'),
-                 ('pgdrain_payload_not_json_null', 'pg_catalog.jsonb_typeof(payload) <> ''null''')) AS c(name, expr)
+                 ('pgdrain_payload_not_json_null', 'pg_catalog.jsonb_typeof(payload) <> ''null'''),
+                 ('pgdrain_headers_string_object', 'headers IS NULL OR pg_catalog.jsonb_typeof(headers) = ''object'' '
+                   || 'AND NOT pg_catalog.jsonb_path_exists(headers, ''$.* ? (@.type() != "string")'')')) AS c(name, expr)
     UNION ALL
     SELECT 'pgdrain_partition_key_not_empty', pg_catalog.format('pg_catalog.btrim(%I::text) <> ''''', p_partition_column)
     FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
@@ -56,7 +59,7 @@ BEGIN
                             'lease_token', 'last_error');
     -- Revoking the table-level privilege also revokes every column-level one.
     EXECUTE pg_catalog.format('REVOKE INSERT ON %s FROM pgdrain_producer', p_rel);
-    EXECUTE pg_catalog.format('GRANT INSERT (%s), SELECT (id) ON %s TO pgdrain_producer', v_columns, p_rel);
+    EXECUTE pg_catalog.format('GRANT INSERT (%s), SELECT (id, event_id) ON %s TO pgdrain_producer', v_columns, p_rel);
     v_sequence := COALESCE(outbox._id_sequence(p_rel)::text,
                            pg_catalog.pg_get_serial_sequence(p_rel::text, 'id'));
     IF v_sequence IS NOT NULL THEN

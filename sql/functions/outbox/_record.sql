@@ -8,8 +8,10 @@
 -- transaction start): in lock mode the claiming transaction has been open for the whole delivery,
 -- and a backoff counted from its start could be over before it is written. sent_at is a record,
 -- not a deadline: it stays now(), the time of the transaction that made the row sent.
+-- p_retry_at (NULL, or aligned with p_ids; NULL elements = backoff) sets a transient row's next
+-- attempt to a time the caller chose (a peer's Retry-After), never earlier than the clock.
 CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
-                                          p_outcomes text[], p_errors text[])
+                                          p_outcomes text[], p_errors text[], p_retry_at timestamptz[])
 RETURNS bigint[]
 LANGUAGE plpgsql
 VOLATILE
@@ -26,8 +28,9 @@ DECLARE
 BEGIN
   EXECUTE pg_catalog.format(
     'WITH input AS (
-       SELECT u.id, u.token, u.outcome, u.err
-       FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[]) AS u(id, token, outcome, err)),
+       SELECT u.id, u.token, u.outcome, u.err, u.retry_at
+       FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $11::timestamptz[])
+         AS u(id, token, outcome, err, retry_at)),
      decided AS (
        SELECT i.*, CASE
                 WHEN i.outcome = ''sent'' THEN NULL
@@ -43,6 +46,7 @@ BEGIN
          next_attempt_at = CASE
            WHEN d.outcome = ''sent'' THEN t.next_attempt_at
            WHEN d.attempts >= $6 THEN NULL
+           WHEN d.retry_at IS NOT NULL THEN GREATEST(d.retry_at, $10)
            ELSE $10 + outbox._backoff(d.attempts, $8, $9) END,
          last_error = CASE WHEN d.outcome = ''sent'' THEN t.last_error ELSE d.err END,
          leased_until = NULL,
@@ -56,7 +60,7 @@ BEGIN
          ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END)
     INTO v_done, v_keys
     USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
-          p_q.backoff_min, p_q.backoff_max, v_clock;
+          p_q.backoff_min, p_q.backoff_max, v_clock, p_retry_at;
 
   IF p_q.partition_column IS NOT NULL AND v_keys IS NOT NULL THEN
     PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));

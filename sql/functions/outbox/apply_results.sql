@@ -1,7 +1,7 @@
 -- apply_result for a whole batch in one round trip: one row (id, applied) per input id, in input
 -- order. Rows whose token no longer matches are reported applied = false and left unchanged.
 CREATE OR REPLACE FUNCTION outbox.apply_results(queue text, ids bigint[], lease_tokens uuid[], outcomes text[],
-                                                errors text[] DEFAULT NULL)
+                                                errors text[] DEFAULT NULL, retry_at timestamptz[] DEFAULT NULL)
 RETURNS TABLE(id bigint, applied boolean)
 LANGUAGE plpgsql
 VOLATILE
@@ -13,6 +13,7 @@ DECLARE
   v_done bigint[];
 BEGIN
   PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
   PERFORM outbox._check_one_dimension(fn, 'lease_tokens', pg_catalog.array_ndims(lease_tokens));
   IF lease_tokens IS NULL OR pg_catalog.cardinality(lease_tokens) <> pg_catalog.cardinality(ids) THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -26,7 +27,8 @@ BEGIN
     RETURN;
   END IF;
   v_done := outbox._record(v_q, ids, lease_tokens, outcomes,
-                           COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])));
+                           COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])),
+                           retry_at);
   RETURN QUERY SELECT u.id, u.id = ANY (v_done) FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
 END;
 $$;

@@ -5,7 +5,7 @@
 -- began long ago now() would hand out a lease that is already over.
 CREATE OR REPLACE FUNCTION outbox.claim_batch(queue text, batch_size integer DEFAULT 32, lease interval DEFAULT '30 seconds')
 RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
-              lease_token uuid, leased_until timestamptz, created_at timestamptz)
+              lease_token uuid, leased_until timestamptz, created_at timestamptz, event_id uuid, headers jsonb)
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
@@ -36,8 +36,8 @@ BEGIN
            ORDER BY s.attempt_count, s.id LIMIT $1
            FOR UPDATE SKIP LOCKED))
          RETURNING t.id, t.event_type, t.payload, NULL::text, t.attempt_count, t.lease_token, t.leased_until,
-                   t.created_at)
-       SELECT * FROM leased ORDER BY 5, 1', v_q.table_oid::regclass)
+                   t.created_at, %2$s, t.headers)
+       SELECT * FROM leased ORDER BY 5, 1', v_q.table_oid::regclass, outbox._event_id_of(v_q))
       USING batch_size, v_q.max_attempts, lease, v_clock;
     RETURN;
   END IF;
@@ -48,11 +48,12 @@ BEGIN
     RETURN;
   END IF;
   RETURN QUERY EXECUTE pg_catalog.format(
-    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.lease_token, t.leased_until, t.created_at
+    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.lease_token, t.leased_until, t.created_at,
+            %s, t.headers
      FROM %s t WHERE t.id = ANY ($1) ORDER BY t.attempt_count, t.id',
     CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
          ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
-    v_q.table_oid::regclass)
+    outbox._event_id_of(v_q), v_q.table_oid::regclass)
     USING v_ids;
 END;
 $$;

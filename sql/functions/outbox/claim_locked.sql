@@ -4,7 +4,7 @@
 -- is written once. The claimed ids are remembered in a transaction-local setting for settle_locked.
 CREATE OR REPLACE FUNCTION outbox.claim_locked(queue text, batch_size integer DEFAULT 32)
 RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
-              created_at timestamptz)
+              created_at timestamptz, event_id uuid, headers jsonb)
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
@@ -27,11 +27,11 @@ BEGIN
     pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
                          pg_catalog.array_to_string(v_ids, ',')), true);
   RETURN QUERY EXECUTE pg_catalog.format(
-    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.created_at
+    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.created_at, %s, t.headers
      FROM %s t WHERE t.id = ANY ($1) ORDER BY t.attempt_count, t.id',
     CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
          ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
-    v_q.table_oid::regclass)
+    outbox._event_id_of(v_q), v_q.table_oid::regclass)
     USING v_ids;
 END;
 $$;

@@ -115,7 +115,9 @@ BEGIN
          sent_at timestamptz,
          leased_until timestamptz,
          lease_token uuid,
-         last_error text%s
+         last_error text,
+         event_id uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+         headers jsonb%s
        ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
                autovacuum_vacuum_insert_scale_factor = 0.01)',
       v_schema, v_table,
@@ -153,7 +155,9 @@ BEGIN
          ADD COLUMN IF NOT EXISTS sent_at timestamptz,
          ADD COLUMN IF NOT EXISTS leased_until timestamptz,
          ADD COLUMN IF NOT EXISTS lease_token uuid,
-         ADD COLUMN IF NOT EXISTS last_error text', v_rel);
+         ADD COLUMN IF NOT EXISTS last_error text,
+         ADD COLUMN IF NOT EXISTS headers jsonb', v_rel);
+    PERFORM outbox._add_event_id(v_rel);
     IF v_col IS NOT NULL THEN
       IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
                      WHERE a.attrelid = v_rel AND a.attname = v_col AND NOT a.attisdropped) THEN

@@ -58,14 +58,14 @@ BEGIN
          ON n.i = o.i),
      upd AS (
        UPDATE %1$s t SET id = m.new_id, attempt_count = 0, next_attempt_at = NULL, leased_until = NULL,
-                         lease_token = NULL
+                         lease_token = NULL, event_id = %3$s
        FROM moved m WHERE t.id = m.old_id AND t.sent_at IS NULL AND t.attempt_count >= $2
        RETURNING t.id, t.%2$I::text AS key)
      SELECT pg_catalog.array_agg(k ORDER BY k), pg_catalog.array_agg(lo ORDER BY k), pg_catalog.array_agg(hi ORDER BY k),
             COALESCE(pg_catalog.sum(n), 0)
      FROM (SELECT upd.key AS k, pg_catalog.min(upd.id) AS lo, pg_catalog.max(upd.id) AS hi, pg_catalog.count(*) AS n
            FROM upd GROUP BY 1) s',
-    v_q.table_oid::regclass, v_q.partition_column)
+    v_q.table_oid::regclass, v_q.partition_column, outbox._event_id_of(v_q))
     INTO v_keys, v_mins, v_maxs, v_count USING v_old, v_q.max_attempts, v_q.id_sequence, pg_catalog.cardinality(v_old);
   IF v_keys IS NULL THEN
     RETURN 0;

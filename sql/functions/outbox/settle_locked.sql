@@ -5,7 +5,8 @@
 -- took its lock, and its part of the list, with it). Returns how many rows were recorded. A
 -- settled row leaves the held set, so it is recorded at most once per claim: settling it again is
 -- refused like any row not held (else a second 'transient' would count a second attempt).
-CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL)
+CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL,
+                                                retry_at timestamptz[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -19,6 +20,7 @@ DECLARE
   v_count bigint;
 BEGIN
   PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
   IF pg_catalog.cardinality(ids) = 0 THEN
     RETURN 0;
   END IF;
@@ -36,7 +38,7 @@ BEGIN
       fn, v_foreign, v_q.queue USING ERRCODE = '55000';
   END IF;
   v_count := pg_catalog.cardinality(outbox._record(v_q, ids, NULL, outcomes,
-    COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)]))));
+    COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])), retry_at));
   PERFORM pg_catalog.set_config('pgdrain.held_' || v_q.queue_id,
     COALESCE((SELECT pg_catalog.string_agg(h::text, ',') FROM pg_catalog.unnest(v_held) h WHERE h <> ALL (ids)), ''),
     true);

@@ -29,7 +29,7 @@ SELECT lives_ok(format('SELECT outbox.create_queue(%L, %L)', :'q', 'account'),
                 'create_queue adopts an existing table with a bigint partition column');
 SELECT results_eq(
   format($$SELECT b.j FROM before_rows b ORDER BY b.id$$),
-  format($$SELECT to_jsonb(t) - ARRAY['next_attempt_at','leased_until','lease_token','last_error']
+  format($$SELECT to_jsonb(t) - ARRAY['next_attempt_at','leased_until','lease_token','last_error','event_id','headers']
            FROM %s t ORDER BY t.id$$, :'q'),
   'every adopted row keeps all of its values, including attempt_count and sent_at that already existed');
 SELECT is(test_helpers.ids_where(:'q', 'next_attempt_at IS NULL AND leased_until IS NULL AND lease_token IS NULL AND last_error IS NULL'),
@@ -37,7 +37,7 @@ SELECT is(test_helpers.ids_where(:'q', 'next_attempt_at IS NULL AND leased_until
           'the added lease columns are NULL in every adopted row (nobody holds it)');
 SELECT columns_are('public', :'t',
   ARRAY['id','event_type','payload','created_at','account','attempt_count','sent_at',
-        'next_attempt_at','leased_until','lease_token','last_error'],
+        'next_attempt_at','leased_until','lease_token','last_error','headers','event_id'],
   'adoption adds exactly the missing canonical columns');
 SELECT col_is_null('public', :'t', 'lease_token', 'the added lease_token is nullable');
 SELECT col_not_null('public', :'t', 'account', 'adoption makes the partition column NOT NULL');

@@ -12,7 +12,7 @@ SELECT lives_ok(format('SELECT outbox.create_queue(%L, %L, 5, %L, %L, %L, %L)',
 SELECT has_table('public', :'t', 'create_queue creates the queue table');
 SELECT columns_are('public', :'t',
   ARRAY['id','event_type','payload','created_at','attempt_count','next_attempt_at','sent_at',
-        'leased_until','lease_token','last_error','resource_id'],
+        'leased_until','lease_token','last_error','event_id','headers','resource_id'],
   'the queue table has exactly the canonical columns plus the partition column');
 SELECT col_is_pk('public', :'t', 'id', 'id is the primary key');
 SELECT col_type_is('public', :'t', 'id', 'bigint', 'id is bigint');
@@ -49,7 +49,7 @@ SELECT results_eq(
   'an unpartitioned queue is registered as public.<lower-case name> with the documented defaults');
 SELECT columns_are('public', split_part(:'q2', '.', 2),
   ARRAY['id','event_type','payload','created_at','attempt_count','next_attempt_at','sent_at',
-        'leased_until','lease_token','last_error'],
+        'leased_until','lease_token','last_error','event_id','headers'],
   'an unpartitioned queue table has exactly the canonical columns');
 SELECT is((SELECT count(*) FROM outbox.partition_heads h JOIN outbox.queues q USING (queue_id) WHERE q.queue = :'q2'),
           0::bigint, 'an unpartitioned queue keeps no partition heads');

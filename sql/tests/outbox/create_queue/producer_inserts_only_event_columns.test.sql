@@ -16,7 +16,7 @@ SELECT ok(NOT has_table_privilege('pgdrain_producer', 'public.reg_adopt_cols', '
 SELECT is((SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute
            WHERE attrelid = 'public.reg_adopt_cols'::regclass AND attnum > 0 AND NOT attisdropped
              AND has_column_privilege('pgdrain_producer', attrelid, attnum, 'INSERT')),
-          ARRAY['event_type', 'payload', 'created_at', 'k', 'tenant'],
+          ARRAY['event_type', 'payload', 'created_at', 'k', 'tenant', 'headers', 'event_id'],
           'the producer may insert exactly the event''s columns, the adopted table''s own included');
 
 SET LOCAL ROLE pgdrain_producer;

@@ -1,0 +1,60 @@
+-- The insert behind enqueue and enqueue_event (p_function names the caller in errors): validates
+-- the event and inserts it, returning its id (provisional until COMMIT on a partitioned queue, see
+-- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt
+-- (it is the row's next_attempt_at; on a partitioned queue it holds back the key's later events
+-- too, which keep their order). headers (an object of strings) travel with the event to the sink.
+CREATE OR REPLACE FUNCTION outbox._enqueue(p_function text, p_queue text, p_event_type text, p_payload jsonb,
+                                           p_partition_key text, p_deliver_at timestamptz, p_headers jsonb,
+                                           p_event_id uuid)
+RETURNS TABLE(id bigint, event_id uuid)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue(p_function, p_queue);
+  v_key_column text := '';
+  v_key_value text := '';
+BEGIN
+  IF p_event_type IS NULL OR pg_catalog.btrim(p_event_type) = '' THEN
+    PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
+  END IF;
+  IF p_payload IS NULL THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be NULL (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_payload) = 'null' THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be JSON null (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF p_deliver_at IN ('infinity', '-infinity') THEN
+    PERFORM outbox._invalid(p_function, 'deliver_at must be a finite time (NULL: deliver now)');
+  END IF;
+  IF p_headers IS NOT NULL AND (pg_catalog.jsonb_typeof(p_headers) <> 'object'
+                                OR pg_catalog.jsonb_path_exists(p_headers, '$.* ? (@.type() != "string")')) THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'headers must be NULL or a JSON object whose values are strings, got %s', pg_catalog.left(p_headers::text, 200)));
+  END IF;
+  IF v_q.partition_column IS NULL THEN
+    IF p_partition_key IS NOT NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be NULL: queue %s has no partition column', v_q.queue));
+    END IF;
+  ELSE
+    IF p_partition_key IS NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must not be NULL: queue %s is partitioned by %s', v_q.queue, v_q.partition_column));
+    END IF;
+    IF pg_catalog.btrim(p_partition_key) = '' THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be a non-empty string, got %s', pg_catalog.quote_literal(p_partition_key)));
+    END IF;
+    v_key_column := pg_catalog.format(', %I', v_q.partition_column);
+    v_key_value := pg_catalog.format(', $6::%s', v_q.partition_type);
+  END IF;
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'INSERT INTO %s AS t (event_type, payload, next_attempt_at, headers, event_id%s)
+     VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.gen_random_uuid())%s)
+     RETURNING t.id, t.event_id',
+    v_q.table_oid::regclass, v_key_column, v_key_value)
+    USING p_event_type, p_payload, p_deliver_at, p_headers, p_event_id, p_partition_key;
+END;
+$$;
