@@ -30,7 +30,11 @@ type confirmBody struct {
 
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request, title string, b confirmBody) {
 	b.Fields = append(b.Fields, field{"confirm", "yes"})
-	s.render(w, r, http.StatusOK, "confirm", pageData{Title: title, Nav: "queues", Body: b})
+	nav := "queues"
+	if b.Back == "/escalations" {
+		nav = "escalations"
+	}
+	s.render(w, r, http.StatusOK, "confirm", pageData{Title: title, Nav: nav, Body: b})
 }
 
 // done logs the action with who asked and what it changed, leaves the result for the next page
