@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Makes sure the PostgreSQL binaries, pgTAP, pg_prove, Python's psycopg2 (for the example
-# worker in examples/python, run by gocheck) and pgbouncer (gocheck/pgbouncer_test.go starts its
-# own; the system service is not used) are here. On Debian as root it installs
+# worker in examples/python, run by gocheck), pgbouncer (gocheck/pgbouncer_test.go starts its
+# own; the system service is not used) and Chromium (the console's end-to-end test drives
+# `pgdrain web` with headless chromium) are here. On Debian as root it installs
 # what is missing; anywhere else it prints exactly what to install and exits 2.
 # Usage: scripts/ensure-deps.sh [--server]   (--server: initdb/pg_ctl are needed too)
 set -euo pipefail
 need_server=${1:-}
 pg_major=${PG_MAJOR:-15}
-packages=(postgresql-$pg_major postgresql-$pg_major-pgtap libtap-parser-sourcehandler-pgtap-perl python3-psycopg2 pgbouncer)
+packages=(postgresql-$pg_major postgresql-$pg_major-pgtap libtap-parser-sourcehandler-pgtap-perl python3-psycopg2 pgbouncer chromium)
 
 bindir() {
   local d
@@ -29,6 +30,7 @@ missing() {
   has_psycopg2 || { echo "python3-psycopg2"; return; }
   # Debian installs it in /usr/sbin, which a normal user's PATH may lack.
   command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || { echo "pgbouncer"; return; }
+  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { echo "chromium"; return; }
 }
 
 # Debian's python3-psycopg2 belongs to /usr/bin/python3, which may differ from python3 on PATH.
@@ -62,7 +64,7 @@ cat >&2 <<MSG
 ensure-deps: $what is missing. Install, then run again:
   Debian/Ubuntu:  sudo apt-get update && sudo apt-get install ${packages[*]}
   macOS (brew):   brew install postgresql@$pg_major pgtap pgbouncer   (pg_prove: cpan TAP::Parser::SourceHandler::pgTAP;
-                  psycopg2: python3 -m pip install psycopg2-binary)
+                  psycopg2: python3 -m pip install psycopg2-binary; brew install --cask chromium)
 Or point DATABASE_URL at a PostgreSQL $pg_major+ server with the pgtap extension available.
 MSG
 exit 2

@@ -48,6 +48,10 @@ commands:
   check QUEUE                     index set, autovacuum settings, NOTIFY and heads triggers, and
                                   pending rows no claim can reach (outbox.repair dry run; changes
                                   nothing) (exit 1 if any problem)
+  web [--listen 127.0.0.1:8080] [--read-only] [--operator-dsn URL] [--token T | --basic-auth U:P]
+      [--refresh 5s] [--wedged-after 1m]
+                                  the operator console in the browser (docs/console.md); runs
+                                  until interrupted
 
 flags (before or after the command):
   --dsn URL    PostgreSQL URL (default $DATABASE_URL; without either, the PG* environment
@@ -72,11 +76,14 @@ func usagef(format string, args ...any) error {
 // problemsFound makes Run exit with ExitProblems after the command printed its findings.
 var problemsFound = errors.New("problems found")
 
-// env is what every command gets: the connection and where to write.
+// env is what every command gets: the connection and where to write. A command that opens its
+// own connections (ownsConnections) gets conn nil and the DSN instead.
 type env struct {
-	conn *pgx.Conn
-	out  io.Writer
-	json bool
+	conn   *pgx.Conn
+	dsn    string
+	out    io.Writer
+	errOut io.Writer
+	json   bool
 }
 
 // action is the body of a subcommand, run once the arguments are known to be good.
@@ -90,6 +97,8 @@ type command struct {
 	minArgs int
 	maxArgs int // -1: any number
 	bind    func(fs *flag.FlagSet) (validate func() error, run action)
+	// ownsConnections: run connects by itself (web opens pools), so Run does not connect first.
+	ownsConnections bool
 }
 
 // noFlags is bind for a subcommand without flags of its own.
@@ -97,14 +106,14 @@ func noFlags(run action) func(*flag.FlagSet) (func() error, action) {
 	return func(*flag.FlagSet) (func() error, action) { return func() error { return nil }, run }
 }
 
-var commands = []command{queuesCommand, statsCommand, wedgedCommand, requeueCommand, purgeCommand, checkCommand}
+var commands = []command{queuesCommand, statsCommand, wedgedCommand, requeueCommand, purgeCommand, checkCommand, webCommand}
 
 // Run runs the pgdrain command with args (without the program name), writing results to stdout
 // and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or
 // ExitDatabase). With --json anywhere in args an error is one JSON object on stderr (see
 // errorReport), with the same exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := run(ctx, args, stdout)
+	err := run(ctx, args, stdout, stderr)
 	if err == nil {
 		return ExitOK
 	}
@@ -185,7 +194,7 @@ func wantsJSON(args []string) bool {
 	return on
 }
 
-func run(ctx context.Context, args []string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dsn := os.Getenv("DATABASE_URL")
 	asJSON := false
 	common := func(fs *flag.FlagSet) {
@@ -235,13 +244,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := validate(); err != nil {
 		return err
 	}
+	if cmd.ownsConnections {
+		return act(ctx, env{dsn: dsn, out: stdout, errOut: stderr, json: asJSON}, positional)
+	}
 	// No --dsn and no DATABASE_URL: libpq's PG* variables and defaults, as psql does.
 	conn, err := connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return act(ctx, env{conn: conn, out: stdout, json: asJSON}, positional)
+	return act(ctx, env{conn: conn, dsn: dsn, out: stdout, errOut: stderr, json: asJSON}, positional)
 }
 
 // parseInterleaved parses flags that may come before, between or after the positional arguments

@@ -1,0 +1,262 @@
+package gocheck
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/internal/console"
+)
+
+func TestConsole_PagesShowTheQueuesTheirProblemsAndTheLadders(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	c := startConsole(t, console.Config{Reader: b.reader, ReadOnly: true}, &syncBuffer{})
+
+	code, page := c.get("/")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, `href="/queues/public.events"`)
+	// 20 enqueued, 2 sent, 2 poisoned: 16 pending, one of them backing off.
+	require.Regexp(t, `<td class="n">16</td><td class="n">15</td><td class="n">0</td>\s*<td class="n">1</td><td class="n bad">2</td>`, page)
+
+	code, page = c.get("/queues/public.events")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, "<td>acct-1</td>", "the key whose head backs off is wedged")
+	require.Contains(t, page, "backing off until")
+	require.Contains(t, page, "timeout after 5s")
+	for _, id := range b.poisoned {
+		require.Contains(t, page, fmt.Sprintf(`<tr data-id="%d">`, id))
+	}
+	// Error texts and payloads are data: escaped, never markup.
+	require.Contains(t, page, "&lt;b&gt;peer said 400&lt;/b&gt;")
+	require.Contains(t, page, "&lt;script&gt;alert(1)&lt;/script&gt;")
+	require.NotContains(t, page, "<script>alert(1)")
+	require.NotContains(t, page, "<form", "a read-only console shows no action")
+
+	code, page = c.get("/escalations")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, "api 5xx above 2%")
+	require.Contains(t, page, "Next: step 1 of 3")
+	require.Contains(t, page, "slack → #ops · next")
+
+	// live.js asks for the fragment: <main>'s content only.
+	req, err := http.NewRequest(http.MethodGet, c.base+"/queues/public.events", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Pgdrain-Fragment", "1")
+	code, frag := c.do(req)
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, frag, "<html")
+	require.Contains(t, frag, `<tr data-id="3">`)
+
+	code, page = c.get("/queues/public.nope")
+	require.Equal(t, http.StatusNotFound, code)
+	require.Contains(t, page, "No queue named public.nope is registered")
+}
+
+func TestConsole_RequeueNeedsTheCSRFTokenAndAConfirmationAndIsLogged(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	log := &syncBuffer{}
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, log)
+	attempts := func(id int64) int {
+		var n int
+		// requeue moves a row of a partitioned queue to a new id: find it by its payload.
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+			`SELECT attempt_count FROM public.events WHERE (payload->>'n')::int = $1`, id).Scan(&n))
+		return n
+	}
+
+	form := url.Values{"queue": {b.queue}, "id": {"3"}, "confirm": {"yes"}}
+	code, _ := c.post("/actions/requeue", form)
+	require.Equal(t, http.StatusForbidden, code, "no CSRF cookie or token")
+	token := c.csrf("/queues/public.events")
+	wrong := []byte(token)
+	if wrong[0] == '0' { // a token differing from the right one in its first character
+		wrong[0] = '1'
+	} else {
+		wrong[0] = '0'
+	}
+	form.Set("csrf", string(wrong))
+	code, _ = c.post("/actions/requeue", form)
+	require.Equal(t, http.StatusForbidden, code, "a wrong token")
+	require.Equal(t, 3, attempts(3))
+
+	form = url.Values{"queue": {b.queue}, "id": {"3"}, "csrf": {token}}
+	code, page := c.post("/actions/requeue", form)
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, "Please confirm")
+	require.Contains(t, page, "requeue poisoned row(s) 3")
+	require.Contains(t, page, `name="confirm" value="yes"`)
+	require.Equal(t, 3, attempts(3), "asking is not doing")
+
+	form.Set("confirm", "yes")
+	code, _ = c.post("/actions/requeue", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, 0, attempts(3))
+	require.Equal(t, 3, attempts(7), "only the row asked for")
+	code, page = c.get("/queues/public.events")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "requeued 1 poisoned row(s) of public.events")
+	require.Contains(t, log.String(), `msg="console action" who=local`)
+	require.Contains(t, log.String(), "action=/actions/requeue queue=public.events ids=[3]")
+	require.Contains(t, log.String(), "requeued=1")
+	require.Contains(t, log.String(), "missing or wrong CSRF token")
+
+	// All of a key: acct-3's other poisoned row.
+	code, _ = c.post("/actions/requeue", url.Values{"queue": {b.queue}, "key": {"acct-3"}, "csrf": {token}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, 0, attempts(7))
+	require.Contains(t, log.String(), "key=acct-3")
+
+	code, page = c.post("/actions/requeue", url.Values{"queue": {b.queue}, "id": {"x1"}, "csrf": {token}})
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, page, "id: must be a positive integer, got &#34;x1&#34;")
+	code, page = c.post("/actions/requeue", url.Values{"queue": {"public.nope"}, "all": {"yes"}, "csrf": {token}})
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, page, "no queue named &#34;public.nope&#34; is registered")
+}
+
+func TestConsole_PurgeAndResolveGoThroughTheSQLFunctions(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	log := &syncBuffer{}
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, log)
+	ctx := context.Background()
+	token := c.csrf("/queues/public.events")
+
+	code, page := c.post("/actions/purge", url.Values{"queue": {b.queue}, "older_than": {"7d"}, "csrf": {token}})
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, "delete rows sent more than 7d0h ago")
+	code, _ = c.post("/actions/purge", url.Values{"queue": {b.queue}, "older_than": {"7d"}, "csrf": {token}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	var sent int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM public.events WHERE sent_at IS NOT NULL`).Scan(&sent))
+	require.Zero(t, sent)
+	require.Contains(t, log.String(), "deleted=2")
+	code, page = c.post("/actions/purge", url.Values{"queue": {b.queue}, "older_than": {"soon"}, "csrf": {token}})
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, page, "older_than: want a duration like 90s, 5m, 12h or 7d")
+
+	code, page = c.post("/actions/resolve", url.Values{"alert": {b.alertID}, "csrf": {token}})
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, "Resolve alert &#34;api 5xx above 2%&#34;")
+	code, _ = c.post("/actions/resolve", url.Values{"alert": {b.alertID}, "csrf": {token}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	var state string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT state FROM alr.alerts WHERE id = $1::uuid`, b.alertID).Scan(&state))
+	require.Equal(t, "resolved", state)
+	code, page = c.get("/escalations")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "No running ladder")
+	code, page = c.post("/actions/resolve", url.Values{"alert": {"'; DROP TABLE alr.alerts; --"}, "csrf": {token}})
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, page, "alert: must be an alert id (uuid)")
+}
+
+func TestConsole_ReadOnlyRefusesEveryAction(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	log := &syncBuffer{}
+	// An operator pool is given, and still: --read-only wins.
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator, ReadOnly: true}, log)
+	code, page := c.get("/queues/public.events")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, page, "/actions/")
+	require.Contains(t, page, "read-only")
+	for _, path := range []string{"/actions/requeue", "/actions/purge", "/actions/resolve"} {
+		code, page := c.post(path, url.Values{"queue": {b.queue}, "all": {"yes"}, "older_than": {"0s"}, "alert": {b.alertID}, "confirm": {"yes"}})
+		require.Equal(t, http.StatusForbidden, code, path)
+		require.Contains(t, page, "read-only")
+	}
+	var poisoned, sent int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT
+		count(*) FILTER (WHERE attempt_count >= 3), count(*) FILTER (WHERE sent_at IS NOT NULL) FROM public.events`).Scan(&poisoned, &sent))
+	require.Equal(t, []int{2, 2}, []int{poisoned, sent})
+	require.Contains(t, log.String(), "console action refused: read-only")
+}
+
+func TestConsole_PoisonedRowsNeedAGrantAndPayloadsTheirColumn(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	ctx := context.Background()
+
+	// pgdrain_operator alone: the page works and says which grant would list the rows.
+	bare := consolePool(t, consoleURL(b.db, consoleLogin(t, b.db, "pgdrain_operator")))
+	c := startConsole(t, console.Config{Reader: bare}, &syncBuffer{})
+	code, page := c.get("/queues/public.events")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, "may not read <code>public.events</code>")
+	require.NotContains(t, page, "SQLSTATE")
+
+	// Every column but payload: rows without previews.
+	login := consoleLogin(t, b.db, "pgdrain_operator")
+	_, err := b.db.Pool.Exec(ctx, fmt.Sprintf(
+		"GRANT SELECT (id, account_id, attempt_count, last_error, created_at, sent_at) ON public.events TO %s",
+		pgx.Identifier{login}.Sanitize()))
+	require.NoError(t, err)
+	c = startConsole(t, console.Config{Reader: consolePool(t, consoleURL(b.db, login))}, &syncBuffer{})
+	code, page = c.get("/queues/public.events")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, `<tr data-id="7">`)
+	require.Contains(t, page, "Payloads hidden")
+	require.NotContains(t, page, "alert(1)")
+}
+
+func TestConsole_AuthenticationAndTheListenAddress(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr string
+		auth bool
+		ok   bool
+	}{
+		{"127.0.0.1:8080", false, true}, {"[::1]:0", false, true}, {"localhost:8080", false, true},
+		{":8080", false, false}, {"0.0.0.0:8080", false, false}, {"10.1.2.3:8080", false, false},
+		{"console.internal:8080", false, false}, {"0.0.0.0:8080", true, true}, {"8080", false, false},
+	} {
+		err := console.CheckListen(tc.addr, tc.auth)
+		require.Equal(t, tc.ok, err == nil, "%s auth=%v: %v", tc.addr, tc.auth, err)
+	}
+	require.ErrorContains(t, console.CheckListen("0.0.0.0:8080", false), "give --token or --basic-auth")
+
+	b := newConsoleBundle(t)
+	c := startConsole(t, console.Config{Reader: b.reader, Token: "s3cret", ReadOnly: true}, &syncBuffer{})
+	code, _ := c.get("/")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = c.get("/?token=wrong")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = c.get("/escalations?token=s3cret")
+	require.Equal(t, http.StatusSeeOther, code, "the token becomes a cookie and leaves the address")
+	code, page := c.get("/escalations")
+	require.Equal(t, http.StatusOK, code, page)
+	req, err := http.NewRequest(http.MethodGet, c.base+"/", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	code, _ = (&consoleClient{t: t, base: c.base, http: &http.Client{}}).do(req)
+	require.Equal(t, http.StatusOK, code)
+
+	c = startConsole(t, console.Config{Reader: b.reader, BasicUser: "ops", BasicPassword: "pw", Operator: b.operator}, &syncBuffer{})
+	code, _ = c.get("/")
+	require.Equal(t, http.StatusUnauthorized, code)
+	u, err := url.Parse(c.base)
+	require.NoError(t, err)
+	u.User = url.UserPassword("ops", "pw")
+	c.base = u.String()
+	code, page = c.get("/")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, "operator · ops")
+
+	// Without authentication the console answers only to a loopback Host (DNS rebinding).
+	c = startConsole(t, console.Config{Reader: b.reader, ReadOnly: true}, &syncBuffer{})
+	req, err = http.NewRequest(http.MethodGet, c.base+"/", nil)
+	require.NoError(t, err)
+	req.Host = "attacker.example:80"
+	code, page = c.do(req)
+	require.Equal(t, http.StatusMisdirectedRequest, code)
+	require.True(t, strings.Contains(page, "loopback only"), page)
+}

@@ -1,0 +1,103 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// queryTimeout bounds the reads of one page: a page that can not be read quickly says so.
+const queryTimeout = 10 * time.Second
+
+type queuesBody struct {
+	Queues    []QueueView
+	SampledAt time.Time
+	Err       string
+}
+
+func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
+	views, at, err := s.sampler.overview()
+	b := queuesBody{Queues: views, SampledAt: at}
+	if err != nil {
+		b.Err = describe(err)
+	}
+	s.render(w, r, http.StatusOK, "queues", pageData{Title: "Queues", Nav: "queues", Live: true, Body: b})
+}
+
+type queueBody struct {
+	Q           QueueView
+	WedgedAfter time.Duration
+	Wedged      []Wedged
+	WedgedErr   string
+	Poisoned    []Poisoned
+	PoisonedErr string
+	// PoisonedHidden: the reader may not select the queue table's columns (pgdrain_operator may
+	// not), so the list can not be shown; the page says which grant would show it.
+	PoisonedHidden bool
+	PayloadHidden  bool
+	Limit          int
+	PoisonedKeys   []string // distinct keys of the listed rows, for "requeue all of a key"
+}
+
+func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("queue")
+	v, reg, ok := s.sampler.view(name)
+	if !ok {
+		s.message(w, r, http.StatusNotFound, "No such queue", "No queue named "+name+" is registered (outbox.queues).", "/")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	b := queueBody{Q: v, WedgedAfter: s.cfg.WedgedAfter, Limit: listLimit}
+	if v.Partitioned {
+		wd, err := readWedged(ctx, s.cfg.Reader, name, s.cfg.WedgedAfter)
+		if err != nil {
+			b.WedgedErr = describe(err)
+		}
+		b.Wedged = wd
+	}
+	rows, payload, err := poisonedAccess(ctx, s.cfg.Reader, reg)
+	switch {
+	case err != nil:
+		b.PoisonedErr = describe(err)
+	case !rows:
+		b.PoisonedHidden = true
+	default:
+		b.PayloadHidden = !payload
+		list, err := readPoisoned(ctx, s.cfg.Reader, reg, payload)
+		if err != nil {
+			b.PoisonedErr = describe(err)
+		}
+		b.Poisoned = list
+		seen := map[string]bool{}
+		for _, p := range list {
+			if p.PartitionKey != nil && !seen[*p.PartitionKey] {
+				seen[*p.PartitionKey] = true
+				b.PoisonedKeys = append(b.PoisonedKeys, *p.PartitionKey)
+			}
+		}
+	}
+	s.render(w, r, http.StatusOK, "queue", pageData{Title: name, Nav: "queues", Live: true, Body: b})
+}
+
+type escalationsBody struct {
+	Installed bool
+	Ladders   []Ladder
+	Err       string
+	Limit     int
+}
+
+func (s *Server) escalationsPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	b := escalationsBody{Limit: listLimit}
+	ok, err := alrInstalled(ctx, s.cfg.Reader)
+	if err == nil && ok {
+		b.Installed = true
+		b.Ladders, err = readLadders(ctx, s.cfg.Reader)
+	}
+	if err != nil {
+		b.Err = describe(err)
+	}
+	s.render(w, r, http.StatusOK, "escalations", pageData{Title: "Escalations", Nav: "escalations", Live: true, Body: b})
+}

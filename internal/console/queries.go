@@ -1,0 +1,359 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Every statement the console sends is in this file. Pages read through existing SQL functions
+// where one exists (outbox.stats, outbox.wedged_partitions) and otherwise through bounded,
+// index-backed queries; actions call exactly the functions the CLI calls.
+
+// queueReg is one registered queue, from outbox.queues.
+type queueReg struct {
+	Name            string
+	TableOID        uint32
+	Table           string // the table as regclass text, quoted as needed
+	PartitionColumn *string
+	PartitionType   *string
+	MaxAttempts     int
+}
+
+func listQueues(ctx context.Context, db *pgxpool.Pool) ([]queueReg, error) {
+	rows, err := db.Query(ctx, `
+		SELECT q.queue, q.table_oid,
+		       COALESCE((SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
+		                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = q.table_oid),
+		                q.table_oid::text),
+		       q.partition_column, q.partition_type, q.max_attempts
+		FROM outbox.queues q ORDER BY q.queue`)
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox.queues: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queueReg, error) {
+		var q queueReg
+		err := r.Scan(&q.Name, &q.TableOID, &q.Table, &q.PartitionColumn, &q.PartitionType, &q.MaxAttempts)
+		return q, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox.queues: %w", err)
+	}
+	return list, nil
+}
+
+// Stats is one row of outbox.stats.
+type Stats struct {
+	Pending, Ready, Leased, BackingOff, Poisoned int64
+	OldestPendingAt                              *time.Time
+	OldestPendingAge                             *time.Duration
+}
+
+// readStats calls outbox.stats and reads the table's cumulative insert counter
+// (pg_stat_get_tuples_inserted, executable by every role, one shared-memory lookup) in the same
+// round trip: the sampler derives throughput from successive pairs.
+func readStats(ctx context.Context, db *pgxpool.Pool, q queueReg) (Stats, int64, error) {
+	var s Stats
+	var ageSeconds *float64
+	var inserted int64
+	err := db.QueryRow(ctx, `
+		SELECT s.pending, s.ready, s.leased, s.backing_off, s.poisoned, s.oldest_pending_at,
+		       extract(epoch FROM s.oldest_pending_age)::float8, pg_catalog.pg_stat_get_tuples_inserted($2::oid)
+		FROM outbox.stats($1) s`, q.Name, q.TableOID).
+		Scan(&s.Pending, &s.Ready, &s.Leased, &s.BackingOff, &s.Poisoned, &s.OldestPendingAt, &ageSeconds, &inserted)
+	if err != nil {
+		return Stats{}, 0, fmt.Errorf("reading outbox.stats(%s): %w", q.Name, err)
+	}
+	if ageSeconds != nil {
+		d := time.Duration(*ageSeconds * float64(time.Second))
+		s.OldestPendingAge = &d
+	}
+	return s, inserted, nil
+}
+
+// Wedged is one row of outbox.wedged_partitions.
+type Wedged struct {
+	PartitionKey     string
+	HeadID           int64
+	HeadAttemptCount int
+	HeadLastError    *string
+	OldestPendingAt  time.Time
+	Pending          int64
+	Reason           string
+}
+
+func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan time.Duration) ([]Wedged, error) {
+	rows, err := db.Query(ctx, `
+		SELECT w.partition_key, w.head_id, w.head_attempt_count, w.head_last_error, w.oldest_pending_at, w.pending, w.reason
+		FROM outbox.wedged_partitions($1, $2::interval, $3) w`, queue, olderThan, listLimit)
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox.wedged_partitions(%s): %w", queue, err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Wedged, error) {
+		var w Wedged
+		err := r.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttemptCount, &w.HeadLastError, &w.OldestPendingAt, &w.Pending, &w.Reason)
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox.wedged_partitions(%s): %w", queue, err)
+	}
+	return list, nil
+}
+
+// Poisoned is one poisoned row as the queue page lists it.
+type Poisoned struct {
+	ID           int64
+	PartitionKey *string
+	AttemptCount int
+	LastError    *string
+	CreatedAt    time.Time
+	// Payload is the first payloadPreview characters of the payload as JSON text, or nil when the
+	// reader may not select the payload column. The template escapes it.
+	Payload *string
+}
+
+// payloadPreview is how many characters of a payload the queue page shows.
+const payloadPreview = 240
+
+// poisonedAccess says what the reader may select of a queue table: no SQL function lists poisoned
+// rows, so the page reads the table itself, and pgdrain_operator has no privilege on queue tables
+// (docs/security.md, "The console"). Columns are checked one by one so that a grant that leaves
+// out payload still lists the rows, without previews.
+func poisonedAccess(ctx context.Context, db *pgxpool.Pool, q queueReg) (rows, payload bool, err error) {
+	cols := []string{"id", "attempt_count", "last_error", "created_at", "sent_at"}
+	if q.PartitionColumn != nil {
+		cols = append(cols, *q.PartitionColumn)
+	}
+	err = db.QueryRow(ctx, `
+		SELECT bool_and(pg_catalog.has_column_privilege($1::oid, c, 'SELECT')),
+		       pg_catalog.has_column_privilege($1::oid, 'payload', 'SELECT')
+		FROM unnest($2::text[]) c`, q.TableOID, cols).Scan(&rows, &payload)
+	if err != nil {
+		return false, false, fmt.Errorf("checking privileges on %s: %w", q.Table, err)
+	}
+	return rows, rows && payload, nil
+}
+
+// readPoisoned lists the first poisoned rows in claim order. The predicate (sent_at IS NULL,
+// attempt_count >= max_attempts, ORDER BY attempt_count, id) is a range of the claim index
+// (attempt_count, id) WHERE sent_at IS NULL that every queue has, and LIMIT stops the scan: the
+// cost follows the rows shown, not the backlog.
+func readPoisoned(ctx context.Context, db *pgxpool.Pool, q queueReg, withPayload bool) ([]Poisoned, error) {
+	key := "NULL::text"
+	if q.PartitionColumn != nil {
+		key = "t." + pgx.Identifier{*q.PartitionColumn}.Sanitize() + "::text"
+	}
+	payload := "NULL::text"
+	if withPayload {
+		payload = fmt.Sprintf("left(t.payload::text, %d)", payloadPreview)
+	}
+	rows, err := db.Query(ctx, fmt.Sprintf(`
+		SELECT t.id, %s, t.attempt_count, t.last_error, t.created_at, %s
+		FROM %s t WHERE t.sent_at IS NULL AND t.attempt_count >= $1
+		ORDER BY t.attempt_count, t.id LIMIT $2`, key, payload, q.Table), q.MaxAttempts, listLimit)
+	if err != nil {
+		return nil, fmt.Errorf("reading poisoned rows of %s: %w", q.Name, err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Poisoned, error) {
+		var p Poisoned
+		err := r.Scan(&p.ID, &p.PartitionKey, &p.AttemptCount, &p.LastError, &p.CreatedAt, &p.Payload)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading poisoned rows of %s: %w", q.Name, err)
+	}
+	return list, nil
+}
+
+// maxKeyRequeue bounds "requeue all of a key": the ids are read first (and shown in the
+// confirmation), then handed to outbox.requeue_poisoned.
+const maxKeyRequeue = 10000
+
+// poisonedIDsOfKey reads the poisoned ids of one key through the partition index (key, id)
+// WHERE sent_at IS NULL. The key is compared in the column's own type so that the index applies.
+func poisonedIDsOfKey(ctx context.Context, db *pgxpool.Pool, q queueReg, key string) ([]int64, error) {
+	if q.PartitionColumn == nil || q.PartitionType == nil {
+		return nil, fmt.Errorf("queue %s has no partition column", q.Name)
+	}
+	// partition_type is written by create_queue (format_type of the column) into a registry only
+	// the schema's owner may write; it is a type name, cast to regtype first as a check.
+	var typ string
+	if err := db.QueryRow(ctx, `SELECT $1::regtype::text`, *q.PartitionType).Scan(&typ); err != nil {
+		return nil, fmt.Errorf("reading the partition type of %s: %w", q.Name, err)
+	}
+	rows, err := db.Query(ctx, fmt.Sprintf(`
+		SELECT t.id FROM %s t
+		WHERE t.%s = CAST($1::text AS %s) AND t.sent_at IS NULL AND t.attempt_count >= $2
+		ORDER BY t.id LIMIT $3`, q.Table, pgx.Identifier{*q.PartitionColumn}.Sanitize(), typ),
+		key, q.MaxAttempts, maxKeyRequeue)
+	if err != nil {
+		return nil, fmt.Errorf("reading poisoned rows of key %q in %s: %w", key, q.Name, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("reading poisoned rows of key %q in %s: %w", key, q.Name, err)
+	}
+	return ids, nil
+}
+
+// Ladder is one running escalation: its alert, its policy's steps and where it stands.
+type Ladder struct {
+	EscalationID string
+	AlertID      string
+	AlertName    string
+	AlertState   string
+	AlertSince   time.Time
+	Policy       string
+	StepIdx      int
+	NextAt       *time.Time
+	LeasedUntil  *time.Time
+	Steps        []LadderStep
+}
+
+// LadderStep is one step of a ladder's policy, with what the journal says about it.
+type LadderStep struct {
+	Idx       int
+	Delay     time.Duration
+	Channel   string
+	Target    string
+	Current   bool   // the next step to deliver
+	Journaled string // "delivered", "failed" or "" (latest journal row for this step)
+}
+
+// alrInstalled reports whether module alr is migrated in this database.
+func alrInstalled(ctx context.Context, db *pgxpool.Pool) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT pg_catalog.to_regclass('alr.alert_escalations') IS NOT NULL`).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("looking for schema alr: %w", err)
+	}
+	return ok, nil
+}
+
+// readLadders lists the running ladders in next_at order through the index alert_escalations_due
+// (next_at) WHERE stopped_at IS NULL, at most listLimit of them, then their policies' steps
+// (primary key) and journal rows (index delivery_journal_step).
+func readLadders(ctx context.Context, db *pgxpool.Pool) ([]Ladder, error) {
+	rows, err := db.Query(ctx, `
+		SELECT e.id::text, a.id::text, a.name, a.state, a.created_at, p.name, e.step_idx, e.next_at, e.leased_until,
+		       e.policy_id::text
+		FROM alr.alert_escalations e
+		JOIN alr.alerts a ON a.id = e.alert_id
+		JOIN alr.escalation_policies p ON p.id = e.policy_id
+		WHERE e.stopped_at IS NULL
+		ORDER BY e.next_at, e.id LIMIT $1`, listLimit)
+	if err != nil {
+		return nil, fmt.Errorf("reading running ladders: %w", err)
+	}
+	var policies []string
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Ladder, error) {
+		var l Ladder
+		var policy string
+		err := r.Scan(&l.EscalationID, &l.AlertID, &l.AlertName, &l.AlertState, &l.AlertSince, &l.Policy,
+			&l.StepIdx, &l.NextAt, &l.LeasedUntil, &policy)
+		policies = append(policies, policy)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading running ladders: %w", err)
+	}
+	if len(list) == 0 {
+		return list, nil
+	}
+	steps := map[string][]LadderStep{}
+	srows, err := db.Query(ctx, `
+		SELECT s.policy_id::text, s.step_idx, extract(epoch FROM s.delay)::float8, s.channel, s.target
+		FROM alr.escalation_steps s WHERE s.policy_id = ANY ($1::uuid[]) ORDER BY s.policy_id, s.step_idx`, policies)
+	if err != nil {
+		return nil, fmt.Errorf("reading ladder steps: %w", err)
+	}
+	var policy string
+	var st LadderStep
+	var delay float64
+	if _, err := pgx.ForEachRow(srows, []any{&policy, &st.Idx, &delay, &st.Channel, &st.Target}, func() error {
+		st.Delay = time.Duration(delay * float64(time.Second))
+		steps[policy] = append(steps[policy], st)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading ladder steps: %w", err)
+	}
+	ids := make([]string, len(list))
+	for i := range list {
+		ids[i] = list[i].EscalationID
+	}
+	journal := map[string]map[int]string{}
+	jrows, err := db.Query(ctx, `
+		SELECT DISTINCT ON (j.escalation_id, j.step_idx) j.escalation_id::text, j.step_idx, j.outcome
+		FROM alr.delivery_journal j WHERE j.escalation_id = ANY ($1::uuid[])
+		ORDER BY j.escalation_id, j.step_idx, j.id DESC`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading the delivery journal: %w", err)
+	}
+	var esc, outcome string
+	var idx int
+	if _, err := pgx.ForEachRow(jrows, []any{&esc, &idx, &outcome}, func() error {
+		if journal[esc] == nil {
+			journal[esc] = map[int]string{}
+		}
+		journal[esc][idx] = outcome
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading the delivery journal: %w", err)
+	}
+	for i := range list {
+		l := &list[i]
+		for _, s := range steps[policies[i]] {
+			s.Current = s.Idx == l.StepIdx
+			s.Journaled = journal[l.EscalationID][s.Idx]
+			l.Steps = append(l.Steps, s)
+		}
+	}
+	return list, nil
+}
+
+// requeuePoisoned is `pgdrain requeue`: nil ids = every poisoned row of the queue.
+func requeuePoisoned(ctx context.Context, db *pgxpool.Pool, queue string, ids []int64) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT outbox.requeue_poisoned($1, $2::bigint[])`, queue, ids).Scan(&n); err != nil {
+		return 0, fmt.Errorf("requeueing poisoned rows of %s: %w", queue, err)
+	}
+	return n, nil
+}
+
+// purgeSent is `pgdrain purge --chunk purgeChunk --max-rows purgeMaxRows`: outbox.purge_sent in
+// chunks, each its own transaction, until a chunk deletes nothing or purgeMaxRows are gone.
+func purgeSent(ctx context.Context, db *pgxpool.Pool, queue string, olderThan time.Duration) (int64, error) {
+	var total int64
+	for total < purgeMaxRows {
+		var n int64
+		size := min(int64(purgeChunk), purgeMaxRows-total)
+		if err := db.QueryRow(ctx, `SELECT outbox.purge_sent($1, $2::interval, $3)`, queue, olderThan, size).Scan(&n); err != nil {
+			return total, fmt.Errorf("purging sent rows of %s (after %d deleted): %w", queue, total, err)
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// resolveAlert is alr.resolve_alert: the alert resolved and its ladders stopped, idempotently.
+func resolveAlert(ctx context.Context, db *pgxpool.Pool, alertID string) error {
+	if _, err := db.Exec(ctx, `SELECT alr.resolve_alert($1::uuid)`, alertID); err != nil {
+		return fmt.Errorf("resolving alert %s: %w", alertID, err)
+	}
+	return nil
+}
+
+// readAlert returns an alert's name and state for the resolve confirmation.
+func readAlert(ctx context.Context, db *pgxpool.Pool, alertID string) (name, state string, err error) {
+	err = db.QueryRow(ctx, `SELECT a.name, a.state FROM alr.alerts a WHERE a.id = $1::uuid`, alertID).Scan(&name, &state)
+	if err != nil {
+		return "", "", fmt.Errorf("reading alert %s: %w", alertID, err)
+	}
+	return name, state, nil
+}

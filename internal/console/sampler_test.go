@@ -1,0 +1,40 @@
+package console
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRateOver_DeliveredIsInsertedMinusBacklogGrowth(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s int, pending, poisoned, inserted int64) sample {
+		return sample{at: t0.Add(time.Duration(s) * time.Second), inserted: inserted,
+			stats: Stats{Pending: pending, Poisoned: poisoned}}
+	}
+	// Over 60s: 120 inserted, pending grew by 20 and 10 rows were poisoned out of pending (no
+	// change to pending+poisoned), so 100 left the unsent set: sent.
+	r := rateOver([]sample{at(0, 100, 0, 1000), at(30, 110, 5, 1060), at(60, 110, 10, 1120)}, time.Minute)
+	require.True(t, r.OK)
+	require.InDelta(t, 120, r.Enqueued, 0.001)
+	require.InDelta(t, 100, r.Delivered, 0.001)
+	require.Equal(t, time.Minute, r.Window)
+
+	// A requeue moves rows from poisoned back to pending: not a delivery.
+	r = rateOver([]sample{at(0, 100, 10, 1000), at(60, 110, 0, 1000)}, time.Minute)
+	require.True(t, r.OK)
+	require.Zero(t, r.Delivered)
+
+	// A statistics reset (the counter went back): no figure rather than a wrong one.
+	require.False(t, rateOver([]sample{at(0, 1, 0, 1000), at(60, 1, 0, 5)}, time.Minute).OK)
+	require.False(t, rateOver([]sample{at(0, 1, 0, 1000)}, time.Minute).OK)
+}
+
+func TestConfig_ValidateNamesEveryBadField(t *testing.T) {
+	err := Config{Refresh: time.Millisecond, WedgedAfter: -time.Second, BasicUser: "ops"}.Validate()
+	require.Error(t, err)
+	for _, want := range []string{"Reader must be set", "Refresh must be at least 1s", "WedgedAfter must not be negative", "BasicUser and BasicPassword"} {
+		require.ErrorContains(t, err, want)
+	}
+}

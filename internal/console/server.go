@@ -1,0 +1,116 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Server is the console: its handler and its sampler.
+type Server struct {
+	cfg     Config
+	key     []byte
+	sampler *sampler
+	pages   *pages
+	handler http.Handler
+}
+
+// New returns a console for cfg. Call Sample (or Run) before serving so that the first page has
+// figures.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, key: make([]byte, 32), sampler: newSampler(cfg.Reader, cfg.History)}
+	_, _ = rand.Read(s.key)
+	p, err := loadPages()
+	if err != nil {
+		return nil, err
+	}
+	s.pages = p
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.FileServerFS(staticFS))
+	mux.HandleFunc("GET /{$}", s.queuesPage)
+	mux.HandleFunc("GET /queues/{queue}", s.queuePage)
+	mux.HandleFunc("GET /escalations", s.escalationsPage)
+	mux.HandleFunc("POST /actions/requeue", s.requeueAction)
+	mux.HandleFunc("POST /actions/purge", s.purgeAction)
+	mux.HandleFunc("POST /actions/resolve", s.resolveAction)
+	s.handler = s.access(s.readOnly(s.csrf(mux)))
+	return s, nil
+}
+
+// Handler serves the pages, the assets and (unless read-only) the actions.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Sample reads every queue's gauges once; Run does it every Config.Refresh.
+func (s *Server) Sample(ctx context.Context) { s.sampler.sampleOnce(ctx) }
+
+// Run samples, then serves on ln until ctx ends, then shuts down within 5 seconds.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	s.Sample(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.sampler.run(ctx, s.cfg.Refresh)
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("serving the console: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutting the console down: %w", err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving the console: %w", err)
+	}
+	return nil
+}
+
+// readOnly refuses every POST before anything else looks at it.
+func (s *Server) readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			s.cfg.Logger.Warn("console action refused: read-only", "who", who(r), "remote", r.RemoteAddr, "path", r.URL.Path)
+			http.Error(w, "this console is read-only (pgdrain web --read-only): no actions", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// describe keeps PostgreSQL's message and SQLSTATE in one line, as the CLI prints them.
+func describe(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		msg := pgErr.Message
+		if pgErr.Code == "42501" {
+			msg += " (the console's role lacks a privilege: see docs/security.md, \"The console\")"
+		}
+		return fmt.Sprintf("%s (SQLSTATE %s)", msg, pgErr.Code)
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// sqlState returns err's SQLSTATE, or "".
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
