@@ -74,14 +74,45 @@ func exportedMetrics(t *testing.T, dirs ...string) map[string]bool {
 	out := map[string]bool{}
 	fset := token.NewFileSet()
 	for _, dir := range dirs {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		require.NoError(t, err)
-		for _, path := range files {
+		var files []*ast.File
+		for _, path := range paths {
 			if strings.HasSuffix(path, "_test.go") {
 				continue
 			}
 			f, err := parser.ParseFile(fset, path, nil, 0)
 			require.NoError(t, err)
+			files = append(files, f)
+		}
+		// Names may be string constants of the package: resolve them.
+		consts := map[string]string{}
+		for _, f := range files {
+			for _, decl := range f.Decls {
+				gd, ok := decl.(*ast.GenDecl)
+				if !ok || gd.Tok != token.CONST {
+					continue
+				}
+				for _, spec := range gd.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, name := range vs.Names {
+						if i < len(vs.Values) {
+							if v, ok := stringLit(vs.Values[i]); ok {
+								consts[name.Name] = v
+							}
+						}
+					}
+				}
+			}
+		}
+		stringLit := func(e ast.Expr) (string, bool) {
+			if id, ok := e.(*ast.Ident); ok {
+				v, ok := consts[id.Name]
+				return v, ok
+			}
+			return stringLit(e)
+		}
+		for _, f := range files {
 			ast.Inspect(f, func(n ast.Node) bool {
 				switch n := n.(type) {
 				case *ast.CompositeLit:
