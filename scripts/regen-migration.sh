@@ -5,7 +5,8 @@
 # Up:   sql/schema/MODULE/NUMBER_up.sql, every function file changed or added since BASE_COMMIT,
 #       NUMBER_after.sql, sql/privileges/MODULE.sql.
 # Down: NUMBER_down.sql (drops what the migration added), then BASE_COMMIT's body of every changed
-#       function and BASE_COMMIT's privileges (CREATE OR REPLACE resets SECURITY DEFINER).
+#       function, NUMBER_down_after.sql, and BASE_COMMIT's privileges (CREATE OR REPLACE resets
+#       SECURITY DEFINER).
 # Never run it on a landed migration: migrations/SUMS pins those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,7 @@ done
   echo "-- +goose Down"
   [ -e sql/schema/$module/${num}_down.sql ] && block < sql/schema/$module/${num}_down.sql
   for f in "${changed[@]}"; do git show "$base:$f" | block; done
+  [ -e sql/schema/$module/${num}_down_after.sql ] && block < sql/schema/$module/${num}_down_after.sql
   git show "$base:sql/privileges/$module.sql" | block
 } > "$out"
 (cd migrations && find . -name '*.sql' | sort | xargs sha256sum > SUMS)

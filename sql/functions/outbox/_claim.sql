@@ -89,6 +89,9 @@ BEGIN
       pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys')::text[]) AS k));
   END IF;
 
+  -- What producers could not write to heads a claim held while they committed.
+  PERFORM outbox._apply_wakes(p_q);
+
   -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
   -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
   UPDATE outbox.partition_heads h SET parked_until = NULL

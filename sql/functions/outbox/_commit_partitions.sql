@@ -12,14 +12,20 @@
 --    transaction get new ids from the id sequence, in their order, larger than every id already
 --    given out: delivered order (id order) is then commit order. Not late (the usual case): no row
 --    is written twice.
--- 3. Creates the heads of new keys (no waiting on producers: heads are created only here, under
---    the key's commit lock), wakes a head a claim left empty while we were open, and lowers a floor
---    that lies above our rows; NOTIFY when a partition became claimable.
+-- 3. Holds each existing head of its keys FOR KEY SHARE until the transaction ends, so that no claim
+--    deletes it or raises its floor over our rows before they are visible (a claim takes FOR UPDATE,
+--    and skips heads it can not lock, see outbox._refresh_heads); creates the heads of new keys,
+--    wakes a head a claim left empty while we were open, and lowers a floor that lies above our
+--    rows. It never waits for a claim: a head a claim holds (SKIP LOCKED) gets a wake note in
+--    outbox.partition_wakes instead, which the next claim applies once that claim is over.
+--    NOTIFY when a partition became claimable.
 -- 4. Raises the clocks to our largest ids.
 --
 -- Under REPEATABLE READ or SERIALIZABLE the clocks are read in the transaction's snapshot; when
 -- another producer of the same hash committed after it started, raising the clock fails with
 -- serialization_failure (40001), which those isolation levels already oblige the caller to retry.
+-- Heads are not locked there (a lock on a version newer than the snapshot fails with 40001 too,
+-- and claims move heads all the time): every key with a head gets a wake note.
 CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues)
 RETURNS void
 LANGUAGE plpgsql
@@ -46,7 +52,10 @@ DECLARE
   v_new text[];
   v_empty text[];
   v_low_keys text[];
-  v_wrote boolean;
+  v_contended text[];
+  v_contended_new text[];
+  v_wrote boolean := false;
+  v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
 BEGIN
   -- What the transaction's statements noted (outbox._note_written appends), merged per key.
   SELECT pg_catalog.array_agg(s.k), pg_catalog.array_agg(s.lo), pg_catalog.array_agg(s.hi)
@@ -78,18 +87,24 @@ BEGIN
   LOOP
     SELECT pg_catalog.bool_or(c.committed_max > u.lo),
            pg_catalog.array_agg(CASE WHEN c.committed_max > u.lo THEN c.committed_max END ORDER BY u.k),
-           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found IS NULL),
-           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.found AND h.head_id IS NULL),
-           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.floor_id > u.lo)
-      INTO v_any_late, v_late_clocks, v_new, v_empty, v_low_keys
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE NOT e.found),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.held AND h.head_id IS NULL),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.held AND h.floor_id > u.lo),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE e.found AND h.held IS NULL)
+      INTO v_any_late, v_late_clocks, v_new, v_empty, v_low_keys, v_contended
     FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
     -- A hash with no clock yet counts from the queue's clock_base: ids given out before the queue
     -- was (re)registered or truncated, which sessions with a cached sequence may still hand out.
     LEFT JOIN LATERAL (SELECT COALESCE((SELECT x.committed_max FROM outbox.partition_clocks x
                        WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535),
                        p_q.clock_base) AS committed_max) c ON true
-    LEFT JOIN LATERAL (SELECT true AS found, x.head_id, x.floor_id FROM outbox.partition_heads x
-                       WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k) h ON true;
+    LEFT JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                       WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k) AS found) e ON true
+    -- The head's latest version, held until we commit; none when a claim holds it (or, under
+    -- REPEATABLE READ or SERIALIZABLE, always).
+    LEFT JOIN LATERAL (SELECT true AS held, x.head_id, x.floor_id FROM outbox.partition_heads x
+                       WHERE v_read_committed AND x.queue_id = p_q.queue_id AND x.partition_key = u.k
+                       FOR KEY SHARE SKIP LOCKED) h ON true;
     EXIT WHEN NOT v_any_late OR v_renumbered;
     -- v_keys is in key order, and so are the clocks aggregated above and what comes back.
     SELECT pg_catalog.array_agg(r.k ORDER BY r.k), pg_catalog.array_agg(r.lo ORDER BY r.k),
@@ -100,32 +115,55 @@ BEGIN
   END LOOP;
 
   -- New keys get their heads, a head a claim left empty while we were open is woken, and a floor
-  -- above our rows (ids given explicitly, which are not renumbered) is lowered: one upsert in key
-  -- order. ON CONFLICT works on the head's latest version, so a head another session made or
-  -- changed after our probe (a rebuild after a crash) is corrected too, not silently kept. NOTIFY
-  -- when it wrote anything: a partition became claimable.
-  IF v_new IS NOT NULL OR v_empty IS NOT NULL OR v_low_keys IS NOT NULL THEN
-    WITH up AS (
-      -- A new head's floor is our smallest id (poisoned rows before it are not walked again) only
-      -- while the queue's heads are complete: after a crash "no head" may mean the heads were lost
-      -- while older rows of the key are still pending, and the floor is 0 until a claim raises it.
+  -- above our rows (ids given explicitly, which are not renumbered) is lowered. A head another
+  -- session holds or made meanwhile is left to a wake note. NOTIFY when anything was written: a
+  -- partition became (or may have become) claimable.
+  IF v_new IS NOT NULL THEN
+    -- A new head's floor is our smallest id (poisoned rows before it are not walked again) only
+    -- while the queue's heads are complete: after a crash "no head" may mean the heads were lost
+    -- while older rows of the key are still pending, and the floor is 0 until a claim raises it.
+    WITH made AS (
       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
       SELECT p_q.queue_id, u.k, u.lo,
              CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
                   THEN u.lo ELSE 0 END
       FROM unnest(v_keys, v_mins) AS u(k, lo)
-      WHERE u.k = ANY (v_new) OR u.k = ANY (v_empty) OR u.k = ANY (v_low_keys)
+      WHERE u.k = ANY (v_new)
       ORDER BY u.k
-      ON CONFLICT (queue_id, partition_key) DO UPDATE
-        SET head_id = COALESCE(h.head_id, EXCLUDED.head_id),
-            parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
-            floor_id = LEAST(h.floor_id, EXCLUDED.head_id)
-        WHERE h.head_id IS NULL OR h.floor_id > EXCLUDED.head_id
-      RETURNING 1)
-    SELECT EXISTS (SELECT 1 FROM up) INTO v_wrote;
-    IF v_wrote THEN
-      PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
-    END IF;
+      ON CONFLICT (queue_id, partition_key) DO NOTHING
+      RETURNING h.partition_key)
+    SELECT pg_catalog.array_agg(k) INTO v_contended_new FROM pg_catalog.unnest(v_new) AS k
+    WHERE k NOT IN (SELECT made.partition_key FROM made);
+    v_contended := v_contended || v_contended_new;
+    v_wrote := true;
+  END IF;
+  IF v_empty IS NOT NULL OR v_low_keys IS NOT NULL THEN
+    WITH fixed AS (
+      UPDATE outbox.partition_heads h
+      SET head_id = COALESCE(h.head_id, u.lo),
+          parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
+          floor_id = LEAST(h.floor_id, u.lo)
+      FROM unnest(v_keys, v_mins) AS u(k, lo)
+      WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k
+        AND (u.k = ANY (v_empty) OR u.k = ANY (v_low_keys))
+        AND h.ctid = ANY (ARRAY(SELECT x.ctid FROM outbox.partition_heads x
+                                WHERE x.queue_id = p_q.queue_id
+                                  AND (x.partition_key = ANY (v_empty) OR x.partition_key = ANY (v_low_keys))
+                                FOR NO KEY UPDATE SKIP LOCKED))
+      RETURNING h.partition_key)
+    SELECT pg_catalog.array_agg(k) INTO v_contended_new
+    FROM pg_catalog.unnest(v_empty || v_low_keys) AS k
+    WHERE k NOT IN (SELECT fixed.partition_key FROM fixed);
+    v_contended := v_contended || v_contended_new;
+    v_wrote := true;
+  END IF;
+  IF v_contended IS NOT NULL THEN
+    INSERT INTO outbox.partition_wakes (queue_id, partition_key, low_id)
+    SELECT p_q.queue_id, u.k, u.lo FROM unnest(v_keys, v_mins) AS u(k, lo) WHERE u.k = ANY (v_contended);
+    v_wrote := true;
+  END IF;
+  IF v_wrote THEN
+    PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
   END IF;
 
   -- The keys and ids come from transaction-local settings, which a producer could forge: a clock

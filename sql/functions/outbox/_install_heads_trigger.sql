@@ -33,12 +33,12 @@ BEGIN
   FROM (SELECT n.%3$I::text AS k, pg_catalog.min(n.id) AS lo, pg_catalog.max(n.id) AS hi
         FROM pgdrain_new_rows n WHERE n.sent_at IS NULL GROUP BY 1 ORDER BY 1) s;
   IF v_keys IS NOT NULL THEN
-    PERFORM outbox._note_written(%4$s, TG_RELID, v_keys, v_mins, v_maxs);
+    PERFORM outbox._note_written(TG_RELID, v_keys, v_mins, v_maxs);
   END IF;
   RETURN NULL;
 END;
 $body$
-$f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column, p_q.queue_id);
+$f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
   EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', v_function);
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', p_q.table_oid::regclass);
   EXECUTE pg_catalog.format(

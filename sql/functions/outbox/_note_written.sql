@@ -1,17 +1,14 @@
 -- Notes rows this transaction wrote to a partitioned queue (a producer's INSERT, through its
 -- generated heads trigger, or requeue_poisoned moving rows to the tail of their keys) for its
--- commit step. It takes the partitions' advisory locks SHARED until the transaction ends (producers
--- never block each other, and no claim deletes a head or raises a floor over rows that are not
--- committed yet), appends the keys with the smallest and largest id of each to transaction-local
--- settings (a rolled back savepoint takes its keys with it, like its rows), and, once per
+-- commit step: appends the keys with the smallest and largest id of each to transaction-local
+-- settings (a rolled back savepoint takes its keys with it, like its rows) and, once per
 -- transaction, queues the commit step (outbox.tg_queue__commit) by inserting a row into
--- outbox.commit_hooks.
+-- outbox.commit_hooks. It takes no lock: a producer's INSERT never waits, and what protects its
+-- uncommitted rows from a claim that finds their partition empty is the commit step's (see
+-- outbox._commit_partitions and outbox._refresh_heads).
 -- The settings are only appended to (text, no parsing): a transaction of many statements costs the
 -- same per statement whatever it wrote before; the commit step merges repeated keys once.
--- The partition lock: advisory lock (1885823232 + queue_id, hashtext(key) & 1023), i.e. 1024 slots
--- per queue, so a 10,000-key insert takes at most 1024 locks and the lock table does not overflow.
-CREATE OR REPLACE FUNCTION outbox._note_written(p_queue_id integer, p_table oid, p_keys text[], p_mins bigint[],
-                                                p_maxs bigint[])
+CREATE OR REPLACE FUNCTION outbox._note_written(p_table oid, p_keys text[], p_mins bigint[], p_maxs bigint[])
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -25,13 +22,6 @@ DECLARE
 BEGIN
   -- Rows that become claimable do so at commit, where the commit step sends the NOTIFY.
   PERFORM pg_catalog.set_config('pgdrain.quiet_' || p_table, 'on', true);
-  IF pg_catalog.cardinality(p_keys) = 1 THEN
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + p_queue_id, pg_catalog.hashtext(p_keys[1]) & 1023);
-  ELSE
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + p_queue_id, s.slot)
-    FROM (SELECT DISTINCT pg_catalog.hashtext(k) & 1023 AS slot
-          FROM pg_catalog.unnest(p_keys) AS k ORDER BY 1) s;
-  END IF;
 
   -- Array literals are appended as text: '{a,b}' and '{c}' make '{a,b,c}'.
   IF v_keys IS NULL OR v_keys = '' THEN

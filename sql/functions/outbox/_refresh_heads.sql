@@ -3,11 +3,12 @@
 -- ends; creates missing heads. The caller must have written its own changes in an earlier
 -- statement, so they are visible here.
 -- A partition found empty loses its head, and a partition whose head search stepped over poisoned
--- rows gets its floor raised past them, but only under the partition's advisory lock (slot
--- hashtext(key) & 1023 of lock space 1885823232 + queue_id, see outbox._note_written) taken
--- exclusively (try, never wait) and after a second look with a newer snapshot: a producer in
--- flight holds that lock shared, so its uncommitted rows never lose their head. When the lock is
--- busy an empty head (head_id NULL) is parked for a second and looked at again by a later claim.
+-- rows gets its floor raised past them, but only with the head locked FOR UPDATE (skip, never
+-- wait) and after a second look with a newer snapshot: a producer committing rows of the
+-- partition holds its head FOR KEY SHARE until it commits (outbox._commit_partitions), so its
+-- rows never lose their head; one that finds the head locked by us leaves a wake note, applied by
+-- a later claim. When the head is busy an empty head (head_id NULL) is parked for a second and
+-- looked at again by a later claim.
 -- Only READ COMMITTED gives the second look a newer snapshot: under REPEATABLE READ or SERIALIZABLE
 -- every key counts as busy, so a head is never deleted nor a floor raised from an old snapshot.
 CREATE OR REPLACE FUNCTION outbox._refresh_heads(p_q outbox.queues, p_keys text[])
@@ -67,16 +68,23 @@ BEGIN
   END IF;
 
   IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+    -- A partition with no head row has nothing a producer relies on (one that makes its head
+    -- meanwhile waits for our insert, then leaves a wake note): it counts as locked.
     SELECT pg_catalog.array_agg(k) INTO v_locked
     FROM pg_catalog.unnest(v_tidy) AS k
-    WHERE pg_catalog.pg_try_advisory_xact_lock(1885823232 + p_q.queue_id, pg_catalog.hashtext(k) & 1023);
+    WHERE k IN (SELECT h.partition_key FROM outbox.partition_heads h
+                WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_tidy)
+                FOR UPDATE SKIP LOCKED)
+       OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads h
+                      WHERE h.queue_id = p_q.queue_id AND h.partition_key = k);
   END IF;
   SELECT pg_catalog.array_agg(k) INTO v_busy
   FROM pg_catalog.unnest(v_tidy) AS k
   WHERE k <> ALL (COALESCE(v_locked, '{}'));
 
-  -- Lock busy (a producer of the partition is in flight): point the head at what we found, the
-  -- floor stays; an empty head is parked for a second and looked at again by a later claim.
+  -- Head busy (a producer is committing rows of the partition, or another claim holds it): point
+  -- the head at what we found, the floor stays; an empty head is parked for a second and looked at
+  -- again by a later claim.
   IF v_busy IS NOT NULL THEN
     EXECUTE pg_catalog.format(
       'WITH next AS (%s)

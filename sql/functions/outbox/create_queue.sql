@@ -193,6 +193,7 @@ BEGIN
     DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_old.queue_id;
     DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_old.queue_id;
     DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_wakes w WHERE w.queue_id = v_old.queue_id;
   END IF;
 
   -- clock_base: every id the sequence gave out so far counts as committed for per-key commit order

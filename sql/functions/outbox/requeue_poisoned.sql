@@ -70,7 +70,7 @@ BEGIN
   IF v_keys IS NULL THEN
     RETURN 0;
   END IF;
-  PERFORM outbox._note_written(v_q.queue_id, v_q.table_oid, v_keys, v_mins, v_maxs);
+  PERFORM outbox._note_written(v_q.table_oid, v_keys, v_mins, v_maxs);
   -- The commit step notifies only for heads it creates or wakes; a requeue is an operator asking
   -- for delivery now, so say so whatever the heads were.
   PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);

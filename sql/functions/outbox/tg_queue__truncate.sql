@@ -1,7 +1,7 @@
 -- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
 -- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
 -- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
--- its clocks (they would make every later commit "late"), and forgets the keys this transaction
+-- its clocks (they would make every later commit "late") and wake notes, and forgets the keys this transaction
 -- noted for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
 -- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
 -- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
@@ -20,6 +20,8 @@ BEGIN
   WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
   DELETE FROM outbox.partition_clocks c USING outbox.queues q
   WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_wakes w USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
   -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
   -- reset the sequence here, so the base is then where it starts again).
   UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)

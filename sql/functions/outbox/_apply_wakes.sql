@@ -1,0 +1,65 @@
+-- Applies the wake notes producers left for a queue (outbox.partition_wakes, see
+-- outbox._commit_partitions): a committed row of the note's key whose head a claim held at the
+-- time. Each noted partition gets what the producer could not write itself: a head if it has
+-- none, an empty head pointed at the row and woken, a floor lowered to the row. Notes of a head
+-- that is still held stay for a later claim; a bounded number per call, oldest first.
+-- Returns the keys it applied, for the caller to refresh.
+CREATE OR REPLACE FUNCTION outbox._apply_wakes(p_q outbox.queues)
+RETURNS text[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_notes tid[];
+  v_keys text[];
+  v_lows bigint[];
+  v_done text[];
+BEGIN
+  SELECT pg_catalog.array_agg(w.ctid) INTO v_notes
+  FROM (SELECT x.ctid FROM outbox.partition_wakes x WHERE x.queue_id = p_q.queue_id
+        LIMIT 256 FOR UPDATE SKIP LOCKED) w;
+  IF v_notes IS NULL THEN
+    RETURN NULL;
+  END IF;
+  SELECT pg_catalog.array_agg(s.k ORDER BY s.k), pg_catalog.array_agg(s.lo ORDER BY s.k)
+    INTO v_keys, v_lows
+  FROM (SELECT w.partition_key AS k, pg_catalog.min(w.low_id) AS lo FROM outbox.partition_wakes w
+        WHERE w.ctid = ANY (v_notes) GROUP BY 1) s;
+
+  -- Heads we can lock now (or that do not exist: made here) take the note; the others wait.
+  WITH held AS (
+    SELECT h.partition_key FROM outbox.partition_heads h
+    WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_keys)
+    FOR NO KEY UPDATE SKIP LOCKED),
+  fixed AS (
+    UPDATE outbox.partition_heads h
+    SET head_id = COALESCE(h.head_id, u.lo),
+        parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
+        floor_id = LEAST(h.floor_id, u.lo)
+    FROM unnest(v_keys, v_lows) AS u(k, lo)
+    WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k AND u.k IN (SELECT held.partition_key FROM held)
+    RETURNING h.partition_key),
+  made AS (
+    INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+    SELECT p_q.queue_id, u.k, u.lo,
+           CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
+                THEN u.lo ELSE 0 END
+    FROM unnest(v_keys, v_lows) AS u(k, lo)
+    WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                      WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)
+    ORDER BY u.k
+    ON CONFLICT (queue_id, partition_key) DO NOTHING
+    RETURNING h.partition_key)
+  SELECT pg_catalog.array_agg(k) INTO v_done
+  FROM (SELECT fixed.partition_key AS k FROM fixed UNION ALL SELECT made.partition_key FROM made) d;
+
+  DELETE FROM outbox.partition_wakes w
+  WHERE w.ctid = ANY (v_notes) AND w.partition_key = ANY (v_done);
+  RETURN v_done;
+END;
+$$;
