@@ -48,6 +48,8 @@ commands:
   check QUEUE                     index set, autovacuum settings, NOTIFY and heads triggers, and
                                   pending rows no claim can reach (outbox.repair dry run; changes
                                   nothing) (exit 1 if any problem)
+  relay --config FILE [--check]   relay queues to webhooks, Kafka or NATS JetStream as FILE says
+                                  (docs/relay.md) until SIGTERM; --check only validates FILE
 
 flags (before or after the command):
   --dsn URL    PostgreSQL URL (default $DATABASE_URL; without either, the PG* environment
@@ -56,7 +58,8 @@ flags (before or after the command):
                "sqlstate"} on stderr
   --version    print pgdrain's version
 
-exit codes: 0 ok, 1 problems found, 2 usage error (an unknown queue too), 3 database error`
+exit codes: 0 ok, 1 problems found, 2 usage error (an unknown queue too), 3 database error
+(relay: 2 for a bad config file, 3 when it stops on an error)`
 
 const noCommand = "no command given"
 
@@ -74,9 +77,11 @@ var problemsFound = errors.New("problems found")
 
 // env is what every command gets: the connection and where to write.
 type env struct {
-	conn *pgx.Conn
-	out  io.Writer
-	json bool
+	conn   *pgx.Conn // nil for a command that connects itself (relay)
+	dsn    string    // --dsn or $DATABASE_URL ("" = the PG* environment)
+	out    io.Writer
+	errOut io.Writer
+	json   bool
 }
 
 // action is the body of a subcommand, run once the arguments are known to be good.
@@ -89,7 +94,9 @@ type command struct {
 	name    string
 	minArgs int
 	maxArgs int // -1: any number
-	bind    func(fs *flag.FlagSet) (validate func() error, run action)
+	// connects: the command makes its own connections (a pool), so Run does not open one.
+	connects bool
+	bind     func(fs *flag.FlagSet) (validate func() error, run action)
 }
 
 // noFlags is bind for a subcommand without flags of its own.
@@ -97,14 +104,14 @@ func noFlags(run action) func(*flag.FlagSet) (func() error, action) {
 	return func(*flag.FlagSet) (func() error, action) { return func() error { return nil }, run }
 }
 
-var commands = []command{queuesCommand, statsCommand, wedgedCommand, requeueCommand, purgeCommand, checkCommand}
+var commands = []command{queuesCommand, statsCommand, wedgedCommand, requeueCommand, purgeCommand, checkCommand, relayCommand}
 
 // Run runs the pgdrain command with args (without the program name), writing results to stdout
 // and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or
 // ExitDatabase). With --json anywhere in args an error is one JSON object on stderr (see
 // errorReport), with the same exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := run(ctx, args, stdout)
+	err := run(ctx, args, stdout, stderr)
 	if err == nil {
 		return ExitOK
 	}
@@ -185,7 +192,7 @@ func wantsJSON(args []string) bool {
 	return on
 }
 
-func run(ctx context.Context, args []string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dsn := os.Getenv("DATABASE_URL")
 	asJSON := false
 	common := func(fs *flag.FlagSet) {
@@ -235,13 +242,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := validate(); err != nil {
 		return err
 	}
+	e := env{dsn: dsn, out: stdout, errOut: stderr, json: asJSON}
+	if cmd.connects {
+		return act(ctx, e, positional)
+	}
 	// No --dsn and no DATABASE_URL: libpq's PG* variables and defaults, as psql does.
 	conn, err := connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return act(ctx, env{conn: conn, out: stdout, json: asJSON}, positional)
+	e.conn = conn
+	return act(ctx, e, positional)
 }
 
 // parseInterleaved parses flags that may come before, between or after the positional arguments
