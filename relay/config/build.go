@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/pgdrain/pgdrain/relay"
+	"github.com/pgdrain/pgdrain/relay/kafka"
 	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
@@ -35,6 +36,9 @@ func (s Sink) build(context.Context) (relay.Sink, string, error) {
 	case s.Webhook != nil:
 		sink, err := webhook.New(*s.Webhook)
 		return sink, "webhook", err
+	case s.Kafka != nil:
+		sink, err := kafka.New(*s.Kafka)
+		return sink, "kafka", err
 	}
 	return nil, "", errors.New("no sink") // validate makes this unreachable
 }

@@ -34,6 +34,11 @@ queues:
         url: https://hooks.example.com/orders
         secrets: ["${HOOK_SECRET}"]
         headers: {Authorization: "Bearer abc"}
+  - queue: public.shipments
+    concurrency: 16
+    batch_size: 16
+    sink:
+      kafka: {brokers: ["kafka-1:9092", "kafka-2:9092"], topic_field: topic}
   - queue: audit
     sink:
       webhook: {url: "http://127.0.0.1:8080/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw], body: payload}
@@ -49,14 +54,16 @@ func TestParse_AGoodFileBuildsItsRoutes(t *testing.T) {
 	require.Equal(t, []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, f.Queues[0].Sink.Webhook.Secrets)
 	routes, err := f.Routes(context.Background())
 	require.NoError(t, err)
-	require.Len(t, routes, 2)
+	require.Len(t, routes, 3)
 	require.Equal(t, "public.orders", routes[0].Queue)
 	require.Equal(t, "webhook", routes[0].SinkKind)
 	require.Equal(t, drainer.ClaimLock, routes[0].Drainer.ClaimMode)
 	require.Equal(t, 8, routes[0].Drainer.ApplyConcurrency)
 	require.Equal(t, 4, routes[0].BatchSize)
 	require.Equal(t, 2*time.Second, routes[0].Drainer.ApplyTimeout)
-	require.Equal(t, drainer.ClaimLease, routes[1].Drainer.ClaimMode)
+	require.Equal(t, "kafka", routes[1].SinkKind)
+	require.Equal(t, 16, routes[1].BatchSize)
+	require.Equal(t, drainer.ClaimLease, routes[2].Drainer.ClaimMode)
 	for _, r := range routes {
 		require.NoError(t, r.Validate())
 		require.NoError(t, r.Sink.Close())
@@ -90,7 +97,7 @@ queues:
 		`relay.yaml:11: queues[0].sink.webhook.url must be an absolute http:// or https:// URL, got "ftp://nowhere"`,
 		`relay.yaml:12: queues[0].sink.webhook.secrets[1] must start with "whsec_"`,
 		`relay.yaml:14: queues[1].lease must be longer than timeout (5s) plus LeaseMargin (1s), got 3s`,
-		`relay.yaml:15: queues[1].sink must name one sink: webhook`,
+		`relay.yaml:15: queues[1].sink must name one sink: webhook, kafka`,
 		`relay.yaml:13: queues[1].queue is already relayed by queues[0]: one entry per queue`,
 	}, strings.Split(err.Error(), "\n"))
 }
@@ -100,7 +107,7 @@ func TestParse_UnknownFieldsTypesAndEnvironment(t *testing.T) {
 	_, err := config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrenc: 4\n    sink:\n      webhok: {}\n"), env(nil))
 	require.EqualError(t, err, "r.yaml:3: queues[0].concurrenc is not a known field (known: batch_linger, batch_size, claim_mode, "+
 		"concurrency, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, sink, timeout)\n"+
-		"r.yaml:5: queues[0].sink.webhok is not a known field (known: webhook)")
+		"r.yaml:5: queues[0].sink.webhok is not a known field (known: kafka, webhook)")
 
 	_, err = config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrency: many\n    timeout: soon\n"), env(nil))
 	require.ErrorContains(t, err, "r.yaml:3: cannot unmarshal !!str `many` into int")
@@ -114,4 +121,19 @@ func TestParse_UnknownFieldsTypesAndEnvironment(t *testing.T) {
 
 	_, err = config.Parse("r.yaml", nil, env(nil))
 	require.EqualError(t, err, "r.yaml: the file is empty: it must list queues")
+}
+
+func TestParse_TwoSinksOrAKafkaProblem(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse("r.yaml", []byte(`queues:
+  - queue: q
+    sink:
+      webhook: {url: "http://x/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw]}
+      kafka:
+        brokers: [k:9092]
+        topic: orders
+        topic_field: topic
+`), env(nil))
+	require.EqualError(t, err, "r.yaml:3: queues[0].sink must name one sink, got webhook and kafka\n"+
+		"r.yaml:7: queues[0].sink.kafka.topic must be empty when TopicField is set: the topic comes from one place")
 }

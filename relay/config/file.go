@@ -3,6 +3,7 @@ package config
 import (
 	"time"
 
+	"github.com/pgdrain/pgdrain/relay/kafka"
 	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
@@ -62,4 +63,6 @@ type Queue struct {
 type Sink struct {
 	// Webhook POSTs each event, signed as Standard Webhooks describes (package relay/webhook).
 	Webhook *webhook.Config `yaml:"webhook"`
+	// Kafka produces each event as a record keyed by its partition key (package relay/kafka).
+	Kafka *kafka.Config `yaml:"kafka"`
 }

@@ -118,30 +118,31 @@ func (p *parser) lineOf(path []string) int {
 	n := p.doc
 	line := n.Line
 	for _, s := range path {
-		next := child(n, s)
+		next, at := child(n, s)
 		if next == nil {
 			break
 		}
-		n, line = next, next.Line
+		n, line = next, at
 	}
 	return line
 }
 
-// child returns the value under key s of a mapping, or element s of a sequence.
-func child(n *yaml.Node, s string) *yaml.Node {
+// child returns the value under key s of a mapping (and the line of its key), or element s of a
+// sequence (and its line).
+func child(n *yaml.Node, s string) (*yaml.Node, int) {
 	switch n.Kind {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			if n.Content[i].Value == s {
-				return n.Content[i+1]
+				return n.Content[i+1], n.Content[i].Line
 			}
 		}
 	case yaml.SequenceNode:
 		if i, err := strconv.Atoi(s); err == nil && i >= 0 && i < len(n.Content) {
-			return n.Content[i]
+			return n.Content[i], n.Content[i].Line
 		}
 	}
-	return nil
+	return nil, 0
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgdrain/pgdrain/drainer"
 	"github.com/pgdrain/pgdrain/relay"
+	"github.com/pgdrain/pgdrain/relay/kafka"
 	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
@@ -84,13 +85,16 @@ func (q Queue) validate(p *parser, path []string) {
 	kinds := q.Sink.kinds()
 	switch len(kinds) {
 	case 0:
-		p.at(sub("sink"), "must name one sink: webhook")
+		p.at(sub("sink"), "must name one sink: %s", strings.Join(sinkKinds, ", "))
 	case 1:
 	default:
 		p.at(sub("sink"), "must name one sink, got %s", strings.Join(kinds, " and "))
 	}
 	if c := q.Sink.Webhook; c != nil {
 		sinkErrors(p, sub("sink", "webhook"), reflect.TypeFor[webhook.Config](), c.Validate())
+	}
+	if c := q.Sink.Kafka; c != nil {
+		sinkErrors(p, sub("sink", "kafka"), reflect.TypeFor[kafka.Config](), c.Validate())
 	}
 }
 
@@ -113,11 +117,17 @@ func sinkErrors(p *parser, path []string, t reflect.Type, err error) {
 	}
 }
 
+// sinkKinds are the sinks a file can name.
+var sinkKinds = []string{"webhook", "kafka"}
+
 // kinds lists the sinks s names.
 func (s Sink) kinds() []string {
 	var out []string
 	if s.Webhook != nil {
 		out = append(out, "webhook")
+	}
+	if s.Kafka != nil {
+		out = append(out, "kafka")
 	}
 	return out
 }
