@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/pgdrain/pgdrain/relay"
+	"github.com/pgdrain/pgdrain/relay/jetstream"
 	"github.com/pgdrain/pgdrain/relay/kafka"
 	"github.com/pgdrain/pgdrain/relay/webhook"
 )
@@ -39,6 +40,9 @@ func (s Sink) build(context.Context) (relay.Sink, string, error) {
 	case s.Kafka != nil:
 		sink, err := kafka.New(*s.Kafka)
 		return sink, "kafka", err
+	case s.JetStream != nil:
+		sink, err := jetstream.New(*s.JetStream)
+		return sink, "jetstream", err
 	}
 	return nil, "", errors.New("no sink") // validate makes this unreachable
 }

@@ -39,6 +39,9 @@ queues:
     batch_size: 16
     sink:
       kafka: {brokers: ["kafka-1:9092", "kafka-2:9092"], topic_field: topic}
+  - queue: public.invoices
+    sink:
+      jetstream: {url: "nats://nats:4222", subject: invoices.events}
   - queue: audit
     sink:
       webhook: {url: "http://127.0.0.1:8080/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw], body: payload}
@@ -54,7 +57,7 @@ func TestParse_AGoodFileBuildsItsRoutes(t *testing.T) {
 	require.Equal(t, []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, f.Queues[0].Sink.Webhook.Secrets)
 	routes, err := f.Routes(context.Background())
 	require.NoError(t, err)
-	require.Len(t, routes, 3)
+	require.Len(t, routes, 4)
 	require.Equal(t, "public.orders", routes[0].Queue)
 	require.Equal(t, "webhook", routes[0].SinkKind)
 	require.Equal(t, drainer.ClaimLock, routes[0].Drainer.ClaimMode)
@@ -63,7 +66,8 @@ func TestParse_AGoodFileBuildsItsRoutes(t *testing.T) {
 	require.Equal(t, 2*time.Second, routes[0].Drainer.ApplyTimeout)
 	require.Equal(t, "kafka", routes[1].SinkKind)
 	require.Equal(t, 16, routes[1].BatchSize)
-	require.Equal(t, drainer.ClaimLease, routes[2].Drainer.ClaimMode)
+	require.Equal(t, "jetstream", routes[2].SinkKind)
+	require.Equal(t, drainer.ClaimLease, routes[3].Drainer.ClaimMode)
 	for _, r := range routes {
 		require.NoError(t, r.Validate())
 		require.NoError(t, r.Sink.Close())
@@ -97,7 +101,7 @@ queues:
 		`relay.yaml:11: queues[0].sink.webhook.url must be an absolute http:// or https:// URL, got "ftp://nowhere"`,
 		`relay.yaml:12: queues[0].sink.webhook.secrets[1] must start with "whsec_"`,
 		`relay.yaml:14: queues[1].lease must be longer than timeout (5s) plus LeaseMargin (1s), got 3s`,
-		`relay.yaml:15: queues[1].sink must name one sink: webhook, kafka`,
+		`relay.yaml:15: queues[1].sink must name one sink: webhook, kafka, jetstream`,
 		`relay.yaml:13: queues[1].queue is already relayed by queues[0]: one entry per queue`,
 	}, strings.Split(err.Error(), "\n"))
 }
@@ -107,7 +111,7 @@ func TestParse_UnknownFieldsTypesAndEnvironment(t *testing.T) {
 	_, err := config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrenc: 4\n    sink:\n      webhok: {}\n"), env(nil))
 	require.EqualError(t, err, "r.yaml:3: queues[0].concurrenc is not a known field (known: batch_linger, batch_size, claim_mode, "+
 		"concurrency, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, sink, timeout)\n"+
-		"r.yaml:5: queues[0].sink.webhok is not a known field (known: kafka, webhook)")
+		"r.yaml:5: queues[0].sink.webhok is not a known field (known: jetstream, kafka, webhook)")
 
 	_, err = config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrency: many\n    timeout: soon\n"), env(nil))
 	require.ErrorContains(t, err, "r.yaml:3: cannot unmarshal !!str `many` into int")

@@ -3,6 +3,7 @@ package config
 import (
 	"time"
 
+	"github.com/pgdrain/pgdrain/relay/jetstream"
 	"github.com/pgdrain/pgdrain/relay/kafka"
 	"github.com/pgdrain/pgdrain/relay/webhook"
 )
@@ -65,4 +66,7 @@ type Sink struct {
 	Webhook *webhook.Config `yaml:"webhook"`
 	// Kafka produces each event as a record keyed by its partition key (package relay/kafka).
 	Kafka *kafka.Config `yaml:"kafka"`
+	// JetStream publishes each event to NATS JetStream with Nats-Msg-Id = its identity (package
+	// relay/jetstream).
+	JetStream *jetstream.Config `yaml:"jetstream"`
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgdrain/pgdrain/drainer"
 	"github.com/pgdrain/pgdrain/relay"
+	"github.com/pgdrain/pgdrain/relay/jetstream"
 	"github.com/pgdrain/pgdrain/relay/kafka"
 	"github.com/pgdrain/pgdrain/relay/webhook"
 )
@@ -96,6 +97,9 @@ func (q Queue) validate(p *parser, path []string) {
 	if c := q.Sink.Kafka; c != nil {
 		sinkErrors(p, sub("sink", "kafka"), reflect.TypeFor[kafka.Config](), c.Validate())
 	}
+	if c := q.Sink.JetStream; c != nil {
+		sinkErrors(p, sub("sink", "jetstream"), reflect.TypeFor[jetstream.Config](), c.Validate())
+	}
 }
 
 // sinkErrors places each line of a sink's Validate error (each starting with a Go field name,
@@ -118,7 +122,7 @@ func sinkErrors(p *parser, path []string, t reflect.Type, err error) {
 }
 
 // sinkKinds are the sinks a file can name.
-var sinkKinds = []string{"webhook", "kafka"}
+var sinkKinds = []string{"webhook", "kafka", "jetstream"}
 
 // kinds lists the sinks s names.
 func (s Sink) kinds() []string {
@@ -128,6 +132,9 @@ func (s Sink) kinds() []string {
 	}
 	if s.Kafka != nil {
 		out = append(out, "kafka")
+	}
+	if s.JetStream != nil {
+		out = append(out, "jetstream")
 	}
 	return out
 }
