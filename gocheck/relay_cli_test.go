@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/cmd/pgdrain/cli"
+	"github.com/pgdrain/pgdrain/relay/config"
 	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
@@ -112,4 +113,29 @@ queues:
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, got, 10)
+}
+
+// Every relay config in docs/examples/relay is valid as it stands, and README.md quotes each
+// verbatim.
+func TestDocs_RelayConfigsAreValidAndQuoted(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	files, err := filepath.Glob("../docs/examples/relay/*.yaml")
+	require.NoError(t, err)
+	require.Len(t, files, 3)
+	lookup := func(name string) (string, bool) {
+		if strings.HasPrefix(name, "WEBHOOK_SECRET") {
+			return rlSecret, true
+		}
+		return "value-of-" + name, true
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		_, err = config.Parse(f, b, lookup)
+		require.NoError(t, err, "%s", f)
+		require.Contains(t, string(readme), "```yaml\n"+strings.TrimSpace(string(b))+"\n```",
+			"README.md must quote %s verbatim in a ```yaml block", f)
+	}
 }
