@@ -23,8 +23,8 @@ demo: ## the main job: 20k events, 3 drainers, a flaky webhook peer, a report
 bench: ## benchmark tables (fsync on) into bench/out/; flags: make bench BENCH_ARGS="-sections pipeline"
 	@$(WITH_PG) --fsync -- scripts/bench.sh $(BENCH_ARGS)
 
-soak: ## the chaos drain and the model-based test for 10 minutes each
-	@$(WITH_PG) -- env PGDRAIN_SOAK=10m $(GO) test ./gocheck -run 'TestChaos|TestModel' -count=1 -v -timeout 40m
+soak: ## the chaos drain, the relay chaos run and the model-based test for 10 minutes each
+	@$(WITH_PG) -- env PGDRAIN_SOAK=10m $(GO) test ./gocheck -run 'TestChaos|TestRelayChaos|TestModel' -count=1 -v -timeout 80m
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...

@@ -1,6 +1,7 @@
 // Command pgdrain is the operator's view of pgdrain queues: list them, read their gauges, find
 // wedged partitions, requeue poisoned rows, purge sent history and check a queue's setup and its
-// derived state; or serve all of it as an operator console in the browser (pgdrain web).
+// derived state; serve all of it as an operator console in the browser (pgdrain web); or deliver
+// queues to webhooks, Kafka or NATS JetStream (pgdrain relay, docs/relay.md).
 //
 //	pgdrain [--dsn URL] [--json] queues
 //	pgdrain [--dsn URL] [--json] stats QUEUE
@@ -9,6 +10,7 @@
 //	pgdrain [--dsn URL] [--json] purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000]
 //	pgdrain [--dsn URL] [--json] check QUEUE
 //	pgdrain [--dsn URL] [--json] web [--listen 127.0.0.1:8080] [--read-only] [--operator-dsn URL] ...
+//	pgdrain [--dsn URL] relay --config FILE [--check]
 //
 // Exit codes: 0 ok, 1 problems found (check found a problem, wedged found a wedged partition),
 // 2 usage error, 3 database error (including an unknown queue). See docs/cli.md.

@@ -52,6 +52,8 @@ commands:
       [--refresh 5s] [--wedged-after 1m]
                                   the operator console in the browser (docs/console.md); runs
                                   until interrupted
+  relay --config FILE [--check]   relay queues to webhooks, Kafka or NATS JetStream as FILE says
+                                  (docs/relay.md) until SIGTERM; --check only validates FILE
 
 flags (before or after the command):
   --dsn URL    PostgreSQL URL (default $DATABASE_URL; without either, the PG* environment
@@ -60,7 +62,8 @@ flags (before or after the command):
                "sqlstate"} on stderr
   --version    print pgdrain's version
 
-exit codes: 0 ok, 1 problems found, 2 usage error (an unknown queue too), 3 database error`
+exit codes: 0 ok, 1 problems found, 2 usage error (an unknown queue too), 3 database error
+(relay: 2 for a bad config file, 3 when it stops on an error)`
 
 const noCommand = "no command given"
 
@@ -79,8 +82,8 @@ var problemsFound = errors.New("problems found")
 // env is what every command gets: the connection and where to write. A command that opens its
 // own connections (ownsConnections) gets conn nil and the DSN instead.
 type env struct {
-	conn   *pgx.Conn
-	dsn    string
+	conn   *pgx.Conn // nil for a command that connects itself (relay)
+	dsn    string    // --dsn or $DATABASE_URL ("" = the PG* environment)
 	out    io.Writer
 	errOut io.Writer
 	json   bool
@@ -106,7 +109,7 @@ func noFlags(run action) func(*flag.FlagSet) (func() error, action) {
 	return func(*flag.FlagSet) (func() error, action) { return func() error { return nil }, run }
 }
 
-var commands = []command{queuesCommand, statsCommand, wedgedCommand, requeueCommand, purgeCommand, checkCommand, webCommand}
+var commands = []command{queuesCommand, statsCommand, wedgedCommand, requeueCommand, purgeCommand, checkCommand, webCommand, relayCommand}
 
 // Run runs the pgdrain command with args (without the program name), writing results to stdout
 // and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or

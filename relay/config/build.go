@@ -1,0 +1,59 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/pgdrain/pgdrain/relay"
+	"github.com/pgdrain/pgdrain/relay/jetstream"
+	"github.com/pgdrain/pgdrain/relay/kafka"
+	"github.com/pgdrain/pgdrain/relay/webhook"
+)
+
+// Routes builds each queue's sink and returns the relay's routes. A sink that cannot be built
+// (a broker that refuses the connection at start) is an error naming the queue; sinks already
+// built are closed.
+func (f *File) Routes(ctx context.Context) ([]relay.Route, error) {
+	var routes []relay.Route
+	for i, q := range f.Queues {
+		sink, kind, err := q.Sink.build(ctx)
+		if err != nil {
+			for _, r := range routes {
+				_ = r.Sink.Close()
+			}
+			return nil, fmt.Errorf("%s: queues[%d] (%s): building the %s sink: %w", f.name, i, q.Queue, kind, err)
+		}
+		mode, _ := q.claimMode() // validated
+		routes = append(routes, q.route(mode, sink, kind))
+	}
+	return routes, nil
+}
+
+func (s Sink) build(context.Context) (relay.Sink, string, error) {
+	switch {
+	case s.Webhook != nil:
+		sink, err := webhook.New(*s.Webhook)
+		return sink, "webhook", err
+	case s.Kafka != nil:
+		sink, err := kafka.New(*s.Kafka)
+		return sink, "kafka", err
+	case s.JetStream != nil:
+		sink, err := jetstream.New(*s.JetStream)
+		return sink, "jetstream", err
+	}
+	return nil, "", errors.New("no sink") // validate makes this unreachable
+}
+
+// Logger returns the logger the file asks for, writing to w.
+func (f *File) Logger(w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(f.Log.Level)) // validated; "" keeps info
+	opts := &slog.HandlerOptions{Level: level}
+	if f.Log.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

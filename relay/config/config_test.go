@@ -1,0 +1,143 @@
+package config_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/drainer"
+	"github.com/pgdrain/pgdrain/relay/config"
+)
+
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	}
+}
+
+const good = `# two queues
+dsn: ${RELAY_DSN}
+listen: ":9464"
+log: {level: debug, format: text}
+queues:
+  - queue: public.orders
+    claim_mode: lock
+    concurrency: ${WORKERS}
+    batch_size: 4
+    timeout: 2s
+    sink:
+      webhook:
+        url: https://hooks.example.com/orders
+        secrets: ["${HOOK_SECRET}"]
+        headers: {Authorization: "Bearer abc"}
+  - queue: public.shipments
+    concurrency: 16
+    batch_size: 16
+    sink:
+      kafka: {brokers: ["kafka-1:9092", "kafka-2:9092"], topic_field: topic}
+  - queue: public.invoices
+    sink:
+      jetstream: {url: "nats://nats:4222", subject: invoices.events}
+  - queue: audit
+    sink:
+      webhook: {url: "http://127.0.0.1:8080/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw], body: payload}
+`
+
+func TestParse_AGoodFileBuildsItsRoutes(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse("relay.yaml", []byte(good), env(map[string]string{
+		"RELAY_DSN": "postgres://relay@db/app", "WORKERS": "8", "HOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}))
+	require.NoError(t, err)
+	require.Equal(t, "postgres://relay@db/app", f.DSN)
+	require.Equal(t, 8, f.Queues[0].Concurrency, "a plain ${VAR} is typed after expansion")
+	require.Equal(t, []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, f.Queues[0].Sink.Webhook.Secrets)
+	routes, err := f.Routes(context.Background())
+	require.NoError(t, err)
+	require.Len(t, routes, 4)
+	require.Equal(t, "public.orders", routes[0].Queue)
+	require.Equal(t, "webhook", routes[0].SinkKind)
+	require.Equal(t, drainer.ClaimLock, routes[0].Drainer.ClaimMode)
+	require.Equal(t, 8, routes[0].Drainer.ApplyConcurrency)
+	require.Equal(t, 4, routes[0].BatchSize)
+	require.Equal(t, 2*time.Second, routes[0].Drainer.ApplyTimeout)
+	require.Equal(t, "kafka", routes[1].SinkKind)
+	require.Equal(t, 16, routes[1].BatchSize)
+	require.Equal(t, "jetstream", routes[2].SinkKind)
+	require.Equal(t, drainer.ClaimLease, routes[3].Drainer.ClaimMode)
+	for _, r := range routes {
+		require.NoError(t, r.Validate())
+		require.NoError(t, r.Sink.Close())
+	}
+}
+
+// Every problem at once, each with the file, the line and the field, in the file's own words.
+func TestParse_NamesTheLineAndFieldOfEveryProblem(t *testing.T) {
+	t.Parallel()
+	bad := `listen: ":9464"
+log: {level: loud}
+queues:
+  - queue: public.orders
+    claim_mode: lock
+    concurrency: 2
+    batch_size: 4
+    timeout: 5s
+    sink:
+      webhook:
+        url: ftp://nowhere
+        secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, nope]
+  - queue: public.ORDERS
+    lease: 3s
+    sink: {}
+`
+	_, err := config.Parse("relay.yaml", []byte(bad), env(nil))
+	require.Error(t, err)
+	require.Equal(t, []string{
+		`relay.yaml:2: log.level must be debug, info, warn or error, got "loud"`,
+		`relay.yaml:7: queues[0].batch_size must be between 1 and concurrency (2): a batch groups events applied at the same time, got 4`,
+		`relay.yaml:11: queues[0].sink.webhook.url must be an absolute http:// or https:// URL, got "ftp://nowhere"`,
+		`relay.yaml:12: queues[0].sink.webhook.secrets[1] must start with "whsec_"`,
+		`relay.yaml:14: queues[1].lease must be longer than timeout (5s) plus LeaseMargin (1s), got 3s`,
+		`relay.yaml:15: queues[1].sink must name one sink: webhook, kafka, jetstream`,
+		`relay.yaml:13: queues[1].queue is already relayed by queues[0]: one entry per queue`,
+	}, strings.Split(err.Error(), "\n"))
+}
+
+func TestParse_UnknownFieldsTypesAndEnvironment(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrenc: 4\n    sink:\n      webhok: {}\n"), env(nil))
+	require.EqualError(t, err, "r.yaml:3: queues[0].concurrenc is not a known field (known: batch_linger, batch_size, claim_mode, "+
+		"concurrency, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, sink, timeout)\n"+
+		"r.yaml:5: queues[0].sink.webhok is not a known field (known: jetstream, kafka, webhook)")
+
+	_, err = config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrency: many\n    timeout: soon\n"), env(nil))
+	require.ErrorContains(t, err, "r.yaml:3: cannot unmarshal !!str `many` into int")
+	require.ErrorContains(t, err, "r.yaml:4: cannot unmarshal !!str `soon` into time.Duration")
+
+	_, err = config.Parse("r.yaml", []byte("dsn: ${NOPE}\nqueues: []\n"), env(nil))
+	require.EqualError(t, err, "r.yaml:1: ${NOPE} is not set in the environment")
+
+	_, err = config.Parse("r.yaml", []byte("queues: [\n"), env(nil))
+	require.EqualError(t, err, "r.yaml:1: did not find expected node content")
+
+	_, err = config.Parse("r.yaml", nil, env(nil))
+	require.EqualError(t, err, "r.yaml: the file is empty: it must list queues")
+}
+
+func TestParse_TwoSinksOrAKafkaProblem(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse("r.yaml", []byte(`queues:
+  - queue: q
+    sink:
+      webhook: {url: "http://x/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw]}
+      kafka:
+        brokers: [k:9092]
+        topic: orders
+        topic_field: topic
+`), env(nil))
+	require.EqualError(t, err, "r.yaml:3: queues[0].sink must name one sink, got webhook and kafka\n"+
+		"r.yaml:7: queues[0].sink.kafka.topic must be empty when TopicField is set: the topic comes from one place")
+}

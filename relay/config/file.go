@@ -1,0 +1,72 @@
+package config
+
+import (
+	"time"
+
+	"github.com/pgdrain/pgdrain/relay/jetstream"
+	"github.com/pgdrain/pgdrain/relay/kafka"
+	"github.com/pgdrain/pgdrain/relay/webhook"
+)
+
+// File is a relay config file.
+type File struct {
+	// DSN is the PostgreSQL URL, for a login role that is a member of pgdrain_worker. Defaults to
+	// the command's --dsn, $DATABASE_URL or the PG* environment.
+	DSN string `yaml:"dsn"`
+	// Listen is the address of the HTTP endpoint serving /metrics and /healthz (":9464"). Empty
+	// turns it off.
+	Listen string `yaml:"listen"`
+	// Log configures the relay's log, written to standard error.
+	Log Log `yaml:"log"`
+	// Queues maps each queue to its sink. At least one.
+	Queues []Queue `yaml:"queues"`
+
+	name string // the file's name, for errors
+}
+
+// Log configures the log.
+type Log struct {
+	// Level is debug, info (the default), warn or error.
+	Level string `yaml:"level"`
+	// Format is json (the default) or text.
+	Format string `yaml:"format"`
+}
+
+// Queue relays one queue to one sink. A zero field takes the drainer's or the relay's default.
+type Queue struct {
+	// Queue is the queue table ("schema.table"), registered with outbox.create_queue. Required.
+	Queue string `yaml:"queue"`
+	// ClaimMode is lease (the default: safe for slow peers) or lock (faster for fast peers).
+	ClaimMode string `yaml:"claim_mode"`
+	// Concurrency is how many events are in flight at once (drainer.Config.ApplyConcurrency).
+	// Defaults to 1.
+	Concurrency int `yaml:"concurrency"`
+	// BatchSize is how many events one sink call gets at most (at most Concurrency). Defaults to 1.
+	BatchSize int `yaml:"batch_size"`
+	// BatchLinger is how long a batch that is not full waits for more events. Defaults to 5ms.
+	BatchLinger time.Duration `yaml:"batch_linger"`
+	// Timeout is each delivery's deadline (drainer.Config.ApplyTimeout). Defaults to 5s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Lease is how long a claimed event is this relay's (lease mode). Defaults to 2*Timeout + 1s.
+	Lease time.Duration `yaml:"lease"`
+	// LockTransactionTimeout bounds a lock-mode batch's transaction. Defaults to the minimum that
+	// gives every event its Timeout.
+	LockTransactionTimeout time.Duration `yaml:"lock_transaction_timeout"`
+	// PollFallback is how often the relay claims without a NOTIFY. Defaults to 30s.
+	PollFallback time.Duration `yaml:"poll_fallback"`
+	// RepairInterval is how often the repair pass runs (negative: off). Defaults to 1m.
+	RepairInterval time.Duration `yaml:"repair_interval"`
+	// Sink names exactly one sink.
+	Sink Sink `yaml:"sink"`
+}
+
+// Sink holds exactly one sink's settings.
+type Sink struct {
+	// Webhook POSTs each event, signed as Standard Webhooks describes (package relay/webhook).
+	Webhook *webhook.Config `yaml:"webhook"`
+	// Kafka produces each event as a record keyed by its partition key (package relay/kafka).
+	Kafka *kafka.Config `yaml:"kafka"`
+	// JetStream publishes each event to NATS JetStream with Nats-Msg-Id = its identity (package
+	// relay/jetstream).
+	JetStream *jetstream.Config `yaml:"jetstream"`
+}

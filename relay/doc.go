@@ -1,0 +1,15 @@
+// Package relay delivers outbox events to a Sink (a webhook, a Kafka topic, a NATS JetStream
+// stream, or your own) without an Applier of your own: it runs the drainer package for each
+// queue (either claim mode), groups the events in flight into batches, and records each event's
+// Result (sent, transient, permanent) through the outbox SQL functions.
+//
+// Every rule of the drainer holds: per-key order (a key's next event is claimed only once the
+// previous one is recorded, so a sink sees at most one event per key at a time and delivers a key's
+// events in commit order), fencing (a delivery never outlives its lease; a late result is refused),
+// backoff and poison. Delivery is at least once; every sink hands the peer Event.Identity
+// (EventIdentity) to dedupe on.
+//
+// The pgdrain command runs a Relay from a YAML file (pgdrain relay --config FILE, package
+// relay/config); a Go program builds Routes itself and calls New and Run. Relay.Handler serves
+// Prometheus metrics and a health endpoint.
+package relay

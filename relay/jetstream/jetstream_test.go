@@ -1,0 +1,161 @@
+package jetstream_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/relay"
+	"github.com/pgdrain/pgdrain/relay/jetstream"
+)
+
+// natsServer runs an embedded NATS server with JetStream and a stream EVENTS on events.>.
+func natsServer(t *testing.T, maxPayload int32) (*server.Server, njs.JetStream) {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		MaxPayload: maxPayload}
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second), "nats-server did not start")
+	t.Cleanup(s.Shutdown)
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := njs.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(context.Background(), njs.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"},
+		Duplicates: time.Hour})
+	require.NoError(t, err)
+	return s, js
+}
+
+func event(id int64, key, payload string) relay.Event {
+	return relay.Event{Queue: "public.orders", ID: id, Identity: relay.EventIdentity("public.orders", id), Type: "order.updated",
+		PartitionKey: key, CreatedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Payload: json.RawMessage(payload)}
+}
+
+func deliver(t *testing.T, s *jetstream.Sink, events ...relay.Event) []relay.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.Deliver(ctx, events)
+}
+
+// stored returns the stream's messages in stream order.
+func stored(t *testing.T, js njs.JetStream) []njs.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "EVENTS")
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	c, err := st.OrderedConsumer(ctx, njs.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	var out []njs.Msg
+	for uint64(len(out)) < info.State.Msgs {
+		m, err := c.Next(njs.FetchMaxWait(5 * time.Second))
+		require.NoError(t, err)
+		out = append(out, m)
+	}
+	return out
+}
+
+// Every event is stored once with its identity as Nats-Msg-Id, even when delivered twice (a
+// relay redelivers after a lost result): the stream's dedupe drops the second copy, and the
+// second delivery still counts as sent.
+func TestSink_PublishesWithTheIdentityAsMsgID(t *testing.T) {
+	t.Parallel()
+	srv, js := natsServer(t, 0)
+	s, err := jetstream.New(jetstream.Config{URL: srv.ClientURL(), Subject: "events.orders"})
+	require.NoError(t, err)
+	defer s.Close()
+	for seq := range 3 {
+		var batch []relay.Event
+		for k, key := range []string{"a", "b"} {
+			batch = append(batch, event(int64(seq*2+k+1), key, fmt.Sprintf(`{"key":%q,"seq":%d}`, key, seq)))
+		}
+		for _, r := range deliver(t, s, batch...) {
+			require.Equal(t, relay.SentResult(), r)
+		}
+	}
+	require.Equal(t, relay.SentResult(), deliver(t, s, event(1, "a", `{"key":"a","seq":0}`))[0], "a duplicate is acknowledged")
+	msgs := stored(t, js)
+	require.Len(t, msgs, 6, "the duplicate was dropped by the stream")
+	next := map[string]int{}
+	for _, m := range msgs {
+		var p struct {
+			Key string `json:"key"`
+			Seq int    `json:"seq"`
+		}
+		require.NoError(t, json.Unmarshal(m.Data(), &p))
+		require.Equal(t, next[p.Key], p.Seq, "key %s out of order", p.Key)
+		next[p.Key]++
+		require.True(t, strings.HasPrefix(m.Headers().Get("Nats-Msg-Id"), "public.orders:"))
+		require.Equal(t, "order.updated", m.Headers().Get("Event-Type"))
+		require.Equal(t, "/pgdrain/public.orders", m.Headers().Get("Event-Source"))
+		require.Equal(t, "2026-11-30T12:00:00Z", m.Headers().Get("Event-Time"))
+		require.Equal(t, "events.orders", m.Subject())
+	}
+}
+
+// SubjectField routes by payload; a missing field or a wildcard subject is permanent; a subject
+// no stream listens on is transient (an operator can add the stream); a message above the
+// server's max_payload is permanent.
+func TestSink_SubjectsAndFailures(t *testing.T) {
+	t.Parallel()
+	srv, js := natsServer(t, 2048)
+	s, err := jetstream.New(jetstream.Config{URL: srv.ClientURL(), SubjectField: "subject"})
+	require.NoError(t, err)
+	defer s.Close()
+	big := fmt.Sprintf(`{"subject":"events.big","blob":%q}`, strings.Repeat("x", 4096))
+	res := deliver(t, s,
+		event(1, "a", `{"subject":"events.eu"}`),
+		event(2, "b", `{"nope":1}`),
+		event(3, "c", `{"subject":"events.*"}`),
+		event(4, "d", `{"subject":"elsewhere.x"}`),
+		event(5, "e", big),
+	)
+	require.Equal(t, relay.Sent, res[0].Outcome, "%v", res[0].Err)
+	require.Equal(t, relay.Permanent, res[1].Outcome)
+	require.EqualError(t, res[1].Err, `the payload has no string field "subject" to take the subject from`)
+	require.Equal(t, relay.Permanent, res[2].Outcome)
+	require.Equal(t, relay.Transient, res[3].Outcome, "%v", res[3].Err)
+	require.Equal(t, relay.Permanent, res[4].Outcome, "%v", res[4].Err)
+	msgs := stored(t, js)
+	require.Len(t, msgs, 1)
+	require.Equal(t, "events.eu", msgs[0].Subject())
+}
+
+// A server that is not there yet does not fail New; the publish is transient.
+func TestSink_NoServerIsTransient(t *testing.T) {
+	t.Parallel()
+	s, err := jetstream.New(jetstream.Config{URL: "nats://127.0.0.1:1", Subject: "events.x"})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	r := s.Deliver(ctx, []relay.Event{event(1, "a", `{}`)})[0]
+	require.Equal(t, relay.Transient, r.Outcome, "%v", r.Err)
+}
+
+func TestConfig_Validate(t *testing.T) {
+	t.Parallel()
+	require.EqualError(t, jetstream.Config{}.Validate(), "URL must be set to the NATS server (nats://host:4222)\n"+
+		"Subject must be set, or SubjectField to take each event's subject from its payload")
+	require.EqualError(t, jetstream.Config{URL: "nats://x", Subject: "a..b"}.Validate(),
+		`Subject must be dot-separated non-empty tokens, got "a..b"`)
+	require.EqualError(t, jetstream.Config{URL: "nats://x", Subject: "a.>"}.Validate(),
+		`Subject must not hold a wildcard to publish to, got "a.>"`)
+	require.EqualError(t, jetstream.Config{URL: "nats://x", Subject: "a", SubjectField: "s"}.Validate(),
+		"Subject must be empty when SubjectField is set: the subject comes from one place")
+}

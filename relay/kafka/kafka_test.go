@@ -1,0 +1,172 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pgdrain/pgdrain/relay"
+	"github.com/pgdrain/pgdrain/relay/kafka"
+)
+
+// cluster is an in-process Kafka (franz-go's kfake, which speaks the real protocol) with topics
+// of 3 partitions.
+func cluster(t *testing.T, topics ...string) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topics...))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+func event(id int64, key, typ, payload string) relay.Event {
+	return relay.Event{Queue: "public.orders", ID: id, Identity: relay.EventIdentity("public.orders", id), Type: typ,
+		PartitionKey: key, CreatedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Payload: json.RawMessage(payload)}
+}
+
+func deliver(t *testing.T, s *kafka.Sink, events ...relay.Event) []relay.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.Deliver(ctx, events)
+}
+
+// consume reads n records of topic from the start.
+func consume(t *testing.T, c *kfake.Cluster, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "got %d of %d records", len(out), n)
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	require.Len(t, out, n)
+	return out
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// Each key's events, delivered one batch after another as the relay does, land on one partition
+// in order, keyed by the partition key, with CloudEvents headers carrying the identity.
+func TestSink_KeyIsThePartitionKeyAndOrderHolds(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, "orders")
+	s, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), Topic: "orders"})
+	require.NoError(t, err)
+	keys := []string{"alice", "bob", "carol", "dave"}
+	id := int64(0)
+	for seq := range 5 {
+		var batch []relay.Event
+		for _, k := range keys {
+			id++
+			batch = append(batch, event(id, k, "order.updated", fmt.Sprintf(`{"key":%q,"seq":%d}`, k, seq)))
+		}
+		for _, r := range deliver(t, s, batch...) {
+			require.Equal(t, relay.SentResult(), r)
+		}
+	}
+	require.NoError(t, s.Close())
+
+	partitionOf := map[string]int32{}
+	next := map[string]int{}
+	for _, r := range consume(t, c, "orders", 20) {
+		var p struct {
+			Key string `json:"key"`
+			Seq int    `json:"seq"`
+		}
+		require.NoError(t, json.Unmarshal(r.Value, &p))
+		require.Equal(t, p.Key, string(r.Key))
+		if part, seen := partitionOf[p.Key]; seen {
+			require.Equal(t, part, r.Partition, "key %s moved partitions", p.Key)
+		}
+		partitionOf[p.Key] = r.Partition
+		require.Equal(t, next[p.Key], p.Seq, "key %s out of order", p.Key)
+		next[p.Key]++
+		require.Equal(t, "1.0", header(r, "ce_specversion"))
+		require.True(t, strings.HasPrefix(header(r, "ce_id"), "public.orders:"))
+		require.Equal(t, "/pgdrain/public.orders", header(r, "ce_source"))
+		require.Equal(t, "order.updated", header(r, "ce_type"))
+		require.Equal(t, "2026-11-30T12:00:00Z", header(r, "ce_time"))
+	}
+	for _, k := range keys {
+		require.Equal(t, 5, next[k])
+	}
+}
+
+// TopicField routes each event by its payload; a payload without the field or with a name Kafka
+// forbids is permanent, and does not hold up the rest of the batch.
+func TestSink_TopicFromThePayload(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, "eu.orders", "us.orders")
+	s, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), TopicField: "region_topic"})
+	require.NoError(t, err)
+	defer s.Close()
+	res := deliver(t, s,
+		event(1, "a", "t", `{"region_topic":"eu.orders"}`),
+		event(2, "b", "t", `{"region_topic":"us.orders"}`),
+		event(3, "c", "t", `{"other":1}`),
+		event(4, "d", "t", `{"region_topic":"no spaces allowed"}`),
+		event(5, "e", "t", `[1,2]`),
+	)
+	require.Equal(t, relay.Sent, res[0].Outcome)
+	require.Equal(t, relay.Sent, res[1].Outcome)
+	require.Equal(t, relay.Permanent, res[2].Outcome)
+	require.EqualError(t, res[2].Err, `the payload has no string field "region_topic" to take the topic from`)
+	require.Equal(t, relay.Permanent, res[3].Outcome)
+	require.Equal(t, relay.Permanent, res[4].Outcome)
+	require.Equal(t, "public.orders:1", header(consume(t, c, "eu.orders", 1)[0], "ce_id"))
+	require.Equal(t, "public.orders:2", header(consume(t, c, "us.orders", 1)[0], "ce_id"))
+}
+
+// A record larger than a batch may be is permanent; a cluster that is not there is transient
+// (the delivery's deadline ends it).
+func TestSink_TooLargeIsPermanentNoBrokerIsTransient(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, "orders")
+	s, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), Topic: "orders",
+		Options: []kgo.Opt{kgo.ProducerBatchMaxBytes(1024)}})
+	require.NoError(t, err)
+	defer s.Close()
+	big := fmt.Sprintf(`{"blob":%q}`, strings.Repeat("x", 4096))
+	res := deliver(t, s, event(1, "a", "t", big), event(2, "b", "t", `{}`))
+	require.Equal(t, relay.Permanent, res[0].Outcome, "%v", res[0].Err)
+	require.Equal(t, relay.Sent, res[1].Outcome)
+
+	gone, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:1"}, Topic: "orders"})
+	require.NoError(t, err)
+	defer gone.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	r := gone.Deliver(ctx, []relay.Event{event(1, "a", "t", `{}`)})[0]
+	require.Equal(t, relay.Transient, r.Outcome, "%v", r.Err)
+}
+
+func TestConfig_Validate(t *testing.T) {
+	t.Parallel()
+	err := kafka.Config{Brokers: []string{""}, Topic: "a b", TopicField: "t"}.Validate()
+	require.EqualError(t, err, "Brokers[0] must be host:port, got \"\"\n"+
+		"Topic must be empty when TopicField is set: the topic comes from one place")
+	require.EqualError(t, kafka.Config{}.Validate(), "Brokers must list at least one seed broker (host:port)\n"+
+		"Topic must be set, or TopicField to take each event's topic from its payload")
+	require.ErrorContains(t, kafka.Config{Brokers: []string{"x:1"}, Topic: "a b"}.Validate(), `Topic must be a Kafka topic name`)
+}

@@ -1,0 +1,214 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgdrain/pgdrain/drainer"
+)
+
+// ErrAlreadyRunning is returned by Run when the Relay is already running.
+var ErrAlreadyRunning = errors.New("relay is already running")
+
+// Option configures a Relay in New.
+type Option func(*Relay)
+
+// WithLogger sets the logger of the relay and its drainers (default slog.Default()).
+func WithLogger(logger *slog.Logger) Option {
+	return func(r *Relay) {
+		if logger != nil {
+			r.logger = logger
+		}
+	}
+}
+
+// WithMetrics registers every drainer's metrics (drainer.WithMetrics) and the relay's own
+// (pgdrain_relay_deliveries_total{queue,sink,outcome}, pgdrain_relay_deliver_duration_seconds{queue,sink},
+// pgdrain_relay_retry_after_total{queue,sink}) with reg.
+func WithMetrics(reg prometheus.Registerer) Option {
+	return func(r *Relay) { r.registerer = reg }
+}
+
+// Relay runs one drainer per Route and hands every claimed event to the route's Sink. Run as many
+// replicas as you like: the queue's claims (leases or row locks) share the work and keep each
+// partition key's order, whatever the number of replicas.
+type Relay struct {
+	pool       *pgxpool.Pool
+	routes     []*route
+	logger     *slog.Logger
+	registerer prometheus.Registerer
+	running    atomic.Bool
+	stopping   atomic.Bool
+}
+
+// route is a Route at run time.
+type route struct {
+	Route
+	drainer *drainer.Drainer[json.RawMessage]
+	batcher *batcher
+	logger  *slog.Logger
+
+	mu    sync.Mutex
+	state string // "idle", "running", "stopped", "failed"
+	err   error
+}
+
+// New validates routes and builds their drainers; it does not touch the database (Run does).
+// Every problem of every route is reported, each line naming the route and the field.
+func New(pool *pgxpool.Pool, routes []Route, opts ...Option) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("pool must not be nil")
+	}
+	if len(routes) == 0 {
+		return nil, errors.New("routes must name at least one queue")
+	}
+	r := &Relay{pool: pool, logger: slog.Default()}
+	for _, o := range opts {
+		o(r)
+	}
+	var errs []error
+	seen := map[string]int{}
+	for i, rt := range routes {
+		for _, line := range splitLines(rt.Validate()) {
+			errs = append(errs, fmt.Errorf("routes[%d] (%s): %s", i, rt.Queue, line))
+		}
+		key := canonicalQueue(rt.Queue)
+		if j, dup := seen[key]; dup && rt.Queue != "" {
+			errs = append(errs, fmt.Errorf("routes[%d] (%s): Queue is already relayed by routes[%d]: one route per queue", i, rt.Queue, j))
+		}
+		seen[key] = i
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m := newMetrics()
+	if r.registerer != nil {
+		if err := m.register(r.registerer); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	for _, rt := range routes {
+		rt = rt.withDefaults()
+		x := &route{Route: rt, state: "idle", logger: r.logger.With("queue", rt.Queue, "sink", rt.SinkKind)}
+		x.batcher = newBatcher(rt.Sink, rt.BatchSize, rt.BatchLinger, m.observer(rt.Queue, rt.SinkKind))
+		dopts := []drainer.Option[json.RawMessage]{drainer.WithLogger[json.RawMessage](r.logger)}
+		if r.registerer != nil {
+			dopts = append(dopts, drainer.WithMetrics[json.RawMessage](r.registerer))
+		}
+		d, err := drainer.New(pool, rt.Drainer, decodeRaw, x.apply, dopts...)
+		if err != nil {
+			return nil, fmt.Errorf("queue %s: %w", rt.Queue, err)
+		}
+		x.drainer = d
+		r.routes = append(r.routes, x)
+	}
+	return r, nil
+}
+
+// decodeRaw keeps the payload as the jsonb text it is: the relay forwards it, it does not read it.
+func decodeRaw(payload []byte) (json.RawMessage, error) {
+	return bytes.Clone(payload), nil
+}
+
+// canonicalQueue is the queue name as the registry stores it, for duplicate detection.
+func canonicalQueue(q string) string {
+	q = strings.ToLower(q)
+	if !strings.Contains(q, ".") {
+		q = "public." + q
+	}
+	return q
+}
+
+// apply is the route's drainer.Applier: one event to the batcher, its Result to the drainer.
+func (x *route) apply(ctx context.Context, eventType string, payload json.RawMessage) error {
+	de, _ := drainer.EventFrom(ctx)
+	res := x.batcher.deliver(ctx, Event{
+		Queue:        de.Table,
+		ID:           de.ID,
+		Identity:     EventIdentity(de.Table, de.ID),
+		Type:         eventType,
+		PartitionKey: de.PartitionKey,
+		Attempts:     de.Attempts,
+		CreatedAt:    de.CreatedAt,
+		Payload:      payload,
+	})
+	switch res.Outcome {
+	case Sent:
+		return nil
+	case Permanent:
+		return drainer.Permanent(cmpErr(res.Err, "the sink refused the event for good"))
+	}
+	err := cmpErr(res.Err, "the sink failed transiently")
+	if res.RetryAfter > 0 {
+		// SQL hook: when the outbox can record a caller-chosen retry time for a leased row (fenced by
+		// its token, like apply_results), pass res.RetryAfter there. Until then the queue's
+		// backoff applies and the peer's wish is only reported.
+		err = fmt.Errorf("%w (the peer asked to retry after %s; retried with the queue's backoff)", err, res.RetryAfter)
+	}
+	return err
+}
+
+func cmpErr(err error, fallback string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(fallback)
+}
+
+// Run relays every route until ctx is cancelled, then shuts down gracefully: each drainer stops
+// claiming, gives back rows it has not started, lets deliveries in flight finish (up to its
+// ApplyTimeout) and records them; then every sink is closed (a producer flushes). A drainer that
+// fails (its queue is not registered, a registration mismatch) stops the whole relay: Run
+// returns its error, naming the queue, once the others have stopped the same way. Run returns
+// nil after a clean shutdown.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer r.running.Store(false)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(r.routes))
+	var wg sync.WaitGroup
+	for i, x := range r.routes {
+		wg.Go(func() {
+			x.setState("running", nil)
+			x.logger.InfoContext(ctx, "relaying", "mode", x.Drainer.ClaimMode.String())
+			if err := x.drainer.Run(ctx); err != nil {
+				x.setState("failed", err)
+				errs[i] = fmt.Errorf("queue %s: %w", x.Queue, err)
+				x.logger.ErrorContext(ctx, "relay of the queue failed; stopping the relay", "err", err)
+				r.stopping.Store(true)
+				cancel()
+				return
+			}
+			x.setState("stopped", nil)
+		})
+	}
+	<-ctx.Done()
+	r.stopping.Store(true)
+	wg.Wait()
+	for _, x := range r.routes {
+		x.batcher.close()
+		if err := x.Sink.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("queue %s: closing sink %s: %w", x.Queue, x.SinkKind, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (x *route) setState(state string, err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.state, x.err = state, err
+}

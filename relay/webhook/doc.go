@@ -1,0 +1,15 @@
+// Package webhook is a relay.Sink that POSTs each event to an HTTP endpoint, signed as the
+// Standard Webhooks specification describes (https://www.standardwebhooks.com): headers
+// webhook-id (the event's identity, to dedupe on), webhook-timestamp (Unix seconds) and
+// webhook-signature ("v1,<base64 HMAC-SHA256 of id.timestamp.body>", one per secret, separated by
+// spaces, so a secret can be rotated: sign with the old and the new one until every receiver has
+// the new one).
+//
+// A 2xx answer is sent. 408 and 429 are transient, as are 5xx, 3xx (a redirect is not followed:
+// the URL is wrong, and an operator can fix it without poisoning events), timeouts and
+// connection errors; every other 4xx is permanent. A Retry-After header (seconds or an HTTP date)
+// is reported as the Result's RetryAfter.
+//
+// Verify checks a request as a receiver should: a signature that matches one of its secrets and a
+// timestamp within a tolerance.
+package webhook

@@ -1,0 +1,158 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pgdrain/pgdrain/relay"
+)
+
+// errorBodyBytes is how much of a refusal's body goes into the row's last_error.
+const errorBodyBytes = 256
+
+// Sink POSTs events to one endpoint. It is safe for concurrent use.
+type Sink struct {
+	cfg    Config
+	client *http.Client
+	now    func() time.Time
+}
+
+var _ relay.Sink = (*Sink)(nil)
+
+// New returns a Sink for cfg, or every problem of cfg.
+func New(cfg Config) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Body == "" {
+		cfg.Body = BodyEnvelope
+	}
+	client := cfg.Client
+	if client == nil {
+		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	return &Sink{cfg: cfg, client: client, now: time.Now}, nil
+}
+
+// Deliver POSTs every event at once (they belong to different keys) and waits for all answers.
+func (s *Sink) Deliver(ctx context.Context, events []relay.Event) []relay.Result {
+	out := make([]relay.Result, len(events))
+	var wg sync.WaitGroup
+	for i, e := range events {
+		wg.Go(func() { out[i] = s.post(ctx, e) })
+	}
+	wg.Wait()
+	return out
+}
+
+// Close closes idle connections.
+func (s *Sink) Close() error {
+	s.client.CloseIdleConnections()
+	return nil
+}
+
+// envelope is the Standard Webhooks payload structure.
+type envelope struct {
+	Type      string          `json:"type"`
+	Timestamp time.Time       `json:"timestamp"`
+	Data      json.RawMessage `json:"data"`
+}
+
+func (s *Sink) body(e relay.Event) ([]byte, error) {
+	if s.cfg.Body == BodyPayload {
+		return e.Payload, nil
+	}
+	return json.Marshal(envelope{Type: e.Type, Timestamp: e.CreatedAt.UTC(), Data: e.Payload})
+}
+
+// post sends one event and classifies the answer.
+func (s *Sink) post(ctx context.Context, e relay.Event) relay.Result {
+	body, err := s.body(e)
+	if err != nil {
+		return relay.PermanentResult(fmt.Errorf("encoding the body: %w", err))
+	}
+	ts := s.now().Unix()
+	sig, err := Sign(s.cfg.Secrets, e.Identity, ts, body)
+	if err != nil {
+		return relay.PermanentResult(err) // Validate makes this unreachable
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return relay.PermanentResult(fmt.Errorf("building the request: %w", err))
+	}
+	for k, v := range s.cfg.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderID, e.Identity)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(HeaderSignature, sig)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		// Timeouts, refused and reset connections, TLS trouble: the peer may take it later.
+		return relay.TransientResult(fmt.Errorf("POST %s: %w", redact(s.cfg.URL), unwrapURLError(err)))
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
+	return classify(resp, snippet, s.now())
+}
+
+// classify maps an answer to a Result: 2xx sent; 408, 429, 3xx and 5xx transient (with the
+// Retry-After the peer sent); other 4xx permanent.
+func classify(resp *http.Response, snippet []byte, now time.Time) relay.Result {
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		return relay.SentResult()
+	}
+	err := fmt.Errorf("peer answered %s", resp.Status)
+	if text := strings.TrimSpace(string(snippet)); text != "" {
+		err = fmt.Errorf("%w: %s", err, text)
+	}
+	switch {
+	case code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests:
+		return relay.PermanentResult(err)
+	case code >= 300 && code < 400:
+		err = fmt.Errorf("%w (redirects are not followed: fix the URL)", err)
+	}
+	return relay.Result{Outcome: relay.Transient, Err: err, RetryAfter: RetryAfter(resp.Header.Get("Retry-After"), now)}
+}
+
+// RetryAfter parses a Retry-After value, delta seconds or an HTTP date, into a delay from now
+// (0 when absent, malformed, or in the past).
+func RetryAfter(value string, now time.Time) time.Duration {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(value, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(value); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// unwrapURLError drops *url.Error's "Post \"URL\": " prefix, which repeats the URL (and would
+// print a password in it).
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Err
+	}
+	return err
+}
