@@ -3,14 +3,16 @@ package drainer
 import (
 	"context"
 	"time"
+
+	"github.com/pgdrain/pgdrain/internal/pgerr"
 )
 
 const (
 	// minWakeDelay keeps a wake-up scheduled for "now" from turning into a busy loop.
 	minWakeDelay = 100 * time.Millisecond
 	// errorDelayMin and errorDelayMax bound the pause after a failed claim (database down).
-	errorDelayMin = 100 * time.Millisecond
-	errorDelayMax = 5 * time.Second
+	errorDelayMin = pgerr.BackoffMin
+	errorDelayMax = pgerr.BackoffMax
 	// recordTimeout bounds writing results (and releasing rows), which must happen even after
 	// Run's ctx ends.
 	recordTimeout = 10 * time.Second

@@ -1,4 +1,4 @@
-package drainer
+package pgerr
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 // TestUnavailable pins which errors mean "no writable database right now" (retried with backoff,
 // at start too) and which do not (returned at start, logged at Error while draining).
 func TestUnavailable(t *testing.T) {
+	t.Parallel()
 	// A real ConnectError: nothing listens on a port of 127.0.0.1 that was just closed.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,11 +52,12 @@ func TestUnavailable(t *testing.T) {
 		{"queue not registered 42P01", pg("42P01", "queue_info: queue public.x is not registered"), false},
 		{"a closed pool", errors.New("closed pool"), false},
 		{"cancelled", context.Canceled, false},
+		{"a call's bound ran out", fmt.Errorf("claiming batch: %w", context.DeadlineExceeded), true},
 		{"nil", nil, false},
 	}
 	for _, c := range cases {
-		if got := unavailable(c.err) != ""; got != c.want {
-			t.Errorf("%s: unavailable = %v (%q), want %v", c.name, got, unavailable(c.err), c.want)
+		if got := Unavailable(c.err) != ""; got != c.want {
+			t.Errorf("%s: Unavailable = %v (%q), want %v", c.name, got, Unavailable(c.err), c.want)
 		}
 	}
 }
