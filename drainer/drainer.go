@@ -244,7 +244,9 @@ func (d *Drainer[T]) subscribe(channel string, wake func()) *subscription {
 // logIndexFindings logs what outbox.check_indexes reports: a missing or extra (decoy) index
 // turns the claim into a scan of the backlog. A failed check is logged and does not stop Run.
 func (d *Drainer[T]) logIndexFindings(ctx context.Context) {
-	problems, err := queryIndexProblems(ctx, d.pool, d.table)
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.withDefaults().ClaimTimeout)
+	defer cancel()
+	problems, err := queryIndexProblems(cctx, d.pool, d.table)
 	if err != nil {
 		d.logger.WarnContext(ctx, "checking the queue's indexes failed; draining anyway", "err", err)
 		return
@@ -261,14 +263,20 @@ func (d *Drainer[T]) logIndexFindings(ctx context.Context) {
 // so is the last one when ctx ends first.
 func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 	delay := errorDelayMin
+	bound := d.cfg.withDefaults().ClaimTimeout
 	for {
 		var reg registration
-		err := d.pool.Ping(ctx)
+		// Each attempt is bounded (ClaimTimeout): a host that never answers is waited for, with
+		// backoff, instead of hanging the first attempt forever.
+		actx, cancel := context.WithTimeout(ctx, bound)
+		err := d.pool.Ping(actx)
 		if err != nil {
 			err = fmt.Errorf("pinging database: %w", err)
-		} else if reg, err = loadRegistration(ctx, d.pool, d.table); err == nil {
+		} else if reg, err = loadRegistration(actx, d.pool, d.table); err == nil {
+			cancel()
 			return reg, nil
 		}
+		cancel()
 		if ctx.Err() != nil || unavailable(err) == "" {
 			return registration{}, err
 		}

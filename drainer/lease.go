@@ -135,7 +135,9 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	start := time.Now()
 	deadline := start.Add(r.cfg.Lease - LeaseMargin)
-	jobs, err := queryClaimBatch(ctx, r.d.pool, r.reg.queue, n, r.cfg.Lease, deadline)
+	cctx, cancel := r.bounded(ctx)
+	jobs, err := queryClaimBatch(cctx, r.d.pool, r.reg.queue, n, r.cfg.Lease, deadline)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

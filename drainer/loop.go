@@ -28,6 +28,12 @@ type runner[T any] struct {
 	metrics *metrics        // this Run's handle on its queue's series
 }
 
+// bounded returns ctx bounded by ClaimTimeout, for one short database call: a connection that
+// stopped answering (a host gone without a reset) is abandoned after that long and pgx closes it.
+func (r *runner[T]) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.cfg.ClaimTimeout)
+}
+
 // signal asks the claimer to claim now (a NOTIFY arrived, LISTEN reconnected, results were
 // recorded, a repair fixed something). It never blocks.
 func (r *runner[T]) signal() {
@@ -90,7 +96,9 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 // claim order of an unpartitioned one).
 func (r *runner[T]) nextWake(ctx context.Context) time.Duration {
 	wait := r.cfg.PollFallback
-	due, err := queryNextDue(ctx, r.d.pool, r.reg.queue)
+	cctx, cancel := r.bounded(ctx)
+	due, err := queryNextDue(cctx, r.d.pool, r.reg.queue)
+	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return wait
