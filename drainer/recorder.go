@@ -8,7 +8,6 @@ import (
 	"github.com/pgdrain/pgdrain/internal/pgerr"
 )
 
-
 // resultFlushDelay is the longest a finished apply's result waits to be batched with others while
 // more applies are running: short, because on a partitioned queue a row's successor can be claimed
 // only once its result is recorded.
