@@ -190,11 +190,13 @@ type Config struct {
 	LockTransactionTimeout time.Duration
 	// ClaimTimeout bounds every short database call of the drainer, each on its own: a claim
 	// (outbox.claim_batch; in lock mode BEGIN and outbox.claim_locked), the next wake-up time
-	// (outbox.next_due), and at start the ping and the queue's registration (per attempt). A call
-	// that gets no answer in time, as from a host that vanished without a reset (the kernel would
-	// wait about 15 minutes), is abandoned: pgx closes its connection, the drainer retries with
-	// backoff (logging at Warn) and the pool dials again. Results and releases are bounded by 10s
-	// and lease extensions by the lease; the repair pass by 2 minutes. Keep it above the slowest
+	// (outbox.next_due), a lease-mode result flush (outbox.apply_results) and release, and at start
+	// the ping and the queue's registration (per attempt). A call that gets no answer in time, as
+	// from a host that vanished without a reset (the kernel would wait about 15 minutes), is
+	// abandoned: pgx closes its connection, the drainer retries with backoff (logging at Warn) and
+	// the pool dials again. Lease extensions are bounded by the lease, lock-mode settling by
+	// LockTransactionTimeout, the repair pass by 2 minutes. A dial the pool goes on with in the
+	// background is bounded by the DSN's connect_timeout (pgxpool: 2 minutes when unset). Keep it above the slowest
 	// claim you expect under load: a claim cut short is retried, its rows leased meanwhile wait for
 	// their leases. It must be positive and at most Lease (lease mode) or LockTransactionTimeout
 	// (lock mode). Defaults to 10s (DefaultClaimTimeout), or that bound when it is shorter.

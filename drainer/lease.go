@@ -325,7 +325,7 @@ func (r *runner[T]) release(ctx context.Context, jobs []*job) {
 	if len(jobs) == 0 {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	rctx, cancel := r.bounded(context.WithoutCancel(ctx))
 	defer cancel()
 	if err := queryRelease(rctx, r.d.pool, r.reg.queue, jobs); err != nil {
 		r.d.logger.WarnContext(ctx, "releasing unstarted rows failed; their leases will expire", "rows", len(jobs), "err", err)

@@ -13,8 +13,8 @@ const (
 	// errorDelayMin and errorDelayMax bound the pause after a failed claim (database down).
 	errorDelayMin = pgerr.BackoffMin
 	errorDelayMax = pgerr.BackoffMax
-	// recordTimeout bounds writing results (and releasing rows), which must happen even after
-	// Run's ctx ends.
+	// recordTimeout bounds how long the recorder keeps retrying results after Run's ctx ended
+	// (each attempt, like a release, is bounded by ClaimTimeout).
 	recordTimeout = 10 * time.Second
 )
 

@@ -233,7 +233,9 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded boo
 	for _, j := range jobs {
 		byID[j.event.ID] = j
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	// Bounded by ClaimTimeout (at most Lease): a flush stuck on a dead connection would otherwise
+	// outlive the leases of the results it carries and of those finishing meanwhile.
+	rctx, cancel := r.bounded(context.WithoutCancel(ctx))
 	defer cancel()
 	err = queryApplyResults(rctx, r.d.pool, r.reg.queue, jobs, func(id int64, applied bool) {
 		j := byID[id]
