@@ -169,8 +169,11 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 // the rest are left untouched by the COMMIT.
 //
 // While the database is unavailable (restarting, failing over, a standby not yet promoted:
-// connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006) Run waits and retries with backoff, at
-// start too, logging at Warn; see docs/failover.md. Other errors at start (authentication, a
+// connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006, a call past its deadline) Run waits and
+// retries with backoff, at start too, logging at Warn; see docs/failover.md. Every database call
+// has a deadline (ClaimTimeout for claims, next_due, result flushes and releases), so a dead
+// connection is abandoned; a lease-mode result flush that failed that way is retried while the
+// results' leases last. Other errors at start (authentication, a
 // missing queue) are returned. Database errors while draining are logged and retried. Every statement calls an outbox function
 // granted to pgdrain_worker, so that role is all the drainer's login role needs.
 func (d *Drainer[T]) Run(ctx context.Context) error {
