@@ -72,7 +72,10 @@ func Unavailable(err error) string {
 		return "no server accepted the connection (none reachable, or none writable under target_session_attrs)"
 	}
 	var netErr net.Error
-	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) {
+	// pgconn.ErrConnClosed: the socket went away under a statement (a COMMIT on a connection
+	// the server just closed, for one), which pgx does not mark safe to retry.
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) {
 		return "the connection was lost"
 	}
 	return ""

@@ -46,6 +46,7 @@ func TestUnavailable(t *testing.T) {
 		{"connection failure 08006", pg("08006", "connection failure"), true},
 		{"connection refused", refused, true},
 		{"unexpected EOF", fmt.Errorf("recording: %w", io.ErrUnexpectedEOF), true},
+		{"conn closed under a COMMIT", fmt.Errorf("committing batch: %w", pgconn.ErrConnClosed), true},
 		{"other 0A000", pg("0A000", "cannot use this feature"), false},
 		{"bad password 28P01", pg("28P01", "password authentication failed for user x"), false},
 		{"permission denied 42501", pg("42501", "permission denied for function claim_batch"), false},
