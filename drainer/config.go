@@ -37,6 +37,8 @@ const (
 	// MinRepairInterval is the shortest RepairInterval Validate accepts: each pass costs a walk
 	// over the queue's partitions.
 	MinRepairInterval = 100 * time.Millisecond
+	// DefaultClaimTimeout bounds each short database call of the drainer (see Config.ClaimTimeout).
+	DefaultClaimTimeout = 10 * time.Second
 	// MaxLease is the longest Lease (and LockTransactionTimeout) Validate accepts.
 	MaxLease = 24 * time.Hour
 	// LeaseMargin is kept between the end of an apply's deadline and the end of its lease, so
@@ -186,6 +188,19 @@ type Config struct {
 	// claimed again, delivered again), and Run warns at start when it is lower. Lock mode only.
 	// Defaults to that minimum (DefaultLockTransactionTimeout).
 	LockTransactionTimeout time.Duration
+	// ClaimTimeout bounds every short database call of the drainer, each on its own: a claim
+	// (outbox.claim_batch; in lock mode BEGIN and outbox.claim_locked), the next wake-up time
+	// (outbox.next_due), a lease-mode result flush (outbox.apply_results) and release, and at start
+	// the ping and the queue's registration (per attempt). A call that gets no answer in time, as
+	// from a host that vanished without a reset (the kernel would wait about 15 minutes), is
+	// abandoned: pgx closes its connection, the drainer retries with backoff (logging at Warn) and
+	// the pool dials again. Lease extensions are bounded by the lease, lock-mode settling by
+	// LockTransactionTimeout, the repair pass by 2 minutes. A dial the pool goes on with in the
+	// background is bounded by the DSN's connect_timeout (pgxpool: 2 minutes when unset). Keep it above the slowest
+	// claim you expect under load: a claim cut short is retried, its rows leased meanwhile wait for
+	// their leases. It must be positive and at most Lease (lease mode) or LockTransactionTimeout
+	// (lock mode). Defaults to 10s (DefaultClaimTimeout), or that bound when it is shorter.
+	ClaimTimeout time.Duration
 	// RepairInterval is how often the drainer runs outbox.repair, which finds pending rows that no
 	// claim can reach because derived state (partition heads, their floors and parks) disagrees
 	// with the queue table, and fixes it. Each fix is logged at Warn and counted in
@@ -235,6 +250,12 @@ func (c Config) withDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, DefaultLease(c.ApplyTimeout))
 	c.LockTransactionTimeout = cmp.Or(c.LockTransactionTimeout, c.lockTransactionFloor())
 	c.RepairInterval = cmp.Or(c.RepairInterval, DefaultRepairInterval)
+	if c.ClaimTimeout == 0 {
+		c.ClaimTimeout = DefaultClaimTimeout
+		if bound := c.claimTimeoutBound(); bound > 0 { // a bad bound is reported by its own field
+			c.ClaimTimeout = min(c.ClaimTimeout, bound)
+		}
+	}
 	return c
 }
 
@@ -245,6 +266,15 @@ func (c Config) claimSize() int {
 		return c.ApplyConcurrency
 	}
 	return c.BatchSize
+}
+
+// claimTimeoutBound is the longest ClaimTimeout: a lease-mode claim that outlasts Lease returns
+// rows that others may claim already; a lock-mode claim must fit in its transaction's bound.
+func (c Config) claimTimeoutBound() time.Duration {
+	if c.ClaimMode == ClaimLock {
+		return c.LockTransactionTimeout
+	}
+	return c.Lease
 }
 
 // lockWaves is how many applies one apply slot runs, at most, for one lock-mode batch.
@@ -312,6 +342,17 @@ func (c Config) Validate() error {
 		if c.LockTransactionTimeout > MaxLease {
 			bad("LockTransactionTimeout must be at most %s, got %s", MaxLease, c.LockTransactionTimeout)
 		}
+	}
+	switch bound, name := c.claimTimeoutBound(), "Lease"; {
+	case c.ClaimTimeout < 0:
+		bad("ClaimTimeout must be positive (or 0 for the default), got %s", c.ClaimTimeout)
+	case bound <= 0:
+		// Lease or LockTransactionTimeout is already reported.
+	case c.ClaimTimeout > bound:
+		if c.ClaimMode == ClaimLock {
+			name = "LockTransactionTimeout"
+		}
+		bad("ClaimTimeout must be at most %s (%s), got %s", name, bound, c.ClaimTimeout)
 	}
 	if c.RepairInterval > 0 && c.RepairInterval < MinRepairInterval {
 		bad("RepairInterval must be at least MinRepairInterval (%s), or negative to turn the repair pass off, got %s",

@@ -96,6 +96,17 @@
 // connection string, since pgx's default statement cache relies on prepared statements a
 // transaction pooler does not keep; docs/pgbouncer.md has the setup.
 //
+// # Failures of the database
+//
+// While the database is unavailable (a restart, a failover, a standby not yet promoted, a call that
+// got no answer within its deadline) the drainer retries with backoff, at start too, and logs at
+// Warn with the cause; other errors at start (authentication, permissions, an unregistered queue)
+// fail Run. Every database call has a deadline (Config.ClaimTimeout for claims, next_due, result
+// flushes and releases; the lease for extensions; LockTransactionTimeout for lock-mode settling), so
+// a connection to a host that vanished without a reset is abandoned and the pool dials again. A
+// lease-mode result flush that failed because the database was unavailable is retried while the
+// results' leases last. docs/failover.md has the details.
+//
 // Besides NOTIFY, a drainer polls every PollFallback; claims again when there is room after a
 // claim that found rows, and after recording results (a recorded head unblocks its partition's
 // successor, which no NOTIFY announces); and wakes when the earliest backoff or lease of the queue

@@ -169,8 +169,11 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 // the rest are left untouched by the COMMIT.
 //
 // While the database is unavailable (restarting, failing over, a standby not yet promoted:
-// connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006) Run waits and retries with backoff, at
-// start too, logging at Warn; see docs/failover.md. Other errors at start (authentication, a
+// connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006, a call past its deadline) Run waits and
+// retries with backoff, at start too, logging at Warn; see docs/failover.md. Every database call
+// has a deadline (ClaimTimeout for claims, next_due, result flushes and releases), so a dead
+// connection is abandoned; a lease-mode result flush that failed that way is retried while the
+// results' leases last. Other errors at start (authentication, a
 // missing queue) are returned. Database errors while draining are logged and retried. Every statement calls an outbox function
 // granted to pgdrain_worker, so that role is all the drainer's login role needs.
 func (d *Drainer[T]) Run(ctx context.Context) error {
@@ -244,7 +247,9 @@ func (d *Drainer[T]) subscribe(channel string, wake func()) *subscription {
 // logIndexFindings logs what outbox.check_indexes reports: a missing or extra (decoy) index
 // turns the claim into a scan of the backlog. A failed check is logged and does not stop Run.
 func (d *Drainer[T]) logIndexFindings(ctx context.Context) {
-	problems, err := queryIndexProblems(ctx, d.pool, d.table)
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.withDefaults().ClaimTimeout)
+	defer cancel()
+	problems, err := queryIndexProblems(cctx, d.pool, d.table)
 	if err != nil {
 		d.logger.WarnContext(ctx, "checking the queue's indexes failed; draining anyway", "err", err)
 		return
@@ -261,14 +266,20 @@ func (d *Drainer[T]) logIndexFindings(ctx context.Context) {
 // so is the last one when ctx ends first.
 func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 	delay := errorDelayMin
+	bound := d.cfg.withDefaults().ClaimTimeout
 	for {
 		var reg registration
-		err := d.pool.Ping(ctx)
+		// Each attempt is bounded (ClaimTimeout): a host that never answers is waited for, with
+		// backoff, instead of hanging the first attempt forever.
+		actx, cancel := context.WithTimeout(ctx, bound)
+		err := d.pool.Ping(actx)
 		if err != nil {
 			err = fmt.Errorf("pinging database: %w", err)
-		} else if reg, err = loadRegistration(ctx, d.pool, d.table); err == nil {
+		} else if reg, err = loadRegistration(actx, d.pool, d.table); err == nil {
+			cancel()
 			return reg, nil
 		}
+		cancel()
 		if ctx.Err() != nil || unavailable(err) == "" {
 			return registration{}, err
 		}

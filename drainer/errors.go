@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgdrain/pgdrain/internal/pgerr"
 )
 
 // Class says whether a failed apply may succeed if tried again.
@@ -184,46 +183,11 @@ func translate(doing string, err error) error {
 	return fmt.Errorf("%s: %w", doing, err)
 }
 
-// unavailable says why err means "no writable database right now" (a restart, a failover or
-// switchover, a DSN that reaches a standby), or returns "" for any other error. Those errors pass:
-// the drainer retries them with backoff (errorDelayMin doubling to errorDelayMax), also at start,
-// and logs them at Warn with this cause; authentication, permission and registration errors are not
-// among them, so Run still fails fast on a misconfiguration.
-func unavailable(err error) string {
-	if err == nil {
-		return ""
-	}
-	// A *pgconn.PgError is the server's word; check it first (a ConnectError may wrap one, such as
-	// 28P01 for a bad password, which is not a failover).
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case pgErr.Code == "57P01":
-			return "the server is shutting down (administrator command: a fast shutdown, a switchover, or pg_terminate_backend)"
-		case pgErr.Code == "57P02":
-			return "the server crashed (crash shutdown)"
-		case pgErr.Code == "57P03":
-			return "the server does not accept connections now (starting up, shutting down, or in recovery)"
-		case pgErr.Code == "25006", pgErr.Code == "0A000" && strings.Contains(pgErr.Message, "during recovery"):
-			// A standby reads the queue's registration but refuses every claim: 25006 for a write,
-			// 0A000 for the unlogged partition heads, which a standby cannot read.
-			return "the server is a read-only standby: the drainer needs the primary " +
-				"(retrying until this server is promoted; a DSN naming every host with target_session_attrs=read-write finds the primary)"
-		case strings.HasPrefix(pgErr.Code, "08"):
-			return "the connection failed"
-		}
-		return ""
-	}
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) {
-		return "no server accepted the connection (none reachable, or none writable under target_session_attrs)"
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) {
-		return "the connection was lost"
-	}
-	return ""
-}
+// unavailable says why err means "no writable database right now", or "" (internal/pgerr, shared
+// with the escalation engine): those errors are retried with backoff, also at start, and logged at
+// Warn with this cause; authentication, permission and registration errors are not among them, so
+// Run still fails fast on a misconfiguration.
+func unavailable(err error) string { return pgerr.Unavailable(err) }
 
 // logRetry logs a failed database call that the drainer retries after retryIn: at Warn with its
 // cause when the database is unavailable (see unavailable), otherwise at Error.

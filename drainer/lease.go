@@ -135,7 +135,9 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	start := time.Now()
 	deadline := start.Add(r.cfg.Lease - LeaseMargin)
-	jobs, err := queryClaimBatch(ctx, r.d.pool, r.reg.queue, n, r.cfg.Lease, deadline)
+	cctx, cancel := r.bounded(ctx)
+	jobs, err := queryClaimBatch(cctx, r.d.pool, r.reg.queue, n, r.cfg.Lease, deadline)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +325,7 @@ func (r *runner[T]) release(ctx context.Context, jobs []*job) {
 	if len(jobs) == 0 {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	rctx, cancel := r.bounded(context.WithoutCancel(ctx))
 	defer cancel()
 	if err := queryRelease(rctx, r.d.pool, r.reg.queue, jobs); err != nil {
 		r.d.logger.WarnContext(ctx, "releasing unstarted rows failed; their leases will expire", "rows", len(jobs), "err", err)

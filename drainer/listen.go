@@ -21,6 +21,13 @@ const (
 	listenRetryMax = 5 * time.Second
 	// listenCloseTimeout bounds closing the LISTEN connection.
 	listenCloseTimeout = time.Second
+	// listenCallTimeout bounds each statement of the LISTEN connection (and acquiring it): a
+	// connection to a host that vanished without a reset is abandoned, not waited on.
+	listenCallTimeout = 10 * time.Second
+	// listenIdleCheck is how long the LISTEN connection may stay silent before it is checked with a
+	// bounded round trip: a wait for notifications sends nothing, so on a dead peer it would last
+	// until TCP keepalive gives up (minutes) while the drainers only poll.
+	listenIdleCheck = 30 * time.Second
 )
 
 // The drainers of a process that share a pool share one LISTEN connection: a listener, kept in
@@ -181,7 +188,9 @@ func (l *listener) run(ctx context.Context) {
 // session acquires a connection from the pool, hijacks it, LISTENs and forwards notifications
 // until the connection fails or ctx ends.
 func (l *listener) session(ctx context.Context) (connected bool, err error) {
-	pc, err := l.pool.Acquire(ctx)
+	actx, cancel := context.WithTimeout(ctx, listenCallTimeout)
+	pc, err := l.pool.Acquire(actx)
+	cancel()
 	if err != nil {
 		return false, fmt.Errorf("acquiring a connection: %w", err)
 	}
@@ -195,6 +204,7 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	silentSince := time.Now()
 	listening := map[string]bool{}
 	fresh := true
 	for {
@@ -221,7 +231,9 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 			l.mu.Unlock()
 			continue
 		}
-		wctx, interrupt := context.WithCancel(ctx)
+		// The wait ends at a NOTIFY, when the channel set changes (interrupt), or after
+		// listenIdleCheck of silence, when a bounded round trip checks that the server still answers.
+		wctx, interrupt := context.WithDeadline(ctx, silentSince.Add(listenIdleCheck))
 		l.interrupt = interrupt
 		l.mu.Unlock()
 		n, err := conn.WaitForNotification(wctx)
@@ -229,12 +241,19 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 		l.interrupt = nil
 		l.mu.Unlock()
 		interrupted := wctx.Err() != nil
+		checkDue := errors.Is(wctx.Err(), context.DeadlineExceeded)
 		interrupt()
 		switch {
 		case err == nil:
 			l.notify(n.Channel)
+			silentSince = time.Now()
 		case ctx.Err() != nil:
 			return true, ctx.Err()
+		case checkDue && !conn.IsClosed():
+			if err := l.ping(ctx, conn); err != nil {
+				return true, err
+			}
+			silentSince = time.Now()
 		case interrupted && !conn.IsClosed():
 			// The channel set changed: LISTEN/UNLISTEN at the top of the loop.
 		default:
@@ -249,6 +268,8 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 // pool after it, so no NOTIFY reaches this connection. Simple protocol: a pooler in transaction
 // mode keeps no prepared statement (and this is the first statement of a fresh connection).
 func (l *listener) backendPID(ctx context.Context, conn *pgx.Conn) (uint32, error) {
+	ctx, cancel := context.WithTimeout(ctx, listenCallTimeout)
+	defer cancel()
 	var pid uint32
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
 		return 0, fmt.Errorf("reading the backend pid: %w", err)
@@ -261,6 +282,16 @@ func (l *listener) backendPID(ctx context.Context, conn *pgx.Conn) (uint32, erro
 			"connect_pid", conn.PgConn().PID(), "backend_pid", pid)
 	}
 	return pid, nil
+}
+
+// ping checks, within listenCallTimeout, that the server still answers on conn.
+func (l *listener) ping(ctx context.Context, conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(ctx, listenCallTimeout)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("checking the silent LISTEN connection: %w", err)
+	}
+	return nil
 }
 
 // syncChannels LISTENs on the channels in want that are not in listening and UNLISTENs the others,
@@ -280,6 +311,8 @@ func syncChannels(ctx context.Context, conn *pgx.Conn, listening map[string]bool
 	if len(stmts) == 0 {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, listenCallTimeout)
+	defer cancel()
 	if _, err := conn.Exec(ctx, strings.Join(stmts, "; ")); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return err

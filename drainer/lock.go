@@ -21,7 +21,10 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	start := time.Now()
 	txEnd := start.Add(r.cfg.LockTransactionTimeout)
 	settleBy := txEnd.Add(-LeaseMargin)
-	tx, err := r.d.pool.Begin(ctx)
+	// BEGIN and the claim share one ClaimTimeout: a dead connection is abandoned, not waited for.
+	cctx, cancelClaim := r.bounded(ctx)
+	defer cancelClaim()
+	tx, err := r.d.pool.Begin(cctx)
 	if err != nil {
 		return 0, translate("claiming batch", err)
 	}
@@ -30,7 +33,8 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 		defer cancel()
 		_ = tx.Rollback(rctx) // no-op after Commit
 	}()
-	jobs, err := queryClaimLocked(ctx, tx, r.reg.queue, r.cfg.claimSize())
+	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, r.cfg.claimSize())
+	cancelClaim()
 	if err != nil {
 		return 0, err
 	}
@@ -160,7 +164,9 @@ func (r *runner[T]) warnIdleInTransactionTimeout(ctx context.Context) {
 	if r.cfg.ClaimMode != ClaimLock {
 		return
 	}
-	idle, err := queryIdleInTransactionTimeout(ctx, r.d.pool)
+	cctx, cancel := r.bounded(ctx)
+	defer cancel()
+	idle, err := queryIdleInTransactionTimeout(cctx, r.d.pool)
 	if err != nil {
 		r.d.logger.DebugContext(ctx, "reading idle_in_transaction_session_timeout", "err", err)
 		return

@@ -3,16 +3,18 @@ package drainer
 import (
 	"context"
 	"time"
+
+	"github.com/pgdrain/pgdrain/internal/pgerr"
 )
 
 const (
 	// minWakeDelay keeps a wake-up scheduled for "now" from turning into a busy loop.
 	minWakeDelay = 100 * time.Millisecond
 	// errorDelayMin and errorDelayMax bound the pause after a failed claim (database down).
-	errorDelayMin = 100 * time.Millisecond
-	errorDelayMax = 5 * time.Second
-	// recordTimeout bounds writing results (and releasing rows), which must happen even after
-	// Run's ctx ends.
+	errorDelayMin = pgerr.BackoffMin
+	errorDelayMax = pgerr.BackoffMax
+	// recordTimeout bounds how long the recorder keeps retrying results after Run's ctx ended
+	// (each attempt, like a release, is bounded by ClaimTimeout).
 	recordTimeout = 10 * time.Second
 )
 
@@ -24,6 +26,12 @@ type runner[T any] struct {
 	wake    chan struct{}
 	runCtx  context.Context // Run's ctx
 	metrics *metrics        // this Run's handle on its queue's series
+}
+
+// bounded returns ctx bounded by ClaimTimeout, for one short database call: a connection that
+// stopped answering (a host gone without a reset) is abandoned after that long and pgx closes it.
+func (r *runner[T]) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.cfg.ClaimTimeout)
 }
 
 // signal asks the claimer to claim now (a NOTIFY arrived, LISTEN reconnected, results were
@@ -88,7 +96,9 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 // claim order of an unpartitioned one).
 func (r *runner[T]) nextWake(ctx context.Context) time.Duration {
 	wait := r.cfg.PollFallback
-	due, err := queryNextDue(ctx, r.d.pool, r.reg.queue)
+	cctx, cancel := r.bounded(ctx)
+	due, err := queryNextDue(cctx, r.d.pool, r.reg.queue)
+	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return wait

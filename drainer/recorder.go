@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/pgdrain/pgdrain/internal/pgerr"
 )
 
 // resultFlushDelay is the longest a finished apply's result waits to be batched with others while
@@ -19,6 +21,12 @@ const resultFlushDelay = 10 * time.Millisecond
 // closing. After a flush that recorded something it wakes the claimer: a recorded head unblocks
 // its partition's successor and a transient result sets a backoff to wake up for, which no NOTIFY
 // announces.
+//
+// A flush that fails because the database is unavailable (a restart, a failover, a killed
+// connection: see unavailable) is retried with backoff, together with whatever finished meanwhile,
+// for as long as a result still has time before its deadline (its lease end minus LeaseMargin);
+// results whose deadline passed are dropped (their rows are delivered again after their leases).
+// Any other failure drops the flush's results at once: retrying would not help.
 type recorder[T any] struct {
 	r    *runner[T]
 	busy func() bool // an apply is running or waiting
@@ -30,6 +38,8 @@ type recorder[T any] struct {
 	index   map[int64]int // position in pending by id
 	since   time.Time     // when the oldest pending result arrived
 	closed  bool
+	closeBy time.Time // closed: retries stop by then (shutdown stays bounded)
+	retryAt time.Time // a failed flush is retried then (zero: no retry pending)
 }
 
 func newRecorder[T any](r *runner[T], busy func() bool) *recorder[T] {
@@ -76,6 +86,7 @@ func (rec *recorder[T]) nudge() {
 func (rec *recorder[T]) close() {
 	rec.mu.Lock()
 	rec.closed = true
+	rec.closeBy = time.Now().Add(recordTimeout)
 	rec.mu.Unlock()
 	rec.nudge()
 	<-rec.done
@@ -86,12 +97,20 @@ func (rec *recorder[T]) run(ctx context.Context) {
 	defer close(rec.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	retryDelay := time.Duration(0)
 	for {
 		jobs, wait, closed := rec.due()
 		if len(jobs) > 0 {
-			if rec.r.recordLeased(ctx, jobs) {
+			recorded, err := rec.r.recordLeased(ctx, jobs)
+			if recorded {
 				rec.r.signal()
 			}
+			if err == nil {
+				retryDelay = 0
+				continue
+			}
+			retryDelay = pgerr.Next(retryDelay)
+			rec.retry(ctx, jobs, err, retryDelay)
 			continue
 		}
 		if closed {
@@ -114,7 +133,7 @@ func (rec *recorder[T]) run(ctx context.Context) {
 // (0: only a new result can make one due).
 func (rec *recorder[T]) due() (jobs []*job, wait time.Duration, closed bool) {
 	rec.mu.Lock()
-	n, since, closed := len(rec.pending), rec.since, rec.closed
+	n, since, closed, retryAt := len(rec.pending), rec.since, rec.closed, rec.retryAt
 	var earliest time.Time
 	for _, j := range rec.pending {
 		if earliest.IsZero() || j.deadline.Before(earliest) {
@@ -124,6 +143,18 @@ func (rec *recorder[T]) due() (jobs []*job, wait time.Duration, closed bool) {
 	rec.mu.Unlock()
 	if n == 0 {
 		return nil, 0, closed
+	}
+	if !retryAt.IsZero() {
+		// A failed flush waits for its backoff, then goes at once with everything pending.
+		if wait = time.Until(retryAt); wait > 0 {
+			return nil, wait, false
+		}
+		rec.mu.Lock()
+		jobs, rec.pending = rec.pending, nil
+		clear(rec.index)
+		rec.retryAt = time.Time{}
+		rec.mu.Unlock()
+		return jobs, 0, closed
 	}
 	flushAt := since.Add(resultFlushDelay)
 	if !earliest.IsZero() && earliest.Before(flushAt) {
@@ -139,18 +170,74 @@ func (rec *recorder[T]) due() (jobs []*job, wait time.Duration, closed bool) {
 	return jobs, 0, closed
 }
 
+// retry puts back the results of a failed flush that may still be recorded in time, and schedules
+// the next flush after delay (sooner if the earliest of their deadlines comes first). The database
+// being unavailable, a result keeps its chance while its deadline is ahead (and, once the recorder
+// is closing, until closeBy); the others, and all of them after any other error, are dropped and
+// logged: their rows are claimed again when their leases end.
+func (rec *recorder[T]) retry(ctx context.Context, jobs []*job, err error, delay time.Duration) {
+	logger := rec.r.d.logger
+	cause := unavailable(err)
+	now := time.Now()
+	var kept, dropped int
+	var earliest time.Time
+	rec.mu.Lock()
+	for _, j := range jobs {
+		if cause == "" || !now.Before(j.deadline) || rec.closed && !now.Before(rec.closeBy) {
+			dropped++
+			continue
+		}
+		if i, ok := rec.index[j.event.ID]; ok { // claimed again and finished meanwhile: the later claim counts
+			if j.deadline.After(rec.pending[i].deadline) {
+				rec.pending[i] = j
+			}
+			continue
+		}
+		if len(rec.pending) == 0 {
+			rec.since = now
+		}
+		rec.index[j.event.ID] = len(rec.pending)
+		rec.pending = append(rec.pending, j)
+		kept++
+	}
+	for _, j := range rec.pending {
+		if earliest.IsZero() || j.deadline.Before(earliest) {
+			earliest = j.deadline
+		}
+	}
+	if len(rec.pending) > 0 {
+		rec.retryAt = now.Add(delay)
+		if !earliest.IsZero() && earliest.Before(rec.retryAt) {
+			rec.retryAt = earliest
+		}
+	}
+	rec.mu.Unlock()
+	const dropMsg = "recording results failed; the rows will be claimed again when their leases end"
+	switch {
+	case cause == "":
+		logger.ErrorContext(ctx, dropMsg, "rows", len(jobs), "err", err)
+	case kept > 0:
+		logger.WarnContext(ctx, "recording results failed (database unavailable); retrying while their leases last",
+			"rows", kept, "dropped", dropped, "err", err, "cause", cause, "retry_in", delay)
+	default:
+		logger.WarnContext(ctx, dropMsg+" (database unavailable, no lease left to retry in)", "rows", dropped, "err", err, "cause", cause)
+	}
+}
+
 // recordLeased writes the results of jobs in one apply_results round trip and reports whether any
 // counted. A row reported applied = false was no longer ours (its lease ran out and someone else
-// took it): it is counted, never retried from here. A failed round trip is logged: the rows are
-// claimed again when their leases end.
-func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded bool) {
+// took it): it is counted, never retried from here. A failed round trip returns its error (the
+// recorder retries or drops it, see retry).
+func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded bool, err error) {
 	byID := make(map[int64]*job, len(jobs))
 	for _, j := range jobs {
 		byID[j.event.ID] = j
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	// Bounded by ClaimTimeout (at most Lease): a flush stuck on a dead connection would otherwise
+	// outlive the leases of the results it carries and of those finishing meanwhile.
+	rctx, cancel := r.bounded(context.WithoutCancel(ctx))
 	defer cancel()
-	err := queryApplyResults(rctx, r.d.pool, r.reg.queue, jobs, func(id int64, applied bool) {
+	err = queryApplyResults(rctx, r.d.pool, r.reg.queue, jobs, func(id int64, applied bool) {
 		j := byID[id]
 		if applied {
 			recorded = true
@@ -161,13 +248,5 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded boo
 		r.d.logger.DebugContext(ctx, "result refused: lease lost (the row was claimed again)",
 			"id", id, "outcome", j.disposition.String())
 	})
-	if err != nil {
-		const msg = "recording results failed; the rows will be claimed again when their leases end"
-		if cause := unavailable(err); cause != "" {
-			r.d.logger.WarnContext(ctx, msg+" (database unavailable)", "rows", len(jobs), "err", err, "cause", cause)
-		} else {
-			r.d.logger.ErrorContext(ctx, msg, "rows", len(jobs), "err", err)
-		}
-	}
-	return recorded
+	return recorded, err
 }

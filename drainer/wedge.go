@@ -36,7 +36,9 @@ func (r *runner[T]) watchWedges(ctx context.Context) {
 // reportWedges asks outbox.wedged_partitions for the wedgeReportLimit oldest stuck partitions,
 // logs each as a warning and hands them to the observer.
 func (r *runner[T]) reportWedges(ctx context.Context) {
-	wedged, err := queryWedgedPartitions(ctx, r.d.pool, r.reg.queue, r.cfg.WedgeWarnAfter, wedgeReportLimit)
+	cctx, cancel := r.bounded(ctx)
+	wedged, err := queryWedgedPartitions(cctx, r.d.pool, r.reg.queue, r.cfg.WedgeWarnAfter, wedgeReportLimit)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			r.d.logger.WarnContext(ctx, "reading wedged partitions", "err", err)

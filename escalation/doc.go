@@ -24,6 +24,12 @@
 // after that gets it. An engine stopped through its context releases the steps it has not applied
 // yet (alr.release_step), so they are taken again at once.
 //
+// Every SQL call is bounded by Config.DBTimeout, so a connection to a host that vanished without
+// a reset is abandoned and the pool dials again. An unavailable database (a restart, a failover:
+// the same errors the drainer waits for, internal/pgerr) is waited for with backoff, at start and
+// while running, and logged at Warn with its cause; a misconfiguration (authentication,
+// permissions) fails Run at once. See docs/failover.md.
+//
 // The engine needs only the pgdrain_worker role: every statement it sends (queries.go) calls an alr
 // function granted to it, and it reads and writes no table (docs/security.md).
 package escalation

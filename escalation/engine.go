@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgdrain/pgdrain/internal/pgerr"
 )
 
 const (
@@ -114,38 +117,84 @@ func New(pool *pgxpool.Pool, notifiers map[string]Notifier, cfg Config) (*Engine
 // to start pages nobody, and a step of an unserved channel is never lost: it is given back
 // unapplied every time it is taken (see RunOnce). Callers who prefer to fail call
 // UnservedChannels themselves before Run.
+//
+// While the database is unavailable (restarting, failing over, a standby not yet promoted, a
+// connection that does not answer within DBTimeout: see docs/failover.md) Run waits and retries
+// with backoff (100ms doubling to 5s), at start too, logging at Warn with the cause. A step whose
+// apply_escalation failed that way is retried while its lease lasts (a retry is safe: the token
+// refuses a second record); a step whose statement may have committed before its connection died
+// and whose retry is refused is logged at Error, since it is recorded but not delivered (at most
+// one delivery per step). Other errors at start (authentication, a missing grant, an unmigrated
+// database) are returned at once; while running they are logged at Error and retried.
 func (e *Engine) Run(ctx context.Context) error {
-	if err := e.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("pinging database: %w", err)
+	unserved, err := e.start(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	e.log.Info("escalation engine started", "batch_size", e.cfg.BatchSize, "lease", e.cfg.Lease,
 		"channels", sortedKeys(e.notifiers))
-	if unserved, err := e.UnservedChannels(ctx); err != nil {
-		e.log.Error("checking the channels of the escalation policies", "err", err)
-	} else {
-		for _, u := range unserved {
-			e.log.Warn("escalation channel has no notifier: its steps will be given back unapplied until one serves it",
-				"channel", u.Channel, "policies", u.Policies, "running_ladders", u.RunningLadders)
-		}
+	for _, u := range unserved {
+		e.log.Warn("escalation channel has no notifier: its steps will be given back unapplied until one serves it",
+			"channel", u.Channel, "policies", u.Policies, "running_ladders", u.RunningLadders)
 	}
+	errDelay := time.Duration(0)
 	for {
 		res, full, err := e.runOnce(ctx)
 		if ctx.Err() != nil {
 			e.log.Info("escalation engine stopped", "released", res.Released)
 			return nil
 		}
-		if err != nil {
-			e.log.Error("taking due steps", "err", err)
-		}
-		if err == nil && full {
+		wait := e.cfg.Tick
+		switch {
+		case err != nil:
+			errDelay = pgerr.Next(errDelay)
+			wait = errDelay
+			e.logRetry("taking due steps failed; retrying", err, wait)
+		case full:
+			errDelay = 0
 			continue
+		default:
+			errDelay = 0
 		}
 		select {
 		case <-ctx.Done():
 			e.log.Info("escalation engine stopped")
 			return nil
-		case <-time.After(e.cfg.Tick):
+		case <-time.After(wait):
 		}
+	}
+}
+
+// start pings the database and lists the channels the policies use (UnservedChannels), each
+// attempt bounded by DBTimeout, waiting with backoff while the database is unavailable (a restart,
+// a failover, a standby not yet promoted): an engine started during a failover waits for the new
+// primary. Any other error (authentication, a missing grant, an unmigrated database) is returned
+// at once; so is the last one when ctx ends.
+func (e *Engine) start(ctx context.Context) ([]ChannelUse, error) {
+	delay := pgerr.BackoffMin
+	for {
+		pctx, cancel := context.WithTimeout(ctx, e.cfg.DBTimeout)
+		err := e.pool.Ping(pctx)
+		cancel()
+		var unserved []ChannelUse
+		if err != nil {
+			err = fmt.Errorf("pinging database: %w", err)
+		} else if unserved, err = e.UnservedChannels(ctx); err == nil {
+			return unserved, nil
+		}
+		if ctx.Err() != nil || pgerr.Unavailable(err) == "" {
+			return nil, err
+		}
+		e.logRetry("starting the escalation engine failed; retrying", err, delay)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(delay):
+		}
+		delay = pgerr.Next(delay)
 	}
 }
 
@@ -283,16 +332,24 @@ func (e *Engine) take(ctx context.Context) ([]Step, error) {
 func (e *Engine) settle(ctx context.Context, s Step, res *TickResult) {
 	log := e.log.With("escalation_id", s.EscalationID, "step_idx", s.StepIdx, "channel", s.Channel)
 	detached := context.WithoutCancel(ctx)
-	applied, err := e.apply(detached, s)
+	applied, uncertain, err := e.applyRetrying(ctx, log, s)
 	if err != nil {
 		res.Errors++
 		e.metrics.steps.WithLabelValues(outcomeError).Inc()
-		log.Error("recording escalation step", "err", err)
+		e.logStepError(log, "recording escalation step failed; the step is taken again when its lease ends", err)
 		return
 	}
 	if !applied {
 		res.NotOurs++
 		e.metrics.steps.WithLabelValues(outcomeNotOurs).Inc()
+		if uncertain {
+			// The first apply_escalation may have committed before its connection died: then the
+			// retry found its own token gone, and the step is recorded but never delivered.
+			log.Error("escalation step may be recorded without delivery: the connection died after apply_escalation "+
+				"was sent and the retry was refused (at most one delivery per step: a commit whose answer was lost is not delivered)",
+				"target", s.Target)
+			return
+		}
 		log.Info("escalation step not recorded: lease retaken, ladder stopped or alert resolved; not delivering")
 		return
 	}
@@ -306,9 +363,83 @@ func (e *Engine) settle(ctx context.Context, s Step, res *TickResult) {
 		e.metrics.steps.WithLabelValues(outcomeDelivered).Inc()
 		log.Info("escalation step delivered", "target", s.Target)
 	}
-	if err := e.journal(detached, s, derr); err != nil {
-		log.Error("journaling escalation step delivery", "err", err)
+	if err := e.journalRetrying(ctx, log, s, derr); err != nil {
+		e.logStepError(log, "journaling escalation step delivery failed; the step was delivered, its journal row is missing", err)
 	}
+}
+
+// applyRetrying records s (apply_escalation), retrying with backoff while the database is
+// unavailable, the step's lease has time and Run's ctx lives. A retry is safe: the token is
+// cleared by a successful apply, so a repeated one returns false. uncertain reports that an attempt
+// failed after its statement may have reached the server (then a false from a retry may be this
+// engine's own lost commit).
+func (e *Engine) applyRetrying(ctx context.Context, log *slog.Logger, s Step) (applied, uncertain bool, err error) {
+	delay := time.Duration(0)
+	for {
+		applied, err = e.apply(context.WithoutCancel(ctx), s)
+		if err == nil || !e.retryStep(ctx, log, s, "recording escalation step", err, &delay) {
+			return applied, uncertain, err
+		}
+		uncertain = uncertain || !sentNothing(err)
+	}
+}
+
+// journalRetrying journals the delivery of s, retrying like applyRetrying, but only failures that
+// left nothing behind: a journal row is not fenced by the token, so an insert whose commit may have
+// happened is not repeated (one journal row per delivery).
+func (e *Engine) journalRetrying(ctx context.Context, log *slog.Logger, s Step, deliveryErr error) error {
+	delay := time.Duration(0)
+	for {
+		err := e.journal(context.WithoutCancel(ctx), s, deliveryErr)
+		if err == nil || !sentNothing(err) || !e.retryStep(ctx, log, s, "journaling escalation step delivery", err, &delay) {
+			return err
+		}
+	}
+}
+
+// retryStep decides whether a failed statement about s is tried again, and if so sleeps the next
+// backoff: only while the database is unavailable, Run's ctx lives and the step's lease has time.
+func (e *Engine) retryStep(ctx context.Context, log *slog.Logger, s Step, doing string, err error, delay *time.Duration) bool {
+	cause := pgerr.Unavailable(err)
+	*delay = pgerr.Next(*delay)
+	if cause == "" || ctx.Err() != nil || time.Now().Add(*delay).After(s.LeasedUntil) {
+		return false
+	}
+	log.Warn(doing+" failed (database unavailable); retrying while the step's lease lasts", "err", err, "cause", cause,
+		"retry_in", *delay)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(*delay):
+		return true
+	}
+}
+
+// sentNothing tells whether a failed statement certainly did not run: the server answered with an
+// error (a *pgconn.PgError: the statement's transaction rolled back) or nothing was sent.
+func sentNothing(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
+}
+
+// logRetry logs a failed database call that Run retries after retryIn: at Warn with its cause when
+// the database is unavailable (internal/pgerr, as the drainer), otherwise at Error.
+func (e *Engine) logRetry(msg string, err error, retryIn time.Duration) {
+	if cause := pgerr.Unavailable(err); cause != "" {
+		e.log.Warn(msg+" (database unavailable)", "err", err, "cause", cause, "retry_in", retryIn)
+		return
+	}
+	e.log.Error(msg, "err", err, "retry_in", retryIn)
+}
+
+// logStepError logs a step's failed statement that is not retried any more: at Warn with its cause
+// when the database is unavailable, otherwise at Error.
+func (e *Engine) logStepError(log *slog.Logger, msg string, err error) {
+	if cause := pgerr.Unavailable(err); cause != "" {
+		log.Warn(msg+" (database unavailable)", "err", err, "cause", cause)
+		return
+	}
+	log.Error(msg, "err", err)
 }
 
 func (e *Engine) apply(ctx context.Context, s Step) (bool, error) {
@@ -352,13 +483,14 @@ func (e *Engine) release(steps []Step, outcome string) int {
 	if len(steps) == 0 {
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DBTimeout)
-	defer cancel()
 	n := 0
 	for _, s := range steps {
 		var released bool
-		if err := e.pool.QueryRow(ctx, sqlRelease, s.EscalationID, s.LeaseToken).Scan(&released); err != nil {
-			e.log.Error("releasing escalation step", "escalation_id", s.EscalationID, "err", err)
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DBTimeout)
+		err := e.pool.QueryRow(ctx, sqlRelease, s.EscalationID, s.LeaseToken).Scan(&released)
+		cancel()
+		if err != nil {
+			e.logStepError(e.log.With("escalation_id", s.EscalationID), "releasing escalation step failed; it is taken again when its lease ends", err)
 			continue
 		}
 		if released {

@@ -20,6 +20,8 @@ func TestDrainer_Validate_RejectsEachBadConfig(t *testing.T) {
 	ok := drainer.Config{Table: "public.events"}
 	require.NoError(t, ok.Validate(), "only Table is required")
 	require.NoError(t, drainer.Config{Table: "events", ApplyTimeout: time.Second, Lease: 2*time.Second + time.Millisecond}.Validate())
+	// The default ClaimTimeout (10s) shrinks to a shorter lease, so a short Lease alone stays valid.
+	require.NoError(t, drainer.Config{Table: "events", ApplyTimeout: 100 * time.Millisecond, Lease: 2 * time.Second}.Validate())
 
 	cases := []struct {
 		name  string
@@ -52,6 +54,11 @@ func TestDrainer_Validate_RejectsEachBadConfig(t *testing.T) {
 		{"negative lease", func(c *drainer.Config) { c.Lease = -time.Second }, "Lease", "longer than ApplyTimeout"},
 		{"lease over a day", func(c *drainer.Config) { c.Lease = 25 * time.Hour }, "Lease", "at most 24h"},
 		{"unknown claim mode", func(c *drainer.Config) { c.ClaimMode = 9 }, "ClaimMode", "ClaimLease or ClaimLock"},
+		{"negative claim timeout", func(c *drainer.Config) { c.ClaimTimeout = -time.Second }, "ClaimTimeout", "positive"},
+		{"claim timeout longer than the lease", func(c *drainer.Config) { c.Lease, c.ClaimTimeout = 11*time.Second, 12*time.Second }, "ClaimTimeout", "at most Lease (11s)"},
+		{"claim timeout longer than the lock transaction", func(c *drainer.Config) {
+			c.ClaimMode, c.LockTransactionTimeout, c.ClaimTimeout = drainer.ClaimLock, 3*time.Minute, 4*time.Minute
+		}, "ClaimTimeout", "at most LockTransactionTimeout (3m0s)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -149,6 +149,9 @@ func (h *foTally) Handle(_ context.Context, r slog.Record) error {
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "err" {
 			code = foErrClass(a.Value.Any())
+			if err, ok := a.Value.Any().(error); ok && r.Level >= slog.LevelError {
+				code += fmt.Sprintf(" (%v)", err) // an unexpected error: say what it was
+			}
 		}
 		return true
 	})

@@ -1,4 +1,4 @@
-package drainer
+package pgerr
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 // TestUnavailable pins which errors mean "no writable database right now" (retried with backoff,
 // at start too) and which do not (returned at start, logged at Error while draining).
 func TestUnavailable(t *testing.T) {
+	t.Parallel()
 	// A real ConnectError: nothing listens on a port of 127.0.0.1 that was just closed.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -45,17 +46,19 @@ func TestUnavailable(t *testing.T) {
 		{"connection failure 08006", pg("08006", "connection failure"), true},
 		{"connection refused", refused, true},
 		{"unexpected EOF", fmt.Errorf("recording: %w", io.ErrUnexpectedEOF), true},
+		{"conn closed under a COMMIT", fmt.Errorf("committing batch: %w", pgconn.ErrConnClosed), true},
 		{"other 0A000", pg("0A000", "cannot use this feature"), false},
 		{"bad password 28P01", pg("28P01", "password authentication failed for user x"), false},
 		{"permission denied 42501", pg("42501", "permission denied for function claim_batch"), false},
 		{"queue not registered 42P01", pg("42P01", "queue_info: queue public.x is not registered"), false},
 		{"a closed pool", errors.New("closed pool"), false},
 		{"cancelled", context.Canceled, false},
+		{"a call's bound ran out", fmt.Errorf("claiming batch: %w", context.DeadlineExceeded), true},
 		{"nil", nil, false},
 	}
 	for _, c := range cases {
-		if got := unavailable(c.err) != ""; got != c.want {
-			t.Errorf("%s: unavailable = %v (%q), want %v", c.name, got, unavailable(c.err), c.want)
+		if got := Unavailable(c.err) != ""; got != c.want {
+			t.Errorf("%s: Unavailable = %v (%q), want %v", c.name, got, Unavailable(c.err), c.want)
 		}
 	}
 }

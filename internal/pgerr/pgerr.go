@@ -1,0 +1,82 @@
+// Package pgerr classifies database errors for the drainer and the escalation engine, so both
+// treat a restart, a failover or a dead connection the same way: wait and retry with backoff,
+// logging the cause at Warn, while a misconfiguration (authentication, permissions, a missing
+// object) still fails at once.
+package pgerr
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Backoff bounds: the pause after a call failed because the database is unavailable starts at
+// BackoffMin and doubles up to BackoffMax (Next).
+const (
+	BackoffMin = 100 * time.Millisecond
+	BackoffMax = 5 * time.Second
+)
+
+// Next returns the pause after d: twice d, at most BackoffMax.
+func Next(d time.Duration) time.Duration {
+	return min(2*max(d, BackoffMin/2), BackoffMax)
+}
+
+// Unavailable says why err means "no writable database right now" (a restart, a failover or
+// switchover, a DSN that reaches a standby, a connection that stopped answering within its call's
+// bound), or returns "" for any other error. Those errors pass: callers retry them with backoff,
+// also at start, and log them at Warn with this cause. Authentication, permission and
+// missing-object errors are not among them, so a misconfiguration still fails at once. A
+// cancelled context is not either; a deadline that expired is (callers check their own ctx first:
+// a call's bound ran out, the server did not answer in time).
+func Unavailable(err error) string {
+	if err == nil {
+		return ""
+	}
+	// A *pgconn.PgError is the server's word; check it first (a ConnectError may wrap one, such as
+	// 28P01 for a bad password, which is not a failover).
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "57P01":
+			return "the server is shutting down (administrator command: a fast shutdown, a switchover, or pg_terminate_backend)"
+		case pgErr.Code == "57P02":
+			return "the server crashed (crash shutdown)"
+		case pgErr.Code == "57P03":
+			return "the server does not accept connections now (starting up, shutting down, or in recovery)"
+		case pgErr.Code == "25006", pgErr.Code == "0A000" && strings.Contains(pgErr.Message, "during recovery"):
+			// A standby reads registrations but refuses every claim: 25006 for a write, 0A000 for
+			// the unlogged partition heads, which a standby cannot read.
+			return "the server is a read-only standby: pgdrain needs the primary " +
+				"(retrying until this server is promoted; a DSN naming every host with target_session_attrs=read-write finds the primary)"
+		case strings.HasPrefix(pgErr.Code, "08"):
+			return "the connection failed"
+		}
+		return ""
+	}
+	if errors.Is(err, context.Canceled) {
+		return ""
+	}
+	if pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		// The call's own bound ran out: the connection (or the dial) got no answer, as from a host
+		// that vanished without a reset. pgx closed the connection; the pool dials again.
+		return "the server did not answer within the call's bound (a dead connection or an unreachable host; abandoned)"
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return "no server accepted the connection (none reachable, or none writable under target_session_attrs)"
+	}
+	var netErr net.Error
+	// pgconn.ErrConnClosed: the socket went away under a statement (a COMMIT on a connection
+	// the server just closed, for one), which pgx does not mark safe to retry.
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) {
+		return "the connection was lost"
+	}
+	return ""
+}
