@@ -2,6 +2,7 @@ package gocheck
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -81,4 +82,52 @@ func TestProducers_ManyStatementsInOneTransactionAreAllOrdered(t *testing.T) {
 	var slots int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(DISTINCT hashtext(resource_id) & 65535) FROM public.events`).Scan(&slots))
 	require.Equal(t, slots, clocks, "every key hash's clock is its largest committed id")
+}
+
+// A transaction of thousands of statements keeps only the span of its ids (past 8 kB of noted
+// keys), and its commit step reads its keys back from its own rows in that span: rows another
+// producer committed inside the span, and rows of a savepoint rolled back, are not taken for its
+// own; its rows that turned late are still renumbered behind the other producer's.
+func TestProducers_ThousandsOfStatementsAreOrderedFromTheirSpan(t *testing.T) {
+	t.Parallel()
+	db := orderQueue(t)
+	ctx := context.Background()
+	tx, err := loginAs(t, db, "pgdrain_producer").Begin(ctx)
+	require.NoError(t, err)
+	other := loginAs(t, db, "pgdrain_producer")
+	insert := `INSERT INTO public.events (event_type, payload, resource_id) VALUES ($1, jsonb_build_object('n', $2::int), $3)`
+	for i := range 3000 {
+		if i == 1500 {
+			// Another producer commits rows inside our span: of our keys (making them late) and of its own.
+			_, err = other.Exec(ctx, `INSERT INTO public.events (event_type, payload, resource_id)
+				SELECT 'other', '{}', k FROM unnest(ARRAY['key-7', 'key-8', 'theirs']) k`)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, `SAVEPOINT s`)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, insert, "undone", i, "undone-key")
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT s`)
+			require.NoError(t, err)
+		}
+		_, err = tx.Exec(ctx, insert, "mine", i, fmt.Sprintf("key-%d", i%200))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit(ctx))
+
+	// Every key's head is its first pending row; no head for the rolled-back key.
+	var heads, wrong int
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE h.head_id <> (SELECT min(id) FROM public.events e WHERE e.resource_id = h.partition_key))
+		FROM outbox.partition_heads h`).Scan(&heads, &wrong))
+	require.Equal(t, 201, heads, "200 keys of ours and 'theirs'")
+	require.Zero(t, wrong)
+	// key-7 and key-8 turned late: the other producer's row comes first, ours follow in their order.
+	var outOfOrder int
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		WITH ranked AS (
+			SELECT resource_id, row_number() OVER (PARTITION BY resource_id ORDER BY id) AS pos,
+			       row_number() OVER (PARTITION BY resource_id ORDER BY event_type <> 'other', (payload->>'n')::int) AS want
+			FROM public.events WHERE resource_id IN ('key-7', 'key-8'))
+		SELECT count(*) FILTER (WHERE pos <> want) FROM ranked`).Scan(&outOfOrder))
+	require.Zero(t, outOfOrder)
 }

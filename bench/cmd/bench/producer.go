@@ -40,9 +40,9 @@ func produceOnce(ctx context.Context, pool *pgxpool.Pool, q string, shape produc
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
 	stop := time.Now().Add(d)
-	key := fmt.Sprintf("'key-' || ((g + $1) %% %d)", keySpace)
+	key := fmt.Sprintf("'key-' || ((g + $1::bigint) %% %d)", keySpace)
 	if shape.newKeys {
-		key = "'new-' || (g + $1)"
+		key = "'new-' || (g + $1::bigint)"
 	}
 	sql := fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
 		SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)), %s

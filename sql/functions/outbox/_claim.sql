@@ -84,9 +84,9 @@ BEGIN
   END IF;
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same
   -- transaction (a test, a script) makes them now.
-  IF pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys', true) <> '' THEN
-    PERFORM outbox._refresh_heads(p_q, ARRAY(SELECT DISTINCT k FROM pg_catalog.unnest(
-      pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys')::text[]) AS k));
+  IF pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_keys', true) <> ''
+     OR pg_catalog.current_setting('pgdrain.commit_' || p_q.table_oid || '_span', true) <> '' THEN
+    PERFORM outbox._refresh_heads(p_q, ARRAY(SELECT n.k FROM outbox._noted_keys(p_q, false) n));
   END IF;
 
   -- What producers could not write to heads a claim held while they committed.

@@ -1,11 +1,13 @@
 -- Commit step of one partitioned queue for the current transaction (called by tg_queue__commit):
 -- makes per-key delivery order equal commit order, and gives new keys their partition head.
 --
--- 1. Takes the commit lock of every key hash the transaction wrote (hashtext(key) & 65535),
---    exclusively, in hash order, held until the commit is complete (advisory lock
---    (1885823232 + queue_id, 65536 + hash)); more than 256 hashes take the queue's whole commit
---    lock (objid -2) instead, so a bulk insert does not fill the lock table. Commits that share a
---    hash are serialised from here on; nothing else waits for these locks, so they can not deadlock.
+-- 1. Takes the commit lock of every key hash the transaction wrote (hashtext(key) & 65535), held
+--    until the commit is complete: the hash's row of outbox.partition_clocks, locked FOR UPDATE in
+--    hash order (made first, at the queue's clock_base, when the hash has none; made in hash order
+--    too). A row lock, not an advisory one: a bulk transaction of 20,000 keys locks 20,000 rows
+--    without filling the lock table, and producers of other hashes never wait for it. Commits that
+--    share a hash are serialised from here on; only commit steps take these locks, all in one
+--    order, so they can not deadlock.
 -- 2. A key is late when a transaction that committed before us wrote a row of it (or of a key
 --    with the same hash) with a larger id than our smallest: outbox.partition_clocks keeps
 --    the largest committed id per hash, written only under these locks. A late key's rows of this
@@ -55,31 +57,25 @@ DECLARE
   v_contended text[];
   v_contended_new text[];
   v_wrote boolean := false;
+  v_slots integer[];
   v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
 BEGIN
-  -- What the transaction's statements noted (outbox._note_written appends), merged per key.
-  SELECT pg_catalog.array_agg(s.k), pg_catalog.array_agg(s.lo), pg_catalog.array_agg(s.hi)
+  -- What the transaction's statements noted (outbox._note_written), merged per key.
+  SELECT pg_catalog.array_agg(n.k ORDER BY n.k), pg_catalog.array_agg(n.lo ORDER BY n.k),
+         pg_catalog.array_agg(n.hi ORDER BY n.k)
     INTO v_keys, v_mins, v_maxs
-  FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
-        FROM unnest(NULLIF(pg_catalog.current_setting(v_setting || '_keys', true), '')::text[],
-                    NULLIF(pg_catalog.current_setting(v_setting || '_mins', true), '')::bigint[],
-                    NULLIF(pg_catalog.current_setting(v_setting || '_maxs', true), '')::bigint[]) AS u(k, lo, hi)
-        GROUP BY u.k ORDER BY u.k) s;
-  PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
-          pg_catalog.set_config(v_setting || '_mins', '', true),
-          pg_catalog.set_config(v_setting || '_maxs', '', true);
+  FROM outbox._noted_keys(p_q, true) n;
   IF v_keys IS NULL THEN
     RETURN;
   END IF;
 
-  IF pg_catalog.cardinality(v_keys) > 256
-     AND (SELECT pg_catalog.count(DISTINCT pg_catalog.hashtext(k) & 65535) FROM pg_catalog.unnest(v_keys) AS k) > 256 THEN
-    PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, -2);
-  ELSE
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + p_q.queue_id, -2),
-            pg_catalog.pg_advisory_xact_lock(1885823232 + p_q.queue_id, 65536 + s.slot)
-    FROM (SELECT DISTINCT pg_catalog.hashtext(k) & 65535 AS slot FROM pg_catalog.unnest(v_keys) AS k ORDER BY 1) s;
-  END IF;
+  v_slots := ARRAY(SELECT DISTINCT pg_catalog.hashtext(k) & 65535 FROM pg_catalog.unnest(v_keys) AS k ORDER BY 1);
+  INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max)
+  SELECT p_q.queue_id, s.slot, p_q.clock_base FROM pg_catalog.unnest(v_slots) AS s(slot) ORDER BY s.slot
+  ON CONFLICT (queue_id, slot) DO NOTHING;
+  PERFORM 1 FROM (SELECT c.slot FROM outbox.partition_clocks c
+                  WHERE c.queue_id = p_q.queue_id AND c.slot = ANY (v_slots)
+                  ORDER BY c.slot FOR UPDATE) l;
 
   -- A new statement: in READ COMMITTED its snapshot sees every commit that released these locks.
   -- One probe per key of the clocks and the heads (LATERAL: index probes whatever the statistics
@@ -93,11 +89,11 @@ BEGIN
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE e.found AND h.held IS NULL)
       INTO v_any_late, v_late_clocks, v_new, v_empty, v_low_keys, v_contended
     FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
-    -- A hash with no clock yet counts from the queue's clock_base: ids given out before the queue
-    -- was (re)registered or truncated, which sessions with a cached sequence may still hand out.
-    LEFT JOIN LATERAL (SELECT COALESCE((SELECT x.committed_max FROM outbox.partition_clocks x
-                       WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535),
-                       p_q.clock_base) AS committed_max) c ON true
+    -- Every hash has its clock now (a new one starts at the queue's clock_base: ids given out before
+    -- the queue was (re)registered or truncated, which sessions with a cached sequence may still
+    -- hand out).
+    LEFT JOIN LATERAL (SELECT x.committed_max FROM outbox.partition_clocks x
+                       WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
     LEFT JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM outbox.partition_heads x
                        WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k) AS found) e ON true
     -- The head's latest version, held until we commit; none when a claim holds it (or, under

@@ -19,12 +19,30 @@ DECLARE
   v_setting constant text := 'pgdrain.commit_' || p_table;
   v_keys constant text := pg_catalog.current_setting(v_setting || '_keys', true);
   v_queues text;
+  v_span text;
 BEGIN
   -- Rows that become claimable do so at commit, where the commit step sends the NOTIFY.
   PERFORM pg_catalog.set_config('pgdrain.quiet_' || p_table, 'on', true);
 
-  -- Array literals are appended as text: '{a,b}' and '{c}' make '{a,b,c}'.
-  IF v_keys IS NULL OR v_keys = '' THEN
+  -- Array literals are appended as text: '{a,b}' and '{c}' make '{a,b,c}'. Past 8 kB of keys (a
+  -- transaction of many statements) only the span of ids is kept, "lo,hi", so a statement costs the
+  -- same however many came before; the commit step then reads the keys from those rows.
+  v_span := NULLIF(pg_catalog.current_setting(v_setting || '_span', true), '');
+  IF v_span IS NULL AND pg_catalog.length(v_keys) > 8192 THEN
+    SELECT pg_catalog.min(lo) || ',' || pg_catalog.max(hi) INTO v_span
+    FROM unnest(pg_catalog.current_setting(v_setting || '_mins')::bigint[],
+                pg_catalog.current_setting(v_setting || '_maxs')::bigint[]) AS u(lo, hi);
+    PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
+            pg_catalog.set_config(v_setting || '_mins', '', true),
+            pg_catalog.set_config(v_setting || '_maxs', '', true);
+  END IF;
+  IF v_span IS NOT NULL THEN
+    PERFORM pg_catalog.set_config(v_setting || '_span',
+      LEAST(pg_catalog.split_part(v_span, ',', 1)::bigint, (SELECT pg_catalog.min(x) FROM pg_catalog.unnest(p_mins) x))
+      || ',' ||
+      GREATEST(pg_catalog.split_part(v_span, ',', 2)::bigint, (SELECT pg_catalog.max(x) FROM pg_catalog.unnest(p_maxs) x)),
+      true);
+  ELSIF v_keys IS NULL OR v_keys = '' THEN
     PERFORM pg_catalog.set_config(v_setting || '_keys', p_keys::text, true),
             pg_catalog.set_config(v_setting || '_mins', p_mins::text, true),
             pg_catalog.set_config(v_setting || '_maxs', p_maxs::text, true);

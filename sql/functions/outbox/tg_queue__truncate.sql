@@ -26,10 +26,12 @@ BEGIN
   -- reset the sequence here, so the base is then where it starts again).
   UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
   WHERE q.table_oid = TG_RELID;
-  IF pg_catalog.current_setting(v_setting || '_keys', true) <> '' THEN
+  IF pg_catalog.current_setting(v_setting || '_keys', true) <> ''
+     OR pg_catalog.current_setting(v_setting || '_span', true) <> '' THEN
     PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
             pg_catalog.set_config(v_setting || '_mins', '', true),
-            pg_catalog.set_config(v_setting || '_maxs', '', true);
+            pg_catalog.set_config(v_setting || '_maxs', '', true),
+            pg_catalog.set_config(v_setting || '_span', '', true);
   END IF;
   RETURN NULL;
 END;
