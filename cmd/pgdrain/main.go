@@ -7,13 +7,14 @@
 //	pgdrain [--dsn URL] [--json] stats QUEUE
 //	pgdrain [--dsn URL] [--json] wedged QUEUE [--older-than 1m] [--limit 10]
 //	pgdrain [--dsn URL] [--json] requeue QUEUE (ID... | --all)
-//	pgdrain [--dsn URL] [--json] purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000]
+//	pgdrain [--dsn URL] [--json] purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000] [--dry-run]
 //	pgdrain [--dsn URL] [--json] check QUEUE
 //	pgdrain [--dsn URL] [--json] web [--listen 127.0.0.1:8080] [--read-only] [--operator-dsn URL] ...
 //	pgdrain [--dsn URL] relay --config FILE [--check]
 //
 // Exit codes: 0 ok, 1 problems found (check found a problem, wedged found a wedged partition),
-// 2 usage error, 3 database error (including an unknown queue). See docs/cli.md.
+// 2 usage error (including an unknown queue and an invalid relay config), 3 database error. See
+// docs/cli.md.
 package main
 
 import (
