@@ -6,7 +6,7 @@
 -- Nothing in alr is executable by PUBLIC, also functions added later by the migrating role.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alr FROM PUBLIC;
 ALTER DEFAULT PRIVILEGES IN SCHEMA alr REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
-GRANT USAGE ON SCHEMA alr TO pgdrain_worker, pgdrain_producer, pgdrain_operator;
+GRANT USAGE ON SCHEMA alr TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
 
 -- SECURITY DEFINER: callers get exactly what the function does and no privilege on any alr table,
 -- so an engine can not advance a ladder or clear a token with a plain UPDATE, and nobody but the
@@ -52,3 +52,8 @@ GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.a
 
 -- The _ helpers (_invalid, _not_found, _escalation_known) stay INVOKER and are granted to nobody:
 -- only the functions above, running as the owner, call them.
+
+-- Operators resolve an alert from the console; readers see the ladders (no payloads live here).
+GRANT EXECUTE ON FUNCTION alr.resolve_alert(uuid) TO pgdrain_operator;
+GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
+  alr.delivery_journal TO pgdrain_reader;

@@ -5,7 +5,7 @@
 -- Nothing is executable by PUBLIC, also functions added later by the migrating role.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
-GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operator;
+GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
 
 -- SECURITY DEFINER: the callers get exactly what the function does to registered queues and no
 -- privilege on any table, so a worker can not bypass the fencing token with a plain UPDATE and
@@ -28,6 +28,8 @@ ALTER FUNCTION outbox.check_indexes(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
 ALTER FUNCTION outbox.queue_info(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.poisoned_rows(text, integer, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.release_lease(text, bigint) SECURITY DEFINER;
 ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 
@@ -76,3 +78,20 @@ GRANT EXECUTE ON FUNCTION
 
 -- create_queue and drop_queue stay SECURITY INVOKER and are granted to nobody: they create and
 -- alter tables and triggers, which only the owner of the schema (the migrating role) should do.
+
+-- Readers (the operator console's pages, dashboards): the gauges, wedged partitions, the index
+-- check, the registered queues and the poisoned rows, never a payload unless granted on the table.
+-- Operators read the same, and may end a stuck lease.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.poisoned_rows(text, integer, bigint)
+  TO pgdrain_reader;
+GRANT SELECT ON outbox.queues TO pgdrain_reader;
+GRANT EXECUTE ON FUNCTION
+  outbox.poisoned_rows(text, integer, bigint),
+  outbox.release_lease(text, bigint)
+  TO pgdrain_operator;

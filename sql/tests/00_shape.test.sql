@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(105);
+SELECT plan(115);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -50,26 +50,30 @@ INSERT INTO contract VALUES
    'setof record'),
   ('next_due', ARRAY['text'], 'queue text', 'timestamp with time zone', 'timestamp with time zone'),
   ('repair', ARRAY['text','boolean'], 'queue text, dry_run boolean DEFAULT false',
-   'TABLE(partition_key text, cause text, head_id bigint, detail text)', 'setof record');
+   'TABLE(partition_key text, cause text, head_id bigint, detail text)', 'setof record'),
+  ('poisoned_rows', ARRAY['text','integer','bigint'], 'queue text, max_rows integer DEFAULT 50, before_id bigint DEFAULT NULL::bigint',
+   'TABLE(id bigint, event_id uuid, event_type text, partition_key text, attempt_count integer, last_error text, created_at timestamp with time zone, payload_preview text)',
+   'setof record'),
+  ('release_lease', ARRAY['text','bigint'], 'queue text, id bigint', 'boolean', 'boolean');
 
--- 19 x has_function
+-- 21 x has_function
 SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 19 x function_returns
+-- 21 x function_returns
 SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
 FROM contract c ORDER BY c.name;
--- 19 x argument names, order and defaults
+-- 21 x argument names, order and defaults
 SELECT is(pg_get_function_arguments(p.oid), c.arguments,
           format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 19 x result shape (the columns of TABLE results)
+-- 21 x result shape (the columns of TABLE results)
 SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 19 x one overload only (a second signature would make calls ambiguous)
+-- 21 x one overload only (a second signature would make calls ambiguous)
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
           1::bigint, format('outbox.%s has exactly one signature', c.name))
 FROM contract c ORDER BY c.name;
