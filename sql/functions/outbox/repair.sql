@@ -63,7 +63,10 @@ BEGIN
          WHERE t.%2$I = keys.k AND t.sent_at IS NULL AND t.attempt_count < $2
          ORDER BY t.id LIMIT 1) f
        LEFT JOIN outbox.partition_heads h ON h.queue_id = $1 AND h.partition_key = keys.k::text
-       WHERE keys.k IS NOT NULL) s
+       -- A key with a wake note is not stuck: the next claim applies the note (outbox._apply_wakes).
+       WHERE keys.k IS NOT NULL
+         AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                         WHERE w.queue_id = $1 AND w.partition_key = keys.k::text)) s
      WHERE s.cause IS NOT NULL
      ORDER BY s.key',
     v_q.table_oid::regclass, v_q.partition_column)
