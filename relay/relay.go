@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -135,7 +136,8 @@ func (x *route) apply(ctx context.Context, eventType string, payload json.RawMes
 	res := x.batcher.deliver(ctx, Event{
 		Queue:        de.Table,
 		ID:           de.ID,
-		Identity:     EventIdentity(de.Table, de.ID),
+		Identity:     EventIdentity(de),
+		Headers:      de.Headers,
 		Type:         eventType,
 		PartitionKey: de.PartitionKey,
 		Attempts:     de.Attempts,
@@ -150,10 +152,9 @@ func (x *route) apply(ctx context.Context, eventType string, payload json.RawMes
 	}
 	err := cmpErr(res.Err, "the sink failed transiently")
 	if res.RetryAfter > 0 {
-		// SQL hook: when the outbox can record a caller-chosen retry time for a leased row (fenced by
-		// its token, like apply_results), pass res.RetryAfter there. Until then the queue's
-		// backoff applies and the peer's wish is only reported.
-		err = fmt.Errorf("%w (the peer asked to retry after %s; retried with the queue's backoff)", err, res.RetryAfter)
+		// The peer's wish replaces the queue's backoff. The time is taken on this clock once the
+		// sink answered; the database stores it as given (apply_results' retry_at).
+		return drainer.RetryAt(fmt.Errorf("%w (the peer asked to retry after %s)", err, res.RetryAfter), time.Now().Add(res.RetryAfter))
 	}
 	return err
 }
