@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const (
@@ -47,6 +48,10 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 	}
 	actx, cancel := context.WithTimeout(withEvent(context.WithoutCancel(ctx), j.event), timeout)
 	defer cancel()
+	var span trace.Span
+	if r.d.tracer != nil {
+		actx, span = r.d.startSpan(actx, j)
+	}
 	overrun := time.AfterFunc(timeout+overrunWarnAfter, func() {
 		r.d.logger.WarnContext(ctx, "apply still running past its deadline: the Applier ignores its context; its slot stays taken",
 			"id", j.event.ID, "event_type", j.event.Type, "deadline", timeout)
@@ -55,6 +60,9 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 	overrun.Stop()
 	j.disposition = dispositionOf(err)
 	j.retryAt = retryAtOf(err)
+	if span != nil {
+		endSpan(span, j, err)
+	}
 	if err != nil {
 		j.errText = err.Error()
 		if len(j.errText) > maxErrorText {

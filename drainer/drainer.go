@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Applier delivers one event to its peer. It must be idempotent (delivery is at least once) and,
@@ -112,6 +113,7 @@ type Drainer[T any] struct {
 	baseLogger    *slog.Logger // as given, for the LISTEN connection its pool's drainers share
 	wedgeObserver func(context.Context, []WedgedPartition)
 	registerer    prometheus.Registerer
+	tracer        trace.Tracer // WithTracerProvider's; nil: no spans
 	running       atomic.Bool
 }
 

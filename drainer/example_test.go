@@ -69,7 +69,7 @@ func ExampleDrainer_Run() {
 			return drainer.Permanent(err)
 		}
 		req.Header.Set("X-Event-Type", eventType)
-		req.Header.Set("Idempotency-Key", fmt.Sprint(ev.ID)) // delivery is at least once
+		req.Header.Set("Idempotency-Key", ev.EventID) // delivery is at least once; dedupe on the event_id
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err // transient: retried with backoff

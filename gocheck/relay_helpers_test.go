@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -110,4 +112,20 @@ func rlRequireKeyOrder(t *testing.T, events []relay.Event, payload func(relay.Ev
 	for key, n := range want {
 		require.Equal(t, n-1, last[key], "key %s: the last event delivered", key)
 	}
+}
+
+// rlEventIDs returns the event_id of every row of queue, by row id.
+func rlEventIDs(t *testing.T, pool *pgxpool.Pool, queue string) map[int64]string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), fmt.Sprintf(`SELECT id, event_id::text FROM %s`, pgx.Identifier(strings.Split(queue, ".")).Sanitize()))
+	require.NoError(t, err)
+	out := map[int64]string{}
+	var id int64
+	var eventID string
+	_, err = pgx.ForEachRow(rows, []any{&id, &eventID}, func() error {
+		out[id] = eventID
+		return nil
+	})
+	require.NoError(t, err)
+	return out
 }

@@ -49,11 +49,12 @@ func TestRelay_DeliversEveryEventInKeyOrderAcrossReplicas(t *testing.T) {
 		require.NoError(t, stop1())
 		require.NoError(t, stop2())
 
+		eventIDs := rlEventIDs(t, q.pool, q.table)
 		events, batches := sink.snapshot()
 		rlRequireKeyOrder(t, events, func(e relay.Event) drEvent { return rlPayload(t, e) }, want)
 		for _, e := range events {
 			require.True(t, ids[e.ID], "event %d was never enqueued", e.ID)
-			require.Equal(t, relay.EventIdentity("public.events", e.ID), e.Identity)
+			require.Equal(t, eventIDs[e.ID], e.Identity, "the identity is the row's event_id")
 			require.Equal(t, "public.events", e.Queue)
 			require.Equal(t, "op", e.Type)
 		}
@@ -64,9 +65,9 @@ func TestRelay_DeliversEveryEventInKeyOrderAcrossReplicas(t *testing.T) {
 	})
 }
 
-// A permanent result poisons its row and lets its key go on; a transient one (with a Retry-After)
-// is retried with the queue's backoff, its error text and the retry-after counter say what the
-// peer asked for.
+// A permanent result poisons its row and lets its key go on; a transient one with a Retry-After
+// is retried (once that time has come: TestRelay_RetryAfterIsTheRowsNextAttempt), its error text
+// and the retry-after counter say what the peer asked for.
 func TestRelay_RecordsEachOutcome(t *testing.T) {
 	t.Parallel()
 	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
@@ -81,7 +82,7 @@ func TestRelay_RecordsEachOutcome(t *testing.T) {
 			case e.Type == "bad":
 				return relay.PermanentResult(errors.New("peer said 422"))
 			case e.Type == "flaky" && failedOnce.CompareAndSwap(false, true):
-				return relay.Result{Outcome: relay.Transient, Err: errors.New("peer said 503"), RetryAfter: 7 * time.Second}
+				return relay.Result{Outcome: relay.Transient, Err: errors.New("peer said 503"), RetryAfter: 300 * time.Millisecond}
 			}
 			return relay.SentResult()
 		}}

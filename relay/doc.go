@@ -7,7 +7,9 @@
 // previous one is recorded, so a sink sees at most one event per key at a time and delivers a key's
 // events in commit order), fencing (a delivery never outlives its lease; a late result is refused),
 // backoff and poison. Delivery is at least once; every sink hands the peer Event.Identity
-// (EventIdentity) to dedupe on.
+// (EventIdentity: the row's event_id, the same on every delivery) to dedupe on, and sends the
+// row's headers with the event. A peer's Retry-After (Result.RetryAfter) becomes the row's next
+// attempt.
 //
 // The pgdrain command runs a Relay from a YAML file (pgdrain relay --config FILE, package
 // relay/config); a Go program builds Routes itself and calls New and Run. Relay.Handler serves

@@ -26,8 +26,8 @@ func newMetrics() *metrics {
 		}, []string{"queue", "sink"}),
 		retryAfter: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgdrain_relay_retry_after_total",
-			Help: "Transient results whose peer asked for a later retry (Retry-After). They are retried with the queue's " +
-				"backoff until the SQL API can record a caller-chosen retry time.",
+			Help: "Transient results whose peer asked for a later retry (Retry-After), recorded as the row's next attempt " +
+				"instead of the queue's backoff.",
 		}, []string{"queue", "sink"}),
 	}
 }

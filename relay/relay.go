@@ -10,9 +10,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgdrain/pgdrain/drainer"
 )
@@ -39,6 +41,16 @@ func WithMetrics(reg prometheus.Registerer) Option {
 	return func(r *Relay) { r.registerer = reg }
 }
 
+// WithTracerProvider traces every delivery attempt with tp (drainer.WithTracerProvider): a span
+// per event, a child of the trace context the producer stored in the event's headers (W3C
+// traceparent, tracestate), and the span's own trace context is what the sink sends (its
+// traceparent and tracestate replace the producer's in Event.Headers), so the peer continues the
+// trace from the delivery. Off by default: no span is made and the headers go as stored. A nil tp
+// keeps it off.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(r *Relay) { r.tracerProvider = tp }
+}
+
 // Relay runs one drainer per Route and hands every claimed event to the route's Sink. Run as many
 // replicas as you like: the queue's claims (leases or row locks) share the work and keep each
 // partition key's order, whatever the number of replicas.
@@ -47,8 +59,10 @@ type Relay struct {
 	routes     []*route
 	logger     *slog.Logger
 	registerer prometheus.Registerer
-	running    atomic.Bool
-	stopping   atomic.Bool
+	// tracerProvider is WithTracerProvider's; nil: no spans.
+	tracerProvider trace.TracerProvider
+	running        atomic.Bool
+	stopping       atomic.Bool
 }
 
 // route is a Route at run time.
@@ -57,6 +71,7 @@ type route struct {
 	drainer *drainer.Drainer[json.RawMessage]
 	batcher *batcher
 	logger  *slog.Logger
+	tracing bool // put each delivery span's trace context into the event's headers
 
 	mu    sync.Mutex
 	state string // "idle", "running", "stopped", "failed"
@@ -99,11 +114,15 @@ func New(pool *pgxpool.Pool, routes []Route, opts ...Option) (*Relay, error) {
 	}
 	for _, rt := range routes {
 		rt = rt.withDefaults()
-		x := &route{Route: rt, state: "idle", logger: r.logger.With("queue", rt.Queue, "sink", rt.SinkKind)}
+		x := &route{Route: rt, state: "idle", logger: r.logger.With("queue", rt.Queue, "sink", rt.SinkKind),
+			tracing: r.tracerProvider != nil}
 		x.batcher = newBatcher(rt.Sink, rt.BatchSize, rt.BatchLinger, m.observer(rt.Queue, rt.SinkKind))
 		dopts := []drainer.Option[json.RawMessage]{drainer.WithLogger[json.RawMessage](r.logger)}
 		if r.registerer != nil {
 			dopts = append(dopts, drainer.WithMetrics[json.RawMessage](r.registerer))
+		}
+		if r.tracerProvider != nil {
+			dopts = append(dopts, drainer.WithTracerProvider[json.RawMessage](r.tracerProvider))
 		}
 		d, err := drainer.New(pool, rt.Drainer, decodeRaw, x.apply, dopts...)
 		if err != nil {
@@ -132,10 +151,15 @@ func canonicalQueue(q string) string {
 // apply is the route's drainer.Applier: one event to the batcher, its Result to the drainer.
 func (x *route) apply(ctx context.Context, eventType string, payload json.RawMessage) error {
 	de, _ := drainer.EventFrom(ctx)
+	headers := de.Headers
+	if x.tracing {
+		headers = drainer.InjectTraceContext(ctx, headers) // ctx holds the drainer's delivery span
+	}
 	res := x.batcher.deliver(ctx, Event{
 		Queue:        de.Table,
 		ID:           de.ID,
-		Identity:     EventIdentity(de.Table, de.ID),
+		Identity:     EventIdentity(de),
+		Headers:      headers,
 		Type:         eventType,
 		PartitionKey: de.PartitionKey,
 		Attempts:     de.Attempts,
@@ -150,10 +174,9 @@ func (x *route) apply(ctx context.Context, eventType string, payload json.RawMes
 	}
 	err := cmpErr(res.Err, "the sink failed transiently")
 	if res.RetryAfter > 0 {
-		// SQL hook: when the outbox can record a caller-chosen retry time for a leased row (fenced by
-		// its token, like apply_results), pass res.RetryAfter there. Until then the queue's
-		// backoff applies and the peer's wish is only reported.
-		err = fmt.Errorf("%w (the peer asked to retry after %s; retried with the queue's backoff)", err, res.RetryAfter)
+		// The peer's wish replaces the queue's backoff. The time is taken on this clock once the
+		// sink answered; the database stores it as given (apply_results' retry_at).
+		return drainer.RetryAt(fmt.Errorf("%w (the peer asked to retry after %s)", err, res.RetryAfter), time.Now().Add(res.RetryAfter))
 	}
 	return err
 }

@@ -5,17 +5,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/pgdrain/pgdrain/drainer"
 )
 
 // Event is one outbox row on its way to a sink.
 type Event struct {
 	// Queue is the queue ("schema.table").
 	Queue string
-	// ID is the row's id: its delivery position. Sinks should dedupe on Identity, not on ID.
+	// ID is the row's id: its delivery position, which may change (requeue_poisoned moves a row to
+	// a new id). Sinks dedupe on Identity, never on ID.
 	ID int64
 	// Identity is the event's stable identity, the key every sink dedupes on (the Standard
-	// Webhooks webhook-id, the Nats-Msg-Id, a Kafka header). See EventIdentity.
+	// Webhooks webhook-id, the Kafka header ce_id, the Nats-Msg-Id). See EventIdentity.
 	Identity string
+	// Headers are the event's headers (the row's headers column, an object of strings; nil when
+	// none), for the sink to send with the event: HTTP headers, Kafka record headers, NATS headers.
+	// A sink never lets them override the headers it sets itself (its identity, signature and
+	// content type). With tracing on (WithTracerProvider) they also carry the delivery span's
+	// trace context (traceparent, tracestate).
+	Headers map[string]string
 	// Type is the row's event_type.
 	Type string
 	// PartitionKey is the row's partition key ("" on an unpartitioned queue): the Kafka record
@@ -29,13 +38,12 @@ type Event struct {
 	Payload json.RawMessage
 }
 
-// EventIdentity is the one place that says what an event's identity is. Until the outbox table
-// carries an immutable event_id uuid (DESIGN.md, "Identity and order of an event"), it is the
-// queue and the row id: an id is provisional only until COMMIT (a late row may be renumbered
-// then), and a relay sees committed rows only, so the pair is stable for every delivery of one
-// row. When event_id lands, this returns it and every sink follows.
-func EventIdentity(queue string, id int64) string {
-	return fmt.Sprintf("%s:%d", queue, id)
+// EventIdentity is the one place that says what an event's identity is: its event_id (DESIGN.md,
+// "Identity and order of an event"), immutable from the producer's INSERT on, whatever happens to
+// the row's id (renumbered at COMMIT, moved by requeue_poisoned). Every delivery of one event
+// carries it, so it is what a peer dedupes on.
+func EventIdentity(e drainer.Event) string {
+	return e.EventID
 }
 
 // Outcome is what a delivery attempt of one event came to.
@@ -71,9 +79,9 @@ type Result struct {
 	// Err says why the event was not sent (stored as the row's last_error). Ignored when Sent.
 	Err error
 	// RetryAfter, when positive on a Transient result, is when the peer asked to be tried again
-	// (an HTTP Retry-After). The SQL API cannot yet record a caller-chosen retry time, so the row
-	// is retried with the queue's backoff for now; the relay counts these results
-	// (pgdrain_relay_retry_after_total) and logs the delay.
+	// (an HTTP Retry-After), from the moment Deliver returned: the row's next attempt is then, not
+	// after the queue's backoff (drainer.RetryAt, recorded fenced like every result). The relay
+	// counts these results (pgdrain_relay_retry_after_total).
 	RetryAfter time.Duration
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -133,15 +134,34 @@ func (s *Sink) publish(ctx context.Context, e relay.Event) relay.Result {
 	msg.Header.Set("Event-Source", "/pgdrain/"+e.Queue)
 	msg.Header.Set("Event-Time", e.CreatedAt.UTC().Format(time.RFC3339Nano))
 	msg.Header.Set("Content-Type", "application/json")
+	setEventHeaders(msg.Header, e.Headers)
 	// WithMsgID sets Nats-Msg-Id: the stream keeps one message per id within its duplicate window.
 	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.Identity)); err != nil {
 		err = fmt.Errorf("publishing to %s: %w", subject, err)
-		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) {
+		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrBadHeaderMsg) {
 			return relay.PermanentResult(err)
 		}
 		return relay.TransientResult(err)
 	}
 	return relay.SentResult()
+}
+
+// ownHeaders are the headers the sink sets on every message; an event's headers do not replace
+// them.
+var ownHeaders = []string{"event-type", "event-source", "event-time", "content-type"}
+
+// setEventHeaders adds the event's headers to h, except the sink's own and every Nats-* header:
+// JetStream reads those (Nats-Msg-Id is the identity, Nats-Expected-* would make publishes fail,
+// Nats-Rollup would purge the subject), so a producer may not steer the stream through them. NATS
+// header names are case-sensitive; the names are compared without case all the same.
+func setEventHeaders(h nats.Header, headers map[string]string) {
+	for name, value := range headers {
+		lower := strings.ToLower(name)
+		if strings.HasPrefix(lower, "nats-") || slices.Contains(ownHeaders, lower) {
+			continue
+		}
+		h.Set(name, value)
+	}
 }
 
 func (s *Sink) subject(e relay.Event) (string, error) {

@@ -38,8 +38,14 @@ func natsServer(t *testing.T, maxPayload int32) (*server.Server, njs.JetStream) 
 	return s, js
 }
 
+// identityPrefix starts every test event's identity: an event_id (a uuid) the test can read.
+const identityPrefix = "0f0e0d0c-0000-4000-8000-"
+
+// identity is the event_id of test event id.
+func identity(id int64) string { return fmt.Sprintf("%s%012d", identityPrefix, id) }
+
 func event(id int64, key, payload string) relay.Event {
-	return relay.Event{Queue: "public.orders", ID: id, Identity: relay.EventIdentity("public.orders", id), Type: "order.updated",
+	return relay.Event{Queue: "public.orders", ID: id, Identity: identity(id), Type: "order.updated",
 		PartitionKey: key, CreatedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Payload: json.RawMessage(payload)}
 }
 
@@ -100,7 +106,7 @@ func TestSink_PublishesWithTheIdentityAsMsgID(t *testing.T) {
 		require.NoError(t, json.Unmarshal(m.Data(), &p))
 		require.Equal(t, next[p.Key], p.Seq, "key %s out of order", p.Key)
 		next[p.Key]++
-		require.True(t, strings.HasPrefix(m.Headers().Get("Nats-Msg-Id"), "public.orders:"))
+		require.True(t, strings.HasPrefix(m.Headers().Get("Nats-Msg-Id"), identityPrefix))
 		require.Equal(t, "order.updated", m.Headers().Get("Event-Type"))
 		require.Equal(t, "/pgdrain/public.orders", m.Headers().Get("Event-Source"))
 		require.Equal(t, "2026-11-30T12:00:00Z", m.Headers().Get("Event-Time"))
@@ -158,4 +164,29 @@ func TestConfig_Validate(t *testing.T) {
 		`Subject must not hold a wildcard to publish to, got "a.>"`)
 	require.EqualError(t, jetstream.Config{URL: "nats://x", Subject: "a", SubjectField: "s"}.Validate(),
 		"Subject must be empty when SubjectField is set: the subject comes from one place")
+}
+
+// The event's headers go with the message; Nats-* (JetStream's own: the identity, expectations,
+// rollups) and the sink's headers stay the sink's.
+func TestSink_AddsTheEventsHeaders(t *testing.T) {
+	t.Parallel()
+	srv, js := natsServer(t, 0)
+	s, err := jetstream.New(jetstream.Config{URL: srv.ClientURL(), Subject: "events.orders"})
+	require.NoError(t, err)
+	defer s.Close()
+	e := event(1, "a", `{}`)
+	e.Headers = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"X-Tenant": "acme", "Nats-Msg-Id": "forged", "nats-expected-last-sequence": "999",
+		"Nats-Rollup": "all", "event-type": "forged", "Content-Type": "text/plain"}
+	require.Equal(t, relay.SentResult(), deliver(t, s, e)[0], "an expected sequence from the producer would fail the publish")
+	msgs := stored(t, js)
+	require.Len(t, msgs, 1)
+	h := msgs[0].Headers()
+	require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", h.Get("traceparent"))
+	require.Equal(t, "acme", h.Get("X-Tenant"))
+	require.Equal(t, identity(1), h.Get("Nats-Msg-Id"))
+	require.Equal(t, "order.updated", h.Get("Event-Type"))
+	require.Equal(t, "application/json", h.Get("Content-Type"))
+	require.Empty(t, h.Get("event-type"))
+	require.Empty(t, h.Get("Nats-Rollup"))
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -148,10 +151,25 @@ func (s *Sink) record(e relay.Event) (*kgo.Record, error) {
 			{Key: "content-type", Value: []byte("application/json")},
 		},
 	}
+	r.Headers = appendEventHeaders(r.Headers, e.Headers)
 	if e.PartitionKey != "" {
 		r.Key = []byte(e.PartitionKey)
 	}
 	return r, nil
+}
+
+// appendEventHeaders adds the event's headers, in name order (so one event's records are
+// alike), except those the sink sets: ce_* (CloudEvents attributes, ce_id the identity) and
+// content-type.
+func appendEventHeaders(out []kgo.RecordHeader, headers map[string]string) []kgo.RecordHeader {
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		lower := strings.ToLower(name)
+		if strings.HasPrefix(lower, "ce_") || lower == "content-type" {
+			continue
+		}
+		out = append(out, kgo.RecordHeader{Key: name, Value: []byte(headers[name])})
+	}
+	return out
 }
 
 // permanentErrors are refusals that no retry changes: the record itself is wrong.

@@ -26,8 +26,14 @@ func cluster(t *testing.T, topics ...string) *kfake.Cluster {
 	return c
 }
 
+// identityPrefix starts every test event's identity: an event_id (a uuid) the test can read.
+const identityPrefix = "0f0e0d0c-0000-4000-8000-"
+
+// identity is the event_id of test event id.
+func identity(id int64) string { return fmt.Sprintf("%s%012d", identityPrefix, id) }
+
 func event(id int64, key, typ, payload string) relay.Event {
-	return relay.Event{Queue: "public.orders", ID: id, Identity: relay.EventIdentity("public.orders", id), Type: typ,
+	return relay.Event{Queue: "public.orders", ID: id, Identity: identity(id), Type: typ,
 		PartitionKey: key, CreatedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Payload: json.RawMessage(payload)}
 }
 
@@ -103,7 +109,7 @@ func TestSink_KeyIsThePartitionKeyAndOrderHolds(t *testing.T) {
 		require.Equal(t, next[p.Key], p.Seq, "key %s out of order", p.Key)
 		next[p.Key]++
 		require.Equal(t, "1.0", header(r, "ce_specversion"))
-		require.True(t, strings.HasPrefix(header(r, "ce_id"), "public.orders:"))
+		require.True(t, strings.HasPrefix(header(r, "ce_id"), identityPrefix))
 		require.Equal(t, "/pgdrain/public.orders", header(r, "ce_source"))
 		require.Equal(t, "order.updated", header(r, "ce_type"))
 		require.Equal(t, "2026-11-30T12:00:00Z", header(r, "ce_time"))
@@ -134,8 +140,8 @@ func TestSink_TopicFromThePayload(t *testing.T) {
 	require.EqualError(t, res[2].Err, `the payload has no string field "region_topic" to take the topic from`)
 	require.Equal(t, relay.Permanent, res[3].Outcome)
 	require.Equal(t, relay.Permanent, res[4].Outcome)
-	require.Equal(t, "public.orders:1", header(consume(t, c, "eu.orders", 1)[0], "ce_id"))
-	require.Equal(t, "public.orders:2", header(consume(t, c, "us.orders", 1)[0], "ce_id"))
+	require.Equal(t, identity(1), header(consume(t, c, "eu.orders", 1)[0], "ce_id"))
+	require.Equal(t, identity(2), header(consume(t, c, "us.orders", 1)[0], "ce_id"))
 }
 
 // A record larger than a batch may be is permanent; a cluster that is not there is transient
@@ -169,4 +175,29 @@ func TestConfig_Validate(t *testing.T) {
 	require.EqualError(t, kafka.Config{}.Validate(), "Brokers must list at least one seed broker (host:port)\n"+
 		"Topic must be set, or TopicField to take each event's topic from its payload")
 	require.ErrorContains(t, kafka.Config{Brokers: []string{"x:1"}, Topic: "a b"}.Validate(), `Topic must be a Kafka topic name`)
+}
+
+// The event's headers become record headers, after the sink's own; ce_* and content-type stay
+// the sink's (ce_id is the identity).
+func TestSink_AddsTheEventsHeaders(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, "orders")
+	s, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), Topic: "orders"})
+	require.NoError(t, err)
+	defer s.Close()
+	e := event(1, "alice", "order.created", `{}`)
+	e.Headers = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"x-tenant": "acme", "ce_id": "forged", "CE_TYPE": "forged", "Content-Type": "text/plain"}
+	require.Equal(t, relay.SentResult(), deliver(t, s, e)[0])
+	r := consume(t, c, "orders", 1)[0]
+	var keys []string
+	for _, h := range r.Headers {
+		keys = append(keys, h.Key)
+	}
+	require.Equal(t, []string{"ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", "content-type",
+		"traceparent", "x-tenant"}, keys)
+	require.Equal(t, identity(1), header(r, "ce_id"))
+	require.Equal(t, "order.created", header(r, "ce_type"))
+	require.Equal(t, "application/json", header(r, "content-type"))
+	require.Equal(t, "acme", header(r, "x-tenant"))
 }

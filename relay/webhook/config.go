@@ -35,8 +35,9 @@ type Config struct {
 	// signature each in webhook-signature), so a rotation lists the old and the new secret until
 	// receivers have switched. At least one is required.
 	Secrets []string `yaml:"secrets"`
-	// Headers are sent with every request (an API key, a tenant). They may not set Content-Type
-	// or the webhook-* headers. Defaults to none.
+	// Headers are sent with every request (an API key, a tenant), over any event header of the
+	// same name. They may not set Content-Type, the webhook-* headers or those HTTP controls
+	// (Content-Length, Host, Connection, ...). Defaults to none.
 	Headers map[string]string `yaml:"headers"`
 	// Body is BodyEnvelope or BodyPayload. Defaults to BodyEnvelope.
 	Body string `yaml:"body"`
@@ -65,8 +66,8 @@ func (c Config) Validate() error {
 	}
 	for name := range c.Headers {
 		switch canon := http.CanonicalHeaderKey(name); {
-		case canon == "Content-Type", strings.HasPrefix(canon, "Webhook-"):
-			bad("Headers may not set %s: the sink sets it", name)
+		case reserved(canon):
+			bad("Headers may not set %s: the sink or HTTP sets it", name)
 		case name == "" || strings.ContainsAny(name, " \t\r\n:"):
 			bad("Headers has an invalid header name %q", name)
 		}

@@ -90,6 +90,11 @@ func (s *Sink) post(ctx context.Context, e relay.Event) relay.Result {
 	if err != nil {
 		return relay.PermanentResult(fmt.Errorf("building the request: %w", err))
 	}
+	// The event's headers first, so the operator's (Config.Headers: an API key) win over a
+	// producer's, and the sink's own (identity, signature) over both.
+	if err := setEventHeaders(req.Header, e.Headers); err != nil {
+		return relay.PermanentResult(err)
+	}
 	for k, v := range s.cfg.Headers {
 		req.Header.Set(k, v)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -96,8 +97,14 @@ func newPeer(t *testing.T, secrets []string, respond func(http.ResponseWriter, *
 	return p, srv
 }
 
+// identityPrefix starts every test event's identity: an event_id (a uuid) the test can read.
+const identityPrefix = "0f0e0d0c-0000-4000-8000-"
+
+// identity is the event_id of test event id.
+func identity(id int64) string { return fmt.Sprintf("%s%012d", identityPrefix, id) }
+
 func event(id int64, key string) relay.Event {
-	return relay.Event{Queue: "public.orders", ID: id, Identity: relay.EventIdentity("public.orders", id), Type: "order.created",
+	return relay.Event{Queue: "public.orders", ID: id, Identity: identity(id), Type: "order.created",
 		PartitionKey: key, CreatedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Payload: json.RawMessage(`{"order":42}`)}
 }
 
@@ -121,7 +128,7 @@ func TestSink_SignsEveryRequestWithEverySecret(t *testing.T) {
 	require.Equal(t, []relay.Result{relay.SentResult(), relay.SentResult()}, res)
 	require.Len(t, p.requests, 2)
 	for _, r := range p.requests {
-		require.Contains(t, []string{"public.orders:1", "public.orders:2"}, r.header.Get("webhook-id"))
+		require.Contains(t, []string{identity(1), identity(2)}, r.header.Get("webhook-id"))
 		ts, err := strconv.ParseInt(r.header.Get("webhook-timestamp"), 10, 64)
 		require.NoError(t, err)
 		require.InDelta(t, time.Now().Unix(), ts, 60)
@@ -261,9 +268,47 @@ func TestConfig_ValidateNamesEveryField(t *testing.T) {
 		`Secrets[0] must start with "whsec_"`,
 		`Secrets[1] must be whsec_ followed by base64: illegal base64 data at input byte 0`,
 		`Secrets[2] must hold a key of 24 to 64 bytes, as the specification asks, got 3`,
-		`Headers may not set webhook-id: the sink sets it`,
+		`Headers may not set webhook-id: the sink or HTTP sets it`,
 		`Body must be "envelope" or "payload", got "xml"`,
 	}, strings.Split(err.Error(), "\n"))
 	require.EqualError(t, webhook.Config{}.Validate(), "URL must be set to the endpoint (http:// or https://)\n"+
 		"Secrets must list at least one signing secret (whsec_<base64>)")
+}
+
+// The event's headers are sent, below the operator's Config.Headers and never in place of the
+// sink's own (webhook-*, Content-Type) or HTTP's (Content-Length, Connection); a header HTTP
+// cannot carry refuses the event for good instead of failing every retry the same way.
+func TestSink_SendsTheEventsHeadersButNotOverTheReservedOnes(t *testing.T) {
+	t.Parallel()
+	p, srv := newPeer(t, []string{oldSecret}, nil)
+	s, err := webhook.New(webhook.Config{URL: srv.URL, Secrets: []string{oldSecret},
+		Headers: map[string]string{"X-Tenant": "operator"}})
+	require.NoError(t, err)
+	e := event(1, "a")
+	e.Headers = map[string]string{
+		"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"X-Custom":    "yes",
+		"X-Tenant":    "producer",
+		"webhook-id":  "forged", "Webhook-Signature": "v1,forged", "content-type": "text/plain",
+		"Content-Length": "1", "Connection": "close",
+	}
+	require.Equal(t, relay.SentResult(), deliver(t, s, e)[0])
+	require.Len(t, p.requests, 1)
+	h := p.requests[0].header
+	require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", h.Get("Traceparent"))
+	require.Equal(t, "yes", h.Get("X-Custom"))
+	require.Equal(t, "operator", h.Get("X-Tenant"), "the operator's header wins over the producer's")
+	require.Equal(t, identity(1), h.Get("webhook-id"))
+	require.Equal(t, "application/json", h.Get("Content-Type"))
+	require.NotEqual(t, "v1,forged", h.Get("webhook-signature"))
+	require.Empty(t, h.Get("Connection"))
+
+	for name, value := range map[string]string{"X-Bad": "line\r\nX-Injected: 1", "bad name": "x"} {
+		e := event(2, "b")
+		e.Headers = map[string]string{name: value}
+		res := deliver(t, s, e)[0]
+		require.Equal(t, relay.Permanent, res.Outcome, "header %q", name)
+		require.Contains(t, res.Err.Error(), "the event's header")
+	}
+	require.Len(t, p.requests, 1, "nothing was sent for the bad headers")
 }

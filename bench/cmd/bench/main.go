@@ -34,6 +34,9 @@ type options struct {
 	// pipeline section (pipeline.go)
 	pipelineEvents int
 	pipelineWindow time.Duration
+	// relay section (relay.go)
+	relayEvents int
+	relayWindow time.Duration
 }
 
 func main() {
@@ -44,7 +47,7 @@ func main() {
 	flag.IntVar(&o.maxDepth, "max-depth", 1_000_000, "deepest backlog for the claim-cost table")
 	flag.IntVar(&o.events, "events", 20_000, "events per drain-throughput run")
 	flag.DurationVar(&o.produce, "produce-for", 2*time.Second, "duration of one producer-cost run")
-	flag.StringVar(&o.sections, "sections", "claim,drain,peers,producer,depth,pipeline", "sections to run")
+	flag.StringVar(&o.sections, "sections", "claim,drain,peers,producer,depth,pipeline,relay", "sections to run")
 	flag.Float64Var(&o.depthScale, "depth-scale", 1, "depth section: multiplies every event count (20k, 200k, 1M); below 1 for development")
 	flag.DurationVar(&o.depthWindow, "depth-window", 5*time.Second, "depth section: shortest measurement (shorter drains are repeated)")
 	flag.StringVar(&o.depthBatches, "depth-batches", "32", "depth section: claim configurations of 6a, comma-separated: 32 (ApplyConcurrency 32) and/or 256 (BatchSize 256, ApplyConcurrency 1); the first one is used for 6b-6d")
@@ -52,6 +55,8 @@ func main() {
 	flag.StringVar(&o.depthFocus, "depth-focus", "lease,lock", "depth section: claim modes of the 4-replica 200,000-event drains of 6b-6d")
 	flag.IntVar(&o.pipelineEvents, "pipeline-events", 100_000, "pipeline section: pre-filled events per run (more than the fastest drain sends in a run)")
 	flag.DurationVar(&o.pipelineWindow, "pipeline-window", 5*time.Second, "pipeline section: measurement window of one run (after a 1s warm-up)")
+	flag.IntVar(&o.relayEvents, "relay-events", 100_000, "relay section: pre-filled events per run (more than the fastest relay sends in a run)")
+	flag.DurationVar(&o.relayWindow, "relay-window", 5*time.Second, "relay section: measurement window of one run (after a 1s warm-up)")
 	flag.Parse()
 	if o.server == "" {
 		fmt.Fprintln(os.Stderr, "bench: set DATABASE_URL or -dsn")
@@ -108,6 +113,11 @@ func run(ctx context.Context, o options) error {
 	if want("pipeline") {
 		if err := benchPipeline(ctx, o, emit); err != nil {
 			return fmt.Errorf("pipeline: %w", err)
+		}
+	}
+	if want("relay") {
+		if err := benchRelay(ctx, o, emit); err != nil {
+			return fmt.Errorf("relay: %w", err)
 		}
 	}
 	emit(fmt.Sprintf("\nTotal bench time: %s\n", time.Since(started).Round(time.Second)))

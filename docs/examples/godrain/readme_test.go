@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync"
 	"time"
 
@@ -66,7 +65,7 @@ func run(ctx context.Context, dsn string) error {
 			return drainer.Permanent(err)
 		}
 		req.Header.Set("X-Event-Type", eventType)
-		req.Header.Set("Idempotency-Key", strconv.FormatInt(ev.ID, 10)) // delivery is at least once
+		req.Header.Set("Idempotency-Key", ev.EventID) // delivery is at least once; dedupe on the event_id
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
