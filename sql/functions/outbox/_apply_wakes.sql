@@ -46,9 +46,8 @@ BEGIN
     RETURNING h.partition_key),
   made AS (
     INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
-    SELECT p_q.queue_id, u.k, u.lo,
-           CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
-                THEN u.lo ELSE 0 END
+    -- Floor 0: notes of the key beyond this call's may hold smaller ids.
+    SELECT p_q.queue_id, u.k, u.lo, 0
     FROM unnest(v_keys, v_lows) AS u(k, lo)
     WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
                       WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)

@@ -116,12 +116,17 @@ BEGIN
   -- partition became (or may have become) claimable.
   IF v_new IS NOT NULL THEN
     -- A new head's floor is our smallest id (poisoned rows before it are not walked again) only
-    -- while the queue's heads are complete: after a crash "no head" may mean the heads were lost
-    -- while older rows of the key are still pending, and the floor is 0 until a claim raises it.
+    -- while the queue's heads are complete and no wake note waits for the key: after a crash "no
+    -- head" may mean the heads were lost while older rows of the key are still pending, and a note
+    -- means a producer before us committed rows of the key while a claim was deleting its head
+    -- (the note is applied by a later claim, which a claim of our row must not overtake). Then the
+    -- floor is 0 until a claim raises it.
     WITH made AS (
       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
       SELECT p_q.queue_id, u.k, u.lo,
              CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
+                       AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                                       WHERE w.queue_id = p_q.queue_id AND w.partition_key = u.k)
                   THEN u.lo ELSE 0 END
       FROM unnest(v_keys, v_mins) AS u(k, lo)
       WHERE u.k = ANY (v_new)
