@@ -31,7 +31,8 @@ const (
 // Config configures a console Server.
 type Config struct {
 	// Reader is the pool the pages read through: outbox.stats, outbox.wedged_partitions,
-	// outbox.queues, the alr tables. A login role in pgdrain_operator (docs/security.md). Required.
+	// outbox.queues, outbox.poisoned_rows, the alr tables. A login role in pgdrain_reader
+	// (docs/security.md). Required.
 	Reader *pgxpool.Pool
 	// Operator is the pool actions run through (requeue_poisoned, purge_sent, resolve_alert). nil
 	// makes the console read-only.

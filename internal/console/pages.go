@@ -31,12 +31,11 @@ type queueBody struct {
 	WedgedErr   string
 	Poisoned    []Poisoned
 	PoisonedErr string
-	// PoisonedHidden: the reader may not select the queue table's columns (pgdrain_operator may
-	// not), so the list can not be shown; the page says which grant would show it.
-	PoisonedHidden bool
-	PayloadHidden  bool
-	Limit          int
-	PoisonedKeys   []string // distinct keys of the listed rows, for "requeue all of a key"
+	// PayloadHidden: the reader's login may not select the payload column (pgdrain_reader and
+	// pgdrain_operator may not), so the rows come without previews.
+	PayloadHidden bool
+	Limit         int
+	PoisonedKeys  []string // distinct keys of the listed rows, for "requeue all of a key"
 }
 
 func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
@@ -56,25 +55,19 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 		}
 		b.Wedged = wd
 	}
-	rows, payload, err := poisonedAccess(ctx, s.cfg.Reader, reg)
-	switch {
-	case err != nil:
-		b.PoisonedErr = describe(err)
-	case !rows:
-		b.PoisonedHidden = true
-	default:
+	payload, err := payloadVisible(ctx, s.cfg.Reader, reg)
+	if err == nil {
 		b.PayloadHidden = !payload
-		list, err := readPoisoned(ctx, s.cfg.Reader, reg, payload)
-		if err != nil {
-			b.PoisonedErr = describe(err)
-		}
-		b.Poisoned = list
-		seen := map[string]bool{}
-		for _, p := range list {
-			if p.PartitionKey != nil && !seen[*p.PartitionKey] {
-				seen[*p.PartitionKey] = true
-				b.PoisonedKeys = append(b.PoisonedKeys, *p.PartitionKey)
-			}
+		b.Poisoned, err = readPoisoned(ctx, s.cfg.Reader, reg)
+	}
+	if err != nil {
+		b.PoisonedErr = describe(err)
+	}
+	seen := map[string]bool{}
+	for _, p := range b.Poisoned {
+		if p.PartitionKey != nil && !seen[*p.PartitionKey] {
+			seen[*p.PartitionKey] = true
+			b.PoisonedKeys = append(b.PoisonedKeys, *p.PartitionKey)
 		}
 	}
 	s.render(w, r, http.StatusOK, "queue", pageData{Title: name, Nav: "queues", Live: true, Body: b})

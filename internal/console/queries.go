@@ -110,50 +110,30 @@ type Poisoned struct {
 	AttemptCount int
 	LastError    *string
 	CreatedAt    time.Time
-	// Payload is the first payloadPreview characters of the payload as JSON text, or nil when the
-	// reader may not select the payload column. The template escapes it.
+	// Payload is the first 200 characters of the payload as JSON text (outbox.poisoned_rows), or
+	// nil when the reader's login may not select the payload column. The template escapes it.
 	Payload *string
 }
 
-// payloadPreview is how many characters of a payload the queue page shows.
-const payloadPreview = 240
-
-// poisonedAccess says what the reader may select of a queue table: no SQL function lists poisoned
-// rows, so the page reads the table itself, and pgdrain_operator has no privilege on queue tables
-// (docs/security.md, "The console"). Columns are checked one by one so that a grant that leaves
-// out payload still lists the rows, without previews.
-func poisonedAccess(ctx context.Context, db *pgxpool.Pool, q queueReg) (rows, payload bool, err error) {
-	cols := []string{"id", "attempt_count", "last_error", "created_at", "sent_at"}
-	if q.PartitionColumn != nil {
-		cols = append(cols, *q.PartitionColumn)
-	}
-	err = db.QueryRow(ctx, `
-		SELECT bool_and(pg_catalog.has_column_privilege($1::oid, c, 'SELECT')),
-		       pg_catalog.has_column_privilege($1::oid, 'payload', 'SELECT')
-		FROM unnest($2::text[]) c`, q.TableOID, cols).Scan(&rows, &payload)
+// payloadVisible says whether the reader's login may select the queue table's payload column:
+// outbox.poisoned_rows gives a preview only then, and the page says why when it does not.
+func payloadVisible(ctx context.Context, db *pgxpool.Pool, q queueReg) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT pg_catalog.has_column_privilege(session_user, $1::oid, 'payload', 'SELECT')`,
+		q.TableOID).Scan(&ok)
 	if err != nil {
-		return false, false, fmt.Errorf("checking privileges on %s: %w", q.Table, err)
+		return false, fmt.Errorf("checking privileges on %s: %w", q.Table, err)
 	}
-	return rows, rows && payload, nil
+	return ok, nil
 }
 
-// readPoisoned lists the first poisoned rows in claim order. The predicate (sent_at IS NULL,
-// attempt_count >= max_attempts, ORDER BY attempt_count, id) is a range of the claim index
-// (attempt_count, id) WHERE sent_at IS NULL that every queue has, and LIMIT stops the scan: the
-// cost follows the rows shown, not the backlog.
-func readPoisoned(ctx context.Context, db *pgxpool.Pool, q queueReg, withPayload bool) ([]Poisoned, error) {
-	key := "NULL::text"
-	if q.PartitionColumn != nil {
-		key = "t." + pgx.Identifier{*q.PartitionColumn}.Sanitize() + "::text"
-	}
-	payload := "NULL::text"
-	if withPayload {
-		payload = fmt.Sprintf("left(t.payload::text, %d)", payloadPreview)
-	}
-	rows, err := db.Query(ctx, fmt.Sprintf(`
-		SELECT t.id, %s, t.attempt_count, t.last_error, t.created_at, %s
-		FROM %s t WHERE t.sent_at IS NULL AND t.attempt_count >= $1
-		ORDER BY t.attempt_count, t.id LIMIT $2`, key, payload, q.Table), q.MaxAttempts, listLimit)
+// readPoisoned lists the newest poisoned rows through outbox.poisoned_rows (granted to
+// pgdrain_reader and pgdrain_operator): a bounded page through the claim index, so the cost
+// follows the rows shown, not the backlog; the payload preview only for a login that may read it.
+func readPoisoned(ctx context.Context, db *pgxpool.Pool, q queueReg) ([]Poisoned, error) {
+	rows, err := db.Query(ctx, `
+		SELECT p.id, p.partition_key, p.attempt_count, p.last_error, p.created_at, p.payload_preview
+		FROM outbox.poisoned_rows($1, $2) p`, q.Name, listLimit)
 	if err != nil {
 		return nil, fmt.Errorf("reading poisoned rows of %s: %w", q.Name, err)
 	}
