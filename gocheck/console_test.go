@@ -159,6 +159,40 @@ func TestConsole_PurgeAndResolveGoThroughTheSQLFunctions(t *testing.T) {
 	require.Contains(t, page, "alert: must be an alert id (uuid)")
 }
 
+// Releasing a stuck lease goes through outbox.release_lease after a confirmation: the row is free
+// at once; a second release says nothing was leased.
+func TestConsole_ReleaseLeaseEndsAStuckLease(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	log := &syncBuffer{}
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, log)
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT outbox.enqueue($1, 'stuck', '{}', 'acct-stuck')`, b.queue).Scan(&id))
+	worker := loginAs(t, b.db, "pgdrain_worker")
+	var claimed int64
+	require.NoError(t, worker.QueryRow(ctx, `SELECT id FROM outbox.claim_batch($1, 100, '1 hour') WHERE id = $2`, b.queue, id).Scan(&claimed))
+	token := c.csrf("/queues/public.events")
+
+	form := url.Values{"queue": {b.queue}, "id": {fmt.Sprint(id)}, "csrf": {token}}
+	code, page := c.post("/actions/release", form)
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, fmt.Sprintf("end the lease of row %d now", id))
+	form.Set("confirm", "yes")
+	code, _ = c.post("/actions/release", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	var leased bool
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT lease_token IS NOT NULL FROM public.events WHERE id = $1`, id).Scan(&leased))
+	require.False(t, leased, "the lease is gone")
+	require.Contains(t, log.String(), "released=true")
+	code, _ = c.post("/actions/release", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Contains(t, log.String(), "released=false")
+	code, page = c.post("/actions/release", url.Values{"queue": {b.queue}, "id": {"1; DROP TABLE x"}, "csrf": {token}})
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, page, "id: must be a row id")
+}
+
 func TestConsole_ReadOnlyRefusesEveryAction(t *testing.T) {
 	t.Parallel()
 	b := newConsoleBundle(t)

@@ -167,6 +167,41 @@ func (s *Server) purgeAction(w http.ResponseWriter, r *http.Request) {
 	s.done(w, r, back, msg, "queue", queue, "older_than", olderThan.String(), "deleted", n)
 }
 
+func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
+	queue := r.PostFormValue("queue")
+	if _, _, ok := s.sampler.view(queue); !ok {
+		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
+		return
+	}
+	back := "/queues/" + url.PathEscape(queue)
+	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
+	if err != nil {
+		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %q", r.PostFormValue("id")), back)
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		s.confirm(w, r, "End the lease?", confirmBody{
+			Action: "/actions/release", Fields: []field{{"queue", queue}, {"id", strconv.FormatInt(id, 10)}}, Button: "Release", Back: back,
+			Lines: []string{
+				fmt.Sprintf("Queue %s: end the lease of row %d now; it is claimable at once, no attempt counted.", queue, id),
+				"The worker holding it can no longer record a result for it: its lease token no longer matches (outbox.release_lease).",
+			}})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
+	defer cancel()
+	released, err := releaseLease(ctx, s.cfg.Operator, queue, id)
+	if err != nil {
+		s.failed(w, r, back, err, "queue", queue, "id", id)
+		return
+	}
+	msg := fmt.Sprintf("released the lease of row %d of %s", id, queue)
+	if !released {
+		msg = fmt.Sprintf("row %d of %s was not leased any more: nothing changed", id, queue)
+	}
+	s.done(w, r, back, msg, "queue", queue, "id", id, "released", released)
+}
+
 var uuidText = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,6 +84,8 @@ type Wedged struct {
 	OldestPendingAt  time.Time
 	Pending          int64
 	Reason           string
+	// Leased: the head is held by a lease (an operator may end it, outbox.release_lease).
+	Leased bool
 }
 
 func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan time.Duration) ([]Wedged, error) {
@@ -95,6 +98,7 @@ func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan t
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Wedged, error) {
 		var w Wedged
 		err := r.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttemptCount, &w.HeadLastError, &w.OldestPendingAt, &w.Pending, &w.Reason)
+		w.Leased = strings.HasPrefix(w.Reason, "leased")
 		return w, err
 	})
 	if err != nil {
@@ -322,6 +326,16 @@ func purgeSent(ctx context.Context, db *pgxpool.Pool, queue string, olderThan ti
 }
 
 // resolveAlert is alr.resolve_alert: the alert resolved and its ladders stopped, idempotently.
+// releaseLease ends a stuck row's lease (outbox.release_lease, operators): false when the row
+// was not leased any more.
+func releaseLease(ctx context.Context, db *pgxpool.Pool, queue string, id int64) (bool, error) {
+	var released bool
+	if err := db.QueryRow(ctx, `SELECT outbox.release_lease($1, $2)`, queue, id).Scan(&released); err != nil {
+		return false, fmt.Errorf("releasing the lease of row %d of %s: %w", id, queue, err)
+	}
+	return released, nil
+}
+
 func resolveAlert(ctx context.Context, db *pgxpool.Pool, alertID string) error {
 	if _, err := db.Exec(ctx, `SELECT alr.resolve_alert($1::uuid)`, alertID); err != nil {
 		return fmt.Errorf("resolving alert %s: %w", alertID, err)

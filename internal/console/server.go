@@ -45,6 +45,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /actions/requeue", s.requeueAction)
 	mux.HandleFunc("POST /actions/purge", s.purgeAction)
 	mux.HandleFunc("POST /actions/resolve", s.resolveAction)
+	mux.HandleFunc("POST /actions/release", s.releaseAction)
 	s.handler = s.access(s.readOnly(s.csrf(mux)))
 	return s, nil
 }
