@@ -1,0 +1,1 @@
+DROP FUNCTION outbox._release_row(outbox.queues, bigint, uuid);
