@@ -51,11 +51,14 @@ DECLARE
   v_sequence constant regclass := p_q.id_sequence;
   v_any_late boolean;
   v_late_clocks bigint[];
+  -- Per key, aligned with v_keys: what the commit step must do for it (see the probe below).
+  v_states text[];
   v_new text[];
-  v_empty text[];
-  v_low_keys text[];
+  v_fix text[];
   v_contended text[];
-  v_contended_new text[];
+  -- Keys whose head another session made or took between our probe and our write.
+  v_raced text[];
+  v_raced_now text[];
   v_wrote boolean := false;
   v_slots integer[];
   v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
@@ -83,11 +86,11 @@ BEGIN
   LOOP
     SELECT pg_catalog.bool_or(c.committed_max > u.lo),
            pg_catalog.array_agg(CASE WHEN c.committed_max > u.lo THEN c.committed_max END ORDER BY u.k),
-           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE NOT e.found),
-           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.held AND h.head_id IS NULL),
-           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE h.held AND h.floor_id > u.lo),
-           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE e.found AND h.held IS NULL)
-      INTO v_any_late, v_late_clocks, v_new, v_empty, v_low_keys, v_contended
+           pg_catalog.array_agg(s.state ORDER BY u.k),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE s.state = 'new'),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE s.state = 'fix'),
+           pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE s.state = 'contended')
+      INTO v_any_late, v_late_clocks, v_states, v_new, v_fix, v_contended
     FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
     -- Every hash has its clock now (a new one starts at the queue's clock_base: ids given out before
     -- the queue was (re)registered or truncated, which sessions with a cached sequence may still
@@ -100,7 +103,12 @@ BEGIN
     -- REPEATABLE READ or SERIALIZABLE, always).
     LEFT JOIN LATERAL (SELECT true AS held, x.head_id, x.floor_id FROM outbox.partition_heads x
                        WHERE v_read_committed AND x.queue_id = p_q.queue_id AND x.partition_key = u.k
-                       FOR KEY SHARE SKIP LOCKED) h ON true;
+                       FOR KEY SHARE SKIP LOCKED) h ON true
+    -- new: no head yet; fix: a head we hold that a claim left empty, or whose floor is above our
+    -- rows; contended: a head a claim holds (a wake note).
+    CROSS JOIN LATERAL (SELECT CASE WHEN NOT e.found THEN 'new'
+                                    WHEN h.held AND (h.head_id IS NULL OR h.floor_id > u.lo) THEN 'fix'
+                                    WHEN h.held IS NULL THEN 'contended' END AS state) s;
     EXIT WHEN NOT v_any_late OR v_renumbered;
     -- v_keys is in key order, and so are the clocks aggregated above and what comes back.
     SELECT pg_catalog.array_agg(r.k ORDER BY r.k), pg_catalog.array_agg(r.lo ORDER BY r.k),
@@ -128,39 +136,47 @@ BEGIN
                        AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
                                        WHERE w.queue_id = p_q.queue_id AND w.partition_key = u.k)
                   THEN u.lo ELSE 0 END
-      FROM unnest(v_keys, v_mins) AS u(k, lo)
-      WHERE u.k = ANY (v_new)
+      -- Filtered on the aligned state, not with u.k = ANY (v_new): that compares every key with
+      -- every new key (a 192,000-row bulk load of 32,000 new keys spent 9.6 s here).
+      FROM unnest(v_keys, v_mins, v_states) AS u(k, lo, state)
+      WHERE u.state = 'new'
       ORDER BY u.k
       ON CONFLICT (queue_id, partition_key) DO NOTHING
       RETURNING h.partition_key)
-    SELECT pg_catalog.array_agg(k) INTO v_contended_new FROM pg_catalog.unnest(v_new) AS k
+    SELECT pg_catalog.array_agg(k) INTO v_raced_now FROM pg_catalog.unnest(v_new) AS k
     WHERE k NOT IN (SELECT made.partition_key FROM made);
-    v_contended := v_contended || v_contended_new;
+    v_raced := v_raced || v_raced_now;
     v_wrote := true;
   END IF;
-  IF v_empty IS NOT NULL OR v_low_keys IS NOT NULL THEN
-    WITH fixed AS (
+  IF v_fix IS NOT NULL THEN
+    -- One locking probe per key (skipped when a claim took the head since), then the heads updated
+    -- by ctid: linear in the keys.
+    WITH locked AS (
+      SELECT x.tid, u.lo FROM unnest(v_keys, v_mins, v_states) AS u(k, lo, state)
+      CROSS JOIN LATERAL (SELECT h.ctid AS tid FROM outbox.partition_heads h
+                          WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k
+                          FOR NO KEY UPDATE SKIP LOCKED) x
+      WHERE u.state = 'fix'),
+    fixed AS (
       UPDATE outbox.partition_heads h
-      SET head_id = COALESCE(h.head_id, u.lo),
+      SET head_id = COALESCE(h.head_id, l.lo),
           parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
-          floor_id = LEAST(h.floor_id, u.lo)
-      FROM unnest(v_keys, v_mins) AS u(k, lo)
-      WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k
-        AND (u.k = ANY (v_empty) OR u.k = ANY (v_low_keys))
-        AND h.ctid = ANY (ARRAY(SELECT x.ctid FROM outbox.partition_heads x
-                                WHERE x.queue_id = p_q.queue_id
-                                  AND (x.partition_key = ANY (v_empty) OR x.partition_key = ANY (v_low_keys))
-                                FOR NO KEY UPDATE SKIP LOCKED))
+          floor_id = LEAST(h.floor_id, l.lo)
+      FROM locked l
+      WHERE h.ctid = l.tid
       RETURNING h.partition_key)
-    SELECT pg_catalog.array_agg(k) INTO v_contended_new
-    FROM pg_catalog.unnest(v_empty || v_low_keys) AS k
+    SELECT pg_catalog.array_agg(k) INTO v_raced_now
+    FROM pg_catalog.unnest(v_fix) AS k
     WHERE k NOT IN (SELECT fixed.partition_key FROM fixed);
-    v_contended := v_contended || v_contended_new;
+    v_raced := v_raced || v_raced_now;
     v_wrote := true;
   END IF;
-  IF v_contended IS NOT NULL THEN
+  IF v_contended IS NOT NULL OR v_raced IS NOT NULL THEN
+    -- The OR keeps the IN a hashed subplan (a semi-join here would be a nested loop: hash joins
+    -- are off in this function).
     INSERT INTO outbox.partition_wakes (queue_id, partition_key, low_id)
-    SELECT p_q.queue_id, u.k, u.lo FROM unnest(v_keys, v_mins) AS u(k, lo) WHERE u.k = ANY (v_contended);
+    SELECT p_q.queue_id, u.k, u.lo FROM unnest(v_keys, v_mins, v_states) AS u(k, lo, state)
+    WHERE u.state = 'contended' OR u.k IN (SELECT r.k FROM pg_catalog.unnest(v_raced) AS r(k));
     v_wrote := true;
   END IF;
   IF v_wrote THEN
