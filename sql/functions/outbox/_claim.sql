@@ -47,10 +47,11 @@ DECLARE
   -- or result moved on leave dead index entries in front of the live ones until vacuum removes them,
   -- which it can not while another session holds the xmin horizon: starting past them keeps a claim
   -- from walking the whole drain's history. A per-session hint only: a claim that finds fewer heads
-  -- past it than it wants goes on from the front, and a cursor older than a second is not used, so
-  -- heads behind every cursor (a lease that ran out, a row given back, a claim rolled back) are
-  -- reached at least once a second per session. Retried heads (attempt_count > 0) are always
-  -- searched from the front, after the fresh ones.
+  -- past it than it wants goes on from the front, and a cursor older than a second is not used.
+  -- Heads behind every cursor (a lease that ran out, a row given back, a claim rolled back) are
+  -- reached by the one claim per second per queue that searches from the front (the queue's shared
+  -- hints, below); a session without a cursor starts where that search stopped. Retried heads
+  -- (attempt_count > 0) are always searched from the front, after the fresh ones.
   v_cursor constant text := 'pgdrain.claim_cursor_' || p_q.queue_id;
   v_cursor_value constant text[] := pg_catalog.string_to_array(
     NULLIF(pg_catalog.current_setting(v_cursor, true), ''), ',');
@@ -59,6 +60,13 @@ DECLARE
     THEN v_cursor_value[2]::double precision END;
   v_from_head bigint := CASE WHEN v_run_started IS NOT NULL THEN v_cursor_value[1]::bigint END;
   v_last_fresh bigint;
+  v_front_duty boolean := false;
+  v_only_fresh boolean;
+  -- The queue's shared hints (outbox._install_claim_hints); NULL when the queue has none.
+  v_start constant regclass := pg_catalog.to_regclass('outbox.claim_start_q' || p_q.queue_id);
+  v_front_hint constant regclass := pg_catalog.to_regclass('outbox.claim_front_q' || p_q.queue_id);
+  v_now_ms constant bigint := (pg_catalog.date_part('epoch', v_now) * 1000)::bigint;
+  v_front_ms bigint;
   v_seen text[] := '{}';
   v_busy text[];
   v_front boolean;
@@ -102,6 +110,21 @@ BEGIN
     LIMIT GREATEST(4 * p_batch_size, 64)
     FOR NO KEY UPDATE SKIP LOCKED));
 
+  -- No cursor of this session's own (a new session, or its run started over a second ago): only one
+  -- claim per second per queue searches from the front, the one that finds the last search a second
+  -- old, and leaves where it stopped as the queue's start; the others start there, past the dead
+  -- entries the drain left in front (which a held xmin keeps), and their run is as old as that search.
+  IF v_from_head IS NULL AND v_front_hint IS NOT NULL AND v_start IS NOT NULL THEN
+    v_front_ms := pg_catalog.pg_sequence_last_value(v_front_hint);
+    IF v_front_ms > v_now_ms - 1000 AND v_front_ms <= v_now_ms THEN
+      v_from_head := pg_catalog.pg_sequence_last_value(v_start);
+      v_run_started := v_front_ms / 1000.0;
+    ELSE
+      PERFORM pg_catalog.setval(v_front_hint, v_now_ms);
+      v_front_duty := true;
+    END IF;
+  END IF;
+
   FOR pass IN 1..4 LOOP
     v_front := v_from_head IS NULL;
     v_asked := v_remaining;
@@ -116,14 +139,18 @@ BEGIN
             ORDER BY h.attempt_count, h.head_id
             LIMIT v_remaining
             FOR NO KEY UPDATE SKIP LOCKED) s;
-      -- Too few past the cursor: the next pass goes on from the front.
+      -- Too few past the cursor: the next pass goes on from the front; otherwise past these heads
+      -- (a head in flight is not walked again by every pass).
       IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
         v_from_head := NULL;
+      ELSE
+        v_from_head := v_last_fresh;
       END IF;
     ELSE
       SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
-             pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0)
-        INTO v_keys, v_heads, v_floors, v_last_fresh
+             pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0),
+             pg_catalog.bool_and(s.attempt_count = 0)
+        INTO v_keys, v_heads, v_floors, v_last_fresh, v_only_fresh
       FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
             WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
               -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
@@ -134,6 +161,10 @@ BEGIN
             LIMIT v_remaining
             FOR NO KEY UPDATE SKIP LOCKED) s;
       v_run_started := pg_catalog.date_part('epoch', v_now);
+      -- As many fresh heads as asked for: the next pass goes on past them as from a cursor.
+      IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_remaining THEN
+        v_from_head := v_last_fresh;
+      END IF;
     END IF;
     IF v_keys IS NULL THEN
       EXIT WHEN v_front;
@@ -141,6 +172,9 @@ BEGIN
     END IF;
     IF v_last_fresh IS NOT NULL THEN
       PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started, false);
+      IF v_front_duty AND v_front THEN
+        PERFORM pg_catalog.setval(v_start, v_last_fresh);
+      END IF;
     END IF;
 
     EXECUTE pg_catalog.format(

@@ -235,6 +235,7 @@ BEGIN
   EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
   IF v_col IS NOT NULL THEN
     PERFORM outbox._install_heads_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
+    PERFORM outbox._install_claim_hints(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
     -- Rows that were pending before adoption (or in the table that replaced the registered one)
     -- need their partition heads too; a registered table already has them, kept by the triggers.
     -- A larger max_attempts makes rows that were poisoned deliverable again, possibly below their

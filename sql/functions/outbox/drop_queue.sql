@@ -43,5 +43,8 @@ BEGIN
   END IF;
   -- The queue's own heads trigger function (outbox._install_heads_trigger).
   EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_q.queue_id);
+  -- Its claim hints (outbox._install_claim_hints).
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_start_q' || v_q.queue_id);
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_front_q' || v_q.queue_id);
 END;
 $$;
