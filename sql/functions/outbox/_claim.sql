@@ -98,7 +98,9 @@ BEGIN
   END IF;
 
   -- What producers could not write to heads a claim held while they committed.
-  PERFORM outbox._apply_wakes(p_q);
+  IF EXISTS (SELECT 1 FROM outbox.partition_wakes w WHERE w.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._apply_wakes(p_q);
+  END IF;
 
   -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
   -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
@@ -177,10 +179,11 @@ BEGIN
       END IF;
     END IF;
 
+    -- Lease mode leases what it locks in the same statement (one statement planned, not two).
+    v_until := pg_catalog.clock_timestamp() + p_lease;
     EXECUTE pg_catalog.format(
-      'SELECT pg_catalog.array_agg(t.id), pg_catalog.array_agg(t.%2$I::text)
-       FROM (
-         SELECT t.id, t.%2$I
+      'WITH picked AS (
+         SELECT t.id, t.%2$I AS key
          FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
          -- A head must point at a row of its own partition (heads of new keys come from settings a
          -- producer could forge); one that does not is stale and refreshed below.
@@ -192,20 +195,20 @@ BEGIN
                            WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
                              AND p.sent_at IS NULL AND p.attempt_count < $2
                            OFFSET 0)
-         FOR UPDATE OF t SKIP LOCKED) t',
-      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type)
-      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now;
+         FOR UPDATE OF t SKIP LOCKED),
+       claimed AS (%5$s)
+       SELECT pg_catalog.array_agg(claimed.id), pg_catalog.array_agg(claimed.key::text) FROM claimed',
+      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type,
+      CASE WHEN p_mode = 'lease'
+           THEN pg_catalog.format(
+             'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
+              FROM picked WHERE u.id = picked.id RETURNING u.id, picked.key', v_table)
+           ELSE 'SELECT picked.id, picked.key FROM picked' END)
+      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;
 
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;
       v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
-      IF p_mode = 'lease' THEN
-        v_until := pg_catalog.clock_timestamp() + p_lease;
-        EXECUTE pg_catalog.format(
-          'UPDATE %s SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $2
-           WHERE id = ANY ($1)', v_table)
-          USING v_ids, v_until;
-      END IF;
     END IF;
 
     -- Heads not claimed are in flight (their row is leased right now: nothing to refresh, their

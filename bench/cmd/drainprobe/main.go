@@ -1,0 +1,165 @@
+// drainprobe is a development aid for issue 12: it fills one partitioned queue (about 6 events per
+// key, keys interleaved, as the bench's depth section does) in a fresh database named probe on the
+// server of -dsn, drains it with the package drainer, and prints the drain's rate (every 2 s with
+// -v, with the dead tuples of the heads and queue tables) and the buffers of a claim sampled on a
+// session without a cursor before the drain and at 5%, 50% and 95% of it. -sql applies a file after
+// the migrations (to try a function's variant side by side). Not part of make bench.
+//
+//	scripts/with-postgres.sh --fsync -- bash -c 'cd bench && go run ./cmd/drainprobe -n 200000 -replicas 4'
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgdrain/pgdrain/drainer"
+	"github.com/pgdrain/pgdrain/internal/testdb"
+)
+
+func main() {
+	dsn := flag.String("dsn", os.Getenv("DATABASE_URL"), "")
+	n := flag.Int("n", 200000, "events")
+	replicas := flag.Int("replicas", 1, "")
+	mode := flag.String("mode", "lease", "")
+	hold := flag.Bool("hold", false, "hold an xid")
+	fresh := flag.Bool("fresh", true, "recreate database probe")
+	q := flag.String("q", "public.probe", "")
+	verbose := flag.Bool("v", false, "print every 2 s")
+	extra := flag.String("sql", "", "SQL file applied after the migrations")
+	flag.Parse()
+	ctx := context.Background()
+	db := *dsn
+	if *fresh {
+		admin, err := pgx.Connect(ctx, db)
+		must(err)
+		_, err = admin.Exec(ctx, "DROP DATABASE IF EXISTS probe WITH (FORCE)")
+		must(err)
+		_, err = admin.Exec(ctx, "CREATE DATABASE probe")
+		must(err)
+		admin.Close(ctx)
+	}
+	cfg, _ := pgxpool.ParseConfig(db)
+	cfg.ConnConfig.Database = "probe"
+	if *fresh {
+		must(testdb.MigrateUp(ctx, probeURL(*dsn)))
+	}
+	if *extra != "" {
+		b, err := os.ReadFile(*extra)
+		must(err)
+		c, err := pgx.Connect(ctx, probeURL(*dsn))
+		must(err)
+		_, err = c.Exec(ctx, string(b))
+		must(err)
+		c.Close(ctx)
+	}
+	cfg.MaxConns = 24
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	must(err)
+	exec := func(s string) {
+		_, err := pool.Exec(ctx, s)
+		must(err)
+	}
+	exec(fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", *q))
+	t0 := time.Now()
+	exec(fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
+		SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)), 'key-' || (g %% %d) FROM generate_series(1, %d) g`, *q, max(*n/6, 1), *n))
+	exec("VACUUM ANALYZE " + *q)
+	fmt.Printf("filled in %s\n", time.Since(t0).Round(time.Millisecond))
+	if *hold {
+		c, err := pool.Acquire(ctx)
+		must(err)
+		_, err = c.Exec(ctx, "BEGIN")
+		must(err)
+		_, err = c.Exec(ctx, "SELECT txid_current()")
+		must(err)
+		defer c.Release()
+	}
+	var applied atomic.Int64
+	sampler, err := pgx.Connect(ctx, probeURL(*dsn))
+	must(err)
+	sample := func(label string) {
+		tx, err := sampler.Begin(ctx)
+		must(err)
+		defer tx.Rollback(ctx)
+		var raw []byte
+		fn := "claim_batch"
+		if *mode == "lock" {
+			fn = "claim_locked"
+		}
+		must(tx.QueryRow(ctx, fmt.Sprintf("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM outbox.%s('%s', 32)", fn, *q)).Scan(&raw))
+		var out []struct {
+			Plan struct {
+				Hit  float64 `json:"Shared Hit Blocks"`
+				Read float64 `json:"Shared Read Blocks"`
+				Rows int     `json:"Actual Rows"`
+			} `json:"Plan"`
+			Time float64 `json:"Execution Time"`
+		}
+		must(json.Unmarshal(raw, &out))
+		fmt.Printf("claim sample %-8s %6.0f buffers %2d rows %.2f ms\n", label, out[0].Plan.Hit+out[0].Plan.Read, out[0].Plan.Rows, out[0].Time)
+	}
+	sample("warm")
+	sample("static")
+	fractions := []float64{0.05, 0.5, 0.95}
+	m := drainer.ClaimLease
+	if *mode == "lock" {
+		m = drainer.ClaimLock
+	}
+	dc := drainer.Config{Table: *q, ClaimMode: m, PollFallback: time.Second, BatchSize: 32, ApplyConcurrency: 32}
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range *replicas {
+		d, err := drainer.New(pool, dc, func(b []byte) (json.RawMessage, error) { return b, nil },
+			func(context.Context, string, json.RawMessage) error { applied.Add(1); return nil })
+		must(err)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = d.Run(runCtx) }()
+	}
+	last, lastT := int64(0), start
+	for applied.Load() < int64(*n) {
+		for i := 0; i < 40 && applied.Load() < int64(*n) && !(len(fractions) > 0 && float64(applied.Load()) >= fractions[0]*float64(*n)); i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+		a := applied.Load()
+		for len(fractions) > 0 && float64(a) >= fractions[0]*float64(*n) {
+			sample(fmt.Sprintf("%.0f%%", 100*fractions[0]))
+			fractions = fractions[1:]
+		}
+		var dead, live, vac int64
+		_ = pool.QueryRow(ctx, `SELECT n_dead_tup, n_live_tup, autovacuum_count FROM pg_stat_user_tables WHERE relname='partition_heads'`).Scan(&dead, &live, &vac)
+		var qdead, qvac int64
+		_ = pool.QueryRow(ctx, `SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables WHERE relid=$1::regclass`, *q).Scan(&qdead, &qvac)
+		if *verbose {
+			fmt.Printf("%5.1fs applied %7d  rate %6.0f/s  heads dead %d live %d av %d  queue dead %d av %d\n",
+			time.Since(start).Seconds(), a, float64(a-last)/time.Since(lastT).Seconds(), dead, live, vac, qdead, qvac)
+		}
+		last, lastT = a, time.Now()
+	}
+	fmt.Printf("total %.0f events/s over %s\n", float64(*n)/time.Since(start).Seconds(), time.Since(start).Round(time.Millisecond))
+	cancel()
+	wg.Wait()
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// probeURL is dsn with its database replaced by probe.
+func probeURL(dsn string) string {
+	base, query, _ := strings.Cut(dsn, "?")
+	return base[:strings.LastIndex(base, "/")] + "/probe?" + query
+}
