@@ -143,7 +143,7 @@ func main() {
 		_ = pool.QueryRow(ctx, `SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables WHERE relid=$1::regclass`, *q).Scan(&qdead, &qvac)
 		if *verbose {
 			fmt.Printf("%5.1fs applied %7d  rate %6.0f/s  heads dead %d live %d av %d  queue dead %d av %d\n",
-			time.Since(start).Seconds(), a, float64(a-last)/time.Since(lastT).Seconds(), dead, live, vac, qdead, qvac)
+				time.Since(start).Seconds(), a, float64(a-last)/time.Since(lastT).Seconds(), dead, live, vac, qdead, qvac)
 		}
 		last, lastT = a, time.Now()
 	}
