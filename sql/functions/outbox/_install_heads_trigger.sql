@@ -3,7 +3,7 @@
 -- column statically, so PL/pgSQL plans it once per session instead of on every statement (a generic
 -- function would need a dynamic EXECUTE). It hands the statement's keys, with the smallest and
 -- largest new id of each, to outbox._note_written. Made again by every create_queue, so it always
--- matches the registration; outbox.repair reinstalls it when it is missing or differs.
+-- matches the registration (nothing else reinstalls it: run create_queue again if it was dropped).
 -- SECURITY DEFINER like the other triggers: a producer can not write what _note_written writes.
 CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
 RETURNS void
