@@ -115,12 +115,14 @@ func Test_ClaimPlan_InMotion_ColdSessionWithHeldXmin_StaysFlat(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT txid_current()")
 	require.NoError(t, err)
 
-	sampler, err := db.Pool.Acquire(ctx)
+	// Drained and sampled as pgdrain_worker, the role drainers run as.
+	worker := loginPool(t, db, "pgdrain_worker")
+	sampler, err := worker.Acquire(ctx)
 	require.NoError(t, err)
 	defer sampler.Release()
 	_, err = explainFunctionScan(ctx, sampler.Conn(), fmt.Sprintf("SELECT * FROM outbox.claim_batch(%s, %d)", literal(q), claimBatchSize))
 	require.NoError(t, err) // warms the session's caches up, as healthyBaseline's claims are
-	samples := drainAndMeasure(t, db.Pool, q, 40_000, 10_000, sampler.Conn())
+	samples := drainAndMeasure(t, worker, q, 40_000, 10_000, sampler.Conn())
 	for i, got := range samples {
 		require.EqualValues(t, claimBatchSize, got.Rows)
 		requireFlat(t, fmt.Sprintf("claim without a cursor after %d events drained, xmin held", (i+1)*10_000), got, base)

@@ -88,3 +88,12 @@ func (n planNode) work() float64 {
 	}
 	return w
 }
+
+// requireWorkPerKeyFlat fails unless the plan work per key at 8,000 keys is within 1.5x of that at
+// 1,000 keys (perKey holds both, by key count); what names the measured statement.
+func requireWorkPerKeyFlat(t *testing.T, what string, perKey map[int]float64) {
+	t.Helper()
+	require.LessOrEqual(t, perKey[8000], 1.5*perKey[1000],
+		"%s: work per key grew with the number of keys: %.1f per key at 8,000 keys, %.1f at 1,000",
+		what, perKey[8000], perKey[1000])
+}

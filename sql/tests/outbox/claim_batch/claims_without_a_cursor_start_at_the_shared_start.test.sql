@@ -4,7 +4,7 @@
 -- place is a hint only: a wrong one (past every head, or not set) costs a search from the front in
 -- the same call, never a row. drop_queue drops both; an unpartitioned queue has none.
 BEGIN;
-SELECT plan(10);
+SELECT plan(13);
 
 SELECT test_helpers.new_queue('k') AS q \gset
 SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
@@ -36,6 +36,22 @@ SELECT cmp_ok(pg_sequence_last_value(('outbox.claim_front_q' || :qid)::regclass)
               'and notes the time of its search');
 SELECT is(pg_sequence_last_value(('outbox.claim_start_q' || :qid)::regclass), (:'c1'::bigint[])[1],
           'and where it stopped');
+
+-- Crash recovery resets unlogged sequences (never called: no last value). A claim then searches from
+-- the front and sets both again.
+SELECT test_helpers.add(:'q', 1, 'd') AS d1 \gset
+SELECT setval(('outbox.claim_front_q' || :qid)::regclass, 1, false);
+SELECT setval(('outbox.claim_start_q' || :qid)::regclass, 1, false);
+SELECT set_config('pgdrain.claim_cursor_' || :qid, '', false);
+SELECT is((SELECT array_agg(id) FROM outbox.claim_batch(:'q', 5)), :'d1'::bigint[],
+          'hints reset as by crash recovery cost a search from the front, not a row');
+SELECT is(pg_sequence_last_value(('outbox.claim_start_q' || :qid)::regclass), (:'d1'::bigint[])[1],
+          'and that search sets the shared start again');
+
+-- Registering the queue again keeps its hints (and their values).
+SELECT outbox.create_queue(:'q', 'k');
+SELECT is(pg_sequence_last_value(('outbox.claim_start_q' || :qid)::regclass), (:'d1'::bigint[])[1],
+          'create_queue again keeps the hints');
 
 SELECT test_helpers.new_queue() AS u \gset
 SELECT is((SELECT count(*)::int FROM pg_class WHERE relkind = 'S' AND relnamespace = 'outbox'::regnamespace
