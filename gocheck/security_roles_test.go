@@ -2,6 +2,7 @@ package gocheck
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -187,9 +188,15 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"outbox.tg_queue__notify()":                                          "invoker -",
 	}
 	// A partitioned queue has a heads trigger function of its own (outbox._install_heads_trigger).
+	// A claim and its result make the queue's statements with kept plans (outbox._prepared).
 	_, err := db.Pool.Exec(ctx, `SELECT outbox.create_queue('public.decided_events', 'resource_id')`)
 	require.NoError(t, err)
-	generated := 0
+	_, err = db.Pool.Exec(ctx, `INSERT INTO public.decided_events (event_type, payload, resource_id) VALUES ('e', '{}', 'k')`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `SELECT outbox.apply_results('public.decided_events', array_agg(c.id), array_agg(c.lease_token),
+		array_agg('sent'::text)) FROM outbox.claim_batch('public.decided_events', 32) c`)
+	require.NoError(t, err)
+	generated, kept := 0, 0
 	rows, err := db.Pool.Query(ctx, `
 		SELECT p.oid::regprocedure::text,
 		       CASE WHEN p.prosecdef THEN 'definer' ELSE 'invoker' END || ' ' ||
@@ -207,6 +214,11 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 		require.NoError(t, rows.Scan(&sig, &got, &public))
 		require.False(t, public, "%s is executable by PUBLIC", sig)
 		seen++
+		if prepared.MatchString(sig) {
+			kept++
+			require.Equal(t, "invoker -", got, "%s: a statement with its plan kept (outbox._prepared)", sig)
+			continue
+		}
 		if strings.HasPrefix(sig, "outbox.tg_queue__heads_q") {
 			generated++
 			require.Equal(t, "definer -", got, "%s: a queue's heads trigger function", sig)
@@ -222,4 +234,8 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Greater(t, seen, len(want))
 	require.Equal(t, 1, generated, "the partitioned queue's heads trigger function")
+	require.GreaterOrEqual(t, kept, 3, "the claim's, the record's and the head refresh's statements")
 }
+
+// prepared names a statement with its plan kept: outbox._q<queue id>_<hash>(...).
+var prepared = regexp.MustCompile(`^outbox\._q[0-9]+_[0-9a-f]{24}\(`)

@@ -78,11 +78,12 @@ DECLARE
     pg_catalog.current_setting('pgdrain.held_' || p_q.queue_id, true), ''), ',')::bigint[], '{}') ELSE '{}' END;
 BEGIN
   IF p_q.partition_column IS NULL THEN  -- lock mode only (see above)
-    EXECUTE pg_catalog.format(
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
       'SELECT pg_catalog.array_agg(id) FROM (
          SELECT t.id FROM %s t WHERE %s AND t.id <> ALL ($4)
          ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
-      v_table, pg_catalog.replace(v_due, '$now', '$3'))
+      v_table, pg_catalog.replace(v_due, '$now', '$3')),
+      'integer, integer, timestamptz, bigint[]', 'TABLE(pgdrain_ids bigint[])')
       INTO v_all USING p_batch_size, p_q.max_attempts, v_now, v_held;
     RETURN COALESCE(v_all, '{}');
   END IF;
@@ -181,7 +182,7 @@ BEGIN
 
     -- Lease mode leases what it locks in the same statement (one statement planned, not two).
     v_until := pg_catalog.clock_timestamp() + p_lease;
-    EXECUTE pg_catalog.format(
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
       'WITH picked AS (
          SELECT t.id, t.%2$I AS key
          FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
@@ -203,7 +204,8 @@ BEGIN
            THEN pg_catalog.format(
              'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
               FROM picked WHERE u.id = picked.id RETURNING u.id, picked.key', v_table)
-           ELSE 'SELECT picked.id, picked.key FROM picked' END)
+           ELSE 'SELECT picked.id, picked.key FROM picked' END),
+      'bigint[], integer, bigint[], text[], timestamptz, timestamptz', 'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
       INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;
 
     IF v_ids IS NOT NULL THEN
@@ -220,7 +222,7 @@ BEGIN
     WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
     v_busy := NULL;
     IF v_stale IS NOT NULL THEN
-      EXECUTE pg_catalog.format(
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
         'SELECT pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NULL),
                 pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NOT NULL)
          FROM unnest($1::bigint[], $2::text[]) AS c(id, key)
@@ -228,7 +230,8 @@ BEGIN
            AND t.attempt_count < $4 AND t.leased_until > $5
            AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= t.leased_until)
          WHERE c.key = ANY ($3)',
-        v_table, p_q.partition_column, p_q.partition_type)
+        v_table, p_q.partition_column, p_q.partition_type),
+        'bigint[], text[], text[], integer, timestamptz', 'TABLE(pgdrain_stale text[], pgdrain_busy text[])')
         INTO v_stale, v_busy USING v_heads, v_keys, v_stale, p_q.max_attempts, v_now;
       v_seen := v_seen || COALESCE(v_busy, '{}');
     END IF;

@@ -26,7 +26,7 @@ DECLARE
   v_cap integer := CASE WHEN p_q.partition_column IS NULL THEN p_q.max_attempts ELSE p_q.max_attempts - 1 END;
   v_clock timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-  EXECUTE pg_catalog.format(
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
     'WITH input AS (
        SELECT u.id, u.token, u.outcome, u.err, u.retry_at
        FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $11::timestamptz[])
@@ -57,7 +57,9 @@ BEGIN
      SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
     p_q.table_oid::regclass,
     CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
-         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END)
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END),
+    'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
+    'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
     INTO v_done, v_keys
     USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
           p_q.backoff_min, p_q.backoff_max, v_clock, p_retry_at;

@@ -52,7 +52,7 @@ BEGIN
   END IF;
   -- Point heads at their next row; partitions that are empty or stepped over poisoned rows are
   -- only collected here, so the common uncontended case writes each of them once, below.
-  EXECUTE pg_catalog.format(
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
     'WITH next AS (%s),
      upd AS (
        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
@@ -61,7 +61,8 @@ BEGIN
        ON CONFLICT (queue_id, partition_key) DO UPDATE
          SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
              parked_until = EXCLUDED.parked_until)
-     SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FROM next WHERE next.tidy', v_next)
+     SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FROM next WHERE next.tidy', v_next),
+    'text[], integer, integer, timestamptz', 'TABLE(pgdrain_tidy text[])')
     INTO v_tidy USING p_keys, p_q.max_attempts, p_q.queue_id, v_now;
   IF v_tidy IS NULL THEN
     RETURN;
@@ -86,7 +87,7 @@ BEGIN
   -- the head at what we found, the floor stays; an empty head is parked for a second and looked at
   -- again by a later claim.
   IF v_busy IS NOT NULL THEN
-    EXECUTE pg_catalog.format(
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
       'WITH next AS (%s)
        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
        SELECT $3, next.key, next.id, COALESCE(next.attempt_count, 0),
@@ -94,7 +95,8 @@ BEGIN
        FROM next WHERE next.id IS NOT NULL OR next.has_head
        ON CONFLICT (queue_id, partition_key) DO UPDATE
          SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
-             parked_until = EXCLUDED.parked_until', v_next)
+             parked_until = EXCLUDED.parked_until', v_next),
+      'text[], integer, integer, timestamptz', 'void')
       USING v_busy, p_q.max_attempts, p_q.queue_id, v_now;
   END IF;
   IF v_locked IS NULL THEN
@@ -103,7 +105,7 @@ BEGIN
 
   -- Under the exclusive lock, with a newer snapshot (rows committed before the lock are visible):
   -- delete empty heads, raise floors past poisoned rows.
-  EXECUTE pg_catalog.format(
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
     'WITH next AS (%s),
      gone AS (
        DELETE FROM outbox.partition_heads h USING next
@@ -113,7 +115,8 @@ BEGIN
      FROM next WHERE next.id IS NOT NULL
      ON CONFLICT (queue_id, partition_key) DO UPDATE
        SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
-           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next)
+           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next),
+    'text[], integer, integer, timestamptz', 'void')
     USING v_locked, p_q.max_attempts, p_q.queue_id, v_now;
 END;
 $$;

@@ -22,10 +22,10 @@ BEGIN
   PERFORM outbox._check_batch_size(fn, batch_size);
   PERFORM outbox._check_lease(fn, lease);
   IF v_q.partition_column IS NULL THEN
-    -- One statement: pick, lease and return (each EXECUTE is planned anew, so fewer is faster).
+    -- One statement: pick, lease and return (one call, one plan kept by outbox._prepared).
     -- One clock reading for the whole statement: a row is due and leased at the same instant.
     v_clock := pg_catalog.clock_timestamp();
-    RETURN QUERY EXECUTE pg_catalog.format(
+    RETURN QUERY EXECUTE outbox._prepared(v_q.queue_id, pg_catalog.format(
       'WITH leased AS (
          UPDATE %1$s t SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $4 + $3
          WHERE t.id = ANY (ARRAY(
@@ -37,7 +37,8 @@ BEGIN
            FOR UPDATE SKIP LOCKED))
          RETURNING t.id, t.event_type, t.payload, NULL::text, t.attempt_count, t.lease_token, t.leased_until,
                    t.created_at, %2$s, t.headers)
-       SELECT * FROM leased ORDER BY 5, 1', v_q.table_oid::regclass, outbox._event_id_of(v_q))
+       SELECT * FROM leased ORDER BY 5, 1', v_q.table_oid::regclass, outbox._event_id_of(v_q)),
+      'integer, integer, interval, timestamptz', 'TABLE(pgdrain_id bigint, pgdrain_event_type text, pgdrain_payload jsonb, pgdrain_partition_key text, pgdrain_attempt_count integer, pgdrain_lease_token uuid, pgdrain_leased_until timestamptz, pgdrain_created_at timestamptz, pgdrain_event_id uuid, pgdrain_headers jsonb)')
       USING batch_size, v_q.max_attempts, lease, v_clock;
     RETURN;
   END IF;
@@ -47,13 +48,14 @@ BEGIN
     -- would then walk the claim index end to end to return nothing.
     RETURN;
   END IF;
-  RETURN QUERY EXECUTE pg_catalog.format(
+  RETURN QUERY EXECUTE outbox._prepared(v_q.queue_id, pg_catalog.format(
     'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.lease_token, t.leased_until, t.created_at,
             %s, t.headers
      FROM %s t WHERE t.id = ANY ($1) ORDER BY t.attempt_count, t.id',
     CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
          ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
-    outbox._event_id_of(v_q), v_q.table_oid::regclass)
+    outbox._event_id_of(v_q), v_q.table_oid::regclass),
+    'bigint[]', 'TABLE(pgdrain_id bigint, pgdrain_event_type text, pgdrain_payload jsonb, pgdrain_partition_key text, pgdrain_attempt_count integer, pgdrain_lease_token uuid, pgdrain_leased_until timestamptz, pgdrain_created_at timestamptz, pgdrain_event_id uuid, pgdrain_headers jsonb)')
     USING v_ids;
 END;
 $$;

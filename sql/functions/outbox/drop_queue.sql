@@ -1,4 +1,5 @@
--- Unregisters a queue: removes its triggers (and its heads trigger function), partition heads, built-mark, clocks and registry row;
+-- Unregisters a queue: removes its triggers (and its heads trigger function), partition heads, built-mark,
+-- clocks, claim hints, statements with kept plans and registry row;
 -- with drop_table = true also drops the table. The indexes, CHECKs and grants stay with the table.
 -- Works when the table is already gone (dropped outside drop_queue): then only the registration
 -- and its derived state go.
@@ -14,6 +15,7 @@ DECLARE
   v_name text := outbox._queue_name(fn, queue);
   v_q outbox.queues;
   v_rel regclass;
+  v_fn regprocedure;
 BEGIN
   -- Not outbox._queue: that refuses a registration whose table is gone, which is what this clears.
   SELECT * INTO v_q FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
@@ -46,5 +48,12 @@ BEGIN
   -- Its claim hints (outbox._install_claim_hints).
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_start_q' || v_q.queue_id);
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_front_q' || v_q.queue_id);
+  -- Its statements with kept plans (outbox._prepared).
+  FOR v_fn IN
+    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname LIKE '\_q' || v_q.queue_id || '\_%'
+  LOOP
+    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_fn);
+  END LOOP;
 END;
 $$;

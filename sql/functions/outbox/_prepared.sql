@@ -1,0 +1,60 @@
+-- The statement to EXECUTE for p_sql, a statement of queue p_queue_id built with format() whose
+-- parameters $1..$n have the types p_args (comma-separated, in order): a call of a function whose
+-- body is p_sql as static SQL, so its plan is made once per session instead of on every EXECUTE
+-- (planning the claim, record and refresh statements cost as much as running them); p_sql itself
+-- when no such function can be had. Both take the same parameters, so the caller's USING list
+-- serves either. p_returns is the function's result: 'void', or 'TABLE(...)' whose columns the
+-- statement's columns match exactly.
+--
+-- The function is named for what it runs (queue id and a hash of p_args, p_returns and p_sql): a
+-- statement that changes (a new migration, a queue registered again with another table or column)
+-- finds no function of that name and makes its own, and one that was dropped is made again, so
+-- there is no state to drift. It is made by the first call that needs it, as the caller's
+-- current user (the schema owner: the callers are SECURITY DEFINER), executable by nobody else,
+-- under a try-lock: a session that does not get the lock, may not create functions in outbox, or
+-- runs a read-only transaction (a standby) runs p_sql this once.
+-- drop_queue drops a queue's functions.
+CREATE OR REPLACE FUNCTION outbox._prepared(p_queue_id integer, p_sql text, p_args text, p_returns text)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_name constant text := '_q' || p_queue_id || '_' || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
+    pg_catalog.convert_to(p_args || '|' || p_returns || '|' || p_sql, 'UTF8')), 'hex'), 24);
+  v_signature constant text := pg_catalog.format('outbox.%I(%s)', v_name, p_args);
+  v_fn regprocedure := pg_catalog.to_regprocedure(v_signature);
+  v_params constant text := (SELECT pg_catalog.string_agg('$' || n, ', ' ORDER BY n)
+                             FROM pg_catalog.generate_series(1, pg_catalog.cardinality(
+                               pg_catalog.string_to_array(p_args, ','))) n);
+BEGIN
+  IF v_fn IS NULL THEN
+    IF pg_catalog.current_setting('transaction_read_only') = 'on'
+       OR NOT pg_catalog.has_schema_privilege('outbox', 'CREATE')
+       OR NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgdrain._prepared'), pg_catalog.hashtext(v_name)) THEN
+      RETURN p_sql;
+    END IF;
+    -- Another session may have made it since the lookup above, and this session's catalog cache
+    -- may not know yet: the duplicate is not an error, only a reason to run p_sql this once.
+    BEGIN
+      EXECUTE pg_catalog.format(
+        'CREATE FUNCTION outbox.%I(%s) RETURNS %s LANGUAGE plpgsql VOLATILE SET search_path = '''' AS %L',
+        v_name, p_args, p_returns,
+        CASE WHEN p_returns = 'void' THEN 'BEGIN ' || p_sql || '; END'
+             ELSE 'BEGIN RETURN QUERY ' || p_sql || '; END' END);
+    EXCEPTION WHEN duplicate_function OR unique_violation THEN
+      RETURN p_sql;
+    END;
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', v_signature);
+    EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', v_signature,
+      'pgdrain: one statement of queue ' || p_queue_id || ' with its plan kept (outbox._prepared; internal)');
+    v_fn := pg_catalog.to_regprocedure(v_signature);
+  END IF;
+  IF NOT pg_catalog.has_function_privilege(v_fn, 'EXECUTE') THEN
+    RETURN p_sql;
+  END IF;
+  RETURN CASE WHEN p_returns = 'void' THEN pg_catalog.format('SELECT outbox.%I(%s)', v_name, v_params)
+              ELSE pg_catalog.format('SELECT * FROM outbox.%I(%s)', v_name, v_params) END;
+END;
+$$;
