@@ -23,20 +23,26 @@ VOLATILE
 SET search_path = ''
 AS $$
 DECLARE
-  v_name constant text := '_q' || p_queue_id || '_' || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
-    pg_catalog.convert_to(p_args || '|' || p_returns || '|' || p_sql, 'UTF8')), 'hex'), 24);
-  v_signature constant text := pg_catalog.format('outbox.%I(%s)', v_name, p_args);
-  v_fn regprocedure := pg_catalog.to_regprocedure(v_signature);
-  v_params constant text := (SELECT pg_catalog.string_agg('$' || n, ', ' ORDER BY n)
-                             FROM pg_catalog.generate_series(1, pg_catalog.cardinality(
-                               pg_catalog.string_to_array(p_args, ','))) n);
+  -- md5 and to_regproc (a name, no argument types to parse): this runs before every statement.
+  v_name constant text := '_q' || p_queue_id || '_' || pg_catalog.left(
+    pg_catalog.md5(p_args || '|' || p_returns || '|' || p_sql), 24);
+  v_signature text;
+  v_fn regproc := pg_catalog.to_regproc(pg_catalog.format('outbox.%I', v_name));
+  v_params text := '';
 BEGIN
+  FOR n IN 1..pg_catalog.length(p_args) - pg_catalog.length(pg_catalog.replace(p_args, ',', '')) + 1 LOOP
+    v_params := v_params || CASE WHEN n > 1 THEN ', $' ELSE '$' END || n;
+  END LOOP;
+  IF p_args = '' THEN
+    v_params := '';
+  END IF;
   IF v_fn IS NULL THEN
     IF pg_catalog.current_setting('transaction_read_only') = 'on'
        OR NOT pg_catalog.has_schema_privilege('outbox', 'CREATE')
        OR NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgdrain._prepared'), pg_catalog.hashtext(v_name)) THEN
       RETURN p_sql;
     END IF;
+    v_signature := pg_catalog.format('outbox.%I(%s)', v_name, p_args);
     -- Another session may have made it since the lookup above, and this session's catalog cache
     -- may not know yet: the duplicate is not an error, only a reason to run p_sql this once.
     BEGIN
@@ -51,7 +57,7 @@ BEGIN
     EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', v_signature);
     EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', v_signature,
       'pgdrain: one statement of queue ' || p_queue_id || ' with its plan kept (outbox._prepared; internal)');
-    v_fn := pg_catalog.to_regprocedure(v_signature);
+    v_fn := pg_catalog.to_regproc(pg_catalog.format('outbox.%I', v_name));
   END IF;
   IF NOT pg_catalog.has_function_privilege(v_fn, 'EXECUTE') THEN
     RETURN p_sql;
