@@ -68,6 +68,11 @@ DECLARE
   v_now_ms constant bigint := (pg_catalog.date_part('epoch', v_now) * 1000)::bigint;
   v_front_ms bigint;
   v_seen text[] := '{}';
+  -- A head whose row is in flight (leased, the lease running) is passed over without a lock: a
+  -- claim that locked it would hold it until its commit (its WAL flush), and the result that moves
+  -- the head on would wait for that.
+  v_not_in_flight constant text := pg_catalog.format(
+    'NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = h.head_id AND t.leased_until > $5)', v_table);
   v_busy text[];
   v_front boolean;
   v_asked integer;
@@ -132,16 +137,21 @@ BEGIN
     v_front := v_from_head IS NULL;
     v_asked := v_remaining;
     IF NOT v_front THEN
-      SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
-             pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id)
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 AND h.attempt_count = 0 AND h.head_id > $2
+                 AND h.head_id <> ALL ($3) AND h.partition_key <> ALL ($4)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $6
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', v_not_in_flight),
+        'integer, bigint, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint)')
         INTO v_keys, v_heads, v_floors, v_last_fresh
-      FROM (SELECT h.partition_key, h.head_id, h.floor_id FROM outbox.partition_heads h
-            WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
-              AND h.attempt_count = 0 AND h.head_id > v_from_head
-              AND h.head_id <> ALL (v_all || v_held) AND h.partition_key <> ALL (v_seen)
-            ORDER BY h.attempt_count, h.head_id
-            LIMIT v_remaining
-            FOR NO KEY UPDATE SKIP LOCKED) s;
+        USING p_q.queue_id, v_from_head, v_all || v_held, v_seen, v_now, v_remaining;
       -- Too few past the cursor: the next pass goes on from the front; otherwise past these heads
       -- (a head in flight is not walked again by every pass).
       IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
@@ -150,19 +160,24 @@ BEGIN
         v_from_head := v_last_fresh;
       END IF;
     ELSE
-      SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
-             pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0),
-             pg_catalog.bool_and(s.attempt_count = 0)
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0),
+                pg_catalog.bool_and(s.attempt_count = 0)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
+                 -- locks: without this a later pass would take them again.
+                 AND (h.head_id IS NULL OR h.head_id <> ALL ($2))
+                 AND h.partition_key <> ALL ($3)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $5
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', pg_catalog.replace(v_not_in_flight, '$5', '$4')),
+        'integer, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint, pgdrain_only_fresh boolean)')
         INTO v_keys, v_heads, v_floors, v_last_fresh, v_only_fresh
-      FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
-            WHERE h.queue_id = p_q.queue_id AND h.parked_until IS NULL
-              -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
-              -- locks: without this a later pass would take them again.
-              AND (h.head_id IS NULL OR h.head_id <> ALL (v_all || v_held))
-              AND h.partition_key <> ALL (v_seen)
-            ORDER BY h.attempt_count, h.head_id
-            LIMIT v_remaining
-            FOR NO KEY UPDATE SKIP LOCKED) s;
+        USING p_q.queue_id, v_all || v_held, v_seen, v_now, v_remaining;
       v_run_started := pg_catalog.date_part('epoch', v_now);
       -- As many fresh heads as asked for: the next pass goes on past them as from a cursor.
       IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_remaining THEN
