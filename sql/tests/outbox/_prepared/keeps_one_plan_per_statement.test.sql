@@ -3,7 +3,7 @@
 -- made again when dropped, executable by nobody but their owner, dropped by drop_queue. A session
 -- that can not make one (a read-only transaction) runs the statement itself.
 BEGIN;
-SELECT plan(10);
+SELECT plan(11);
 
 SELECT test_helpers.new_queue('k') AS q \gset
 SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
@@ -40,6 +40,16 @@ SELECT is(pg_temp.kept(), 0::bigint, 'dropped');
 CREATE TEMP TABLE c2 AS SELECT * FROM outbox.claim_batch(:'q', 10);
 SELECT is((SELECT array_agg(id) FROM c2), ARRAY[(:'a'::bigint[])[2]], 'a claim after the drop takes the next head');
 SELECT ok(pg_temp.kept() >= 2, 'and makes its statements again');
+
+-- The table changes under the kept plans (a column added, an index dropped and made again): the
+-- plans are made again, the functions stay.
+SELECT format('ALTER TABLE %s ADD COLUMN note text', :'q') AS alter_it \gset
+:alter_it;
+SELECT test_helpers.add(:'q', 1, 'c') AS c \gset
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
+SELECT is((SELECT array_agg(id) FROM outbox.claim_batch(:'q', 10)), :'c'::bigint[],
+          'a claim after ALTER TABLE takes the new key''s head');
 
 -- A statement that differs gets a function of its own; a read-only transaction makes none.
 SELECT isnt(outbox._prepared(:qid, 'SELECT 1', '', 'TABLE(pgdrain_x integer)'),
