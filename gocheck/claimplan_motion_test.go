@@ -70,7 +70,8 @@ func Test_ClaimPlan_InMotion_WithHeldXmin_StaysFlat(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT txid_current()") // an idle session holding an xid: nothing can be vacuumed
 	require.NoError(t, err)
 
-	samples := drainAndMeasure(t, db.Pool, q, 40_000, 10_000, nil)
+	// Drained and measured as pgdrain_worker, the role drainers run as.
+	samples := drainAndMeasure(t, loginPool(t, db, "pgdrain_worker"), q, 40_000, 10_000, nil)
 	for i, got := range samples {
 		require.EqualValues(t, claimBatchSize, got.Rows)
 		requireFlat(t, fmt.Sprintf("claim after %d events drained, xmin held", (i+1)*10_000), got, base)
