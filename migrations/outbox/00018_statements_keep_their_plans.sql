@@ -43,20 +43,21 @@ BEGIN
       RETURN p_sql;
     END IF;
     v_signature := pg_catalog.format('outbox.%I(%s)', v_name, p_args);
-    -- Another session may have made it since the lookup above, and this session's catalog cache
-    -- may not know yet: the duplicate is not an error, only a reason to run p_sql this once.
+    -- Making it must never fail the caller: another session may have made it since the lookup
+    -- above (and this session's catalog cache may not know yet), or an event trigger may refuse
+    -- DDL. Any of these only means running p_sql this once (the subtransaction is paid only here).
     BEGIN
       EXECUTE pg_catalog.format(
         'CREATE FUNCTION outbox.%I(%s) RETURNS %s LANGUAGE plpgsql VOLATILE SET search_path = '''' AS %L',
         v_name, p_args, p_returns,
         CASE WHEN p_returns = 'void' THEN 'BEGIN ' || p_sql || '; END'
              ELSE 'BEGIN RETURN QUERY ' || p_sql || '; END' END);
-    EXCEPTION WHEN duplicate_function OR unique_violation THEN
+      EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', v_signature);
+      EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', v_signature,
+        'pgdrain: one statement of queue ' || p_queue_id || ' with its plan kept (outbox._prepared; internal)');
+    EXCEPTION WHEN OTHERS THEN
       RETURN p_sql;
     END;
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', v_signature);
-    EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', v_signature,
-      'pgdrain: one statement of queue ' || p_queue_id || ' with its plan kept (outbox._prepared; internal)');
     v_fn := pg_catalog.to_regproc(pg_catalog.format('outbox.%I', v_name));
   END IF;
   IF NOT pg_catalog.has_function_privilege(v_fn, 'EXECUTE') THEN

@@ -3,7 +3,7 @@
 -- made again when dropped, executable by nobody but their owner, dropped by drop_queue. A session
 -- that can not make one (a read-only transaction) runs the statement itself.
 BEGIN;
-SELECT plan(11);
+SELECT plan(12);
 
 SELECT test_helpers.new_queue('k') AS q \gset
 SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
@@ -55,6 +55,13 @@ SELECT is((SELECT array_agg(id) FROM outbox.claim_batch(:'q', 10)), :'c'::bigint
 SELECT isnt(outbox._prepared(:qid, 'SELECT 1', '', 'TABLE(pgdrain_x integer)'),
             outbox._prepared(:qid, 'SELECT 2', '', 'TABLE(pgdrain_x integer)'),
             'a different statement is a different function');
+-- DDL refused (an event trigger of the site's own): the statement runs itself, the call does not fail.
+CREATE FUNCTION pg_temp.refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'no DDL here'; END $$;
+CREATE EVENT TRIGGER refuse_ddl ON ddl_command_start EXECUTE FUNCTION pg_temp.refuse_ddl();
+SELECT is(outbox._prepared(:qid, 'SELECT 4', '', 'TABLE(pgdrain_x integer)'), 'SELECT 4',
+          'DDL refused by an event trigger: the statement runs itself');
+DROP EVENT TRIGGER refuse_ddl;
 SAVEPOINT ro;
 SET LOCAL transaction_read_only = on;
 SELECT is(outbox._prepared(:qid, 'SELECT 3', '', 'TABLE(pgdrain_x integer)'), 'SELECT 3',
