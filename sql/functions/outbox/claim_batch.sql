@@ -18,6 +18,10 @@ DECLARE
   v_q outbox.queues := outbox._queue(fn, queue);
   v_ids bigint[];
   v_clock timestamptz;
+  -- The rows both statements return, as outbox._prepared's function declares them.
+  v_rows constant text := 'TABLE(pgdrain_id bigint, pgdrain_event_type text, pgdrain_payload jsonb, '
+    'pgdrain_partition_key text, pgdrain_attempt_count integer, pgdrain_lease_token uuid, '
+    'pgdrain_leased_until timestamptz, pgdrain_created_at timestamptz, pgdrain_event_id uuid, pgdrain_headers jsonb)';
 BEGIN
   PERFORM outbox._check_batch_size(fn, batch_size);
   PERFORM outbox._check_lease(fn, lease);
@@ -38,7 +42,7 @@ BEGIN
          RETURNING t.id, t.event_type, t.payload, NULL::text, t.attempt_count, t.lease_token, t.leased_until,
                    t.created_at, %2$s, t.headers)
        SELECT * FROM leased ORDER BY 5, 1', v_q.table_oid::regclass, outbox._event_id_of(v_q)),
-      'integer, integer, interval, timestamptz', 'TABLE(pgdrain_id bigint, pgdrain_event_type text, pgdrain_payload jsonb, pgdrain_partition_key text, pgdrain_attempt_count integer, pgdrain_lease_token uuid, pgdrain_leased_until timestamptz, pgdrain_created_at timestamptz, pgdrain_event_id uuid, pgdrain_headers jsonb)')
+      'integer, integer, interval, timestamptz', v_rows)
       USING batch_size, v_q.max_attempts, lease, v_clock;
     RETURN;
   END IF;
@@ -55,7 +59,7 @@ BEGIN
     CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
          ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
     outbox._event_id_of(v_q), v_q.table_oid::regclass),
-    'bigint[]', 'TABLE(pgdrain_id bigint, pgdrain_event_type text, pgdrain_payload jsonb, pgdrain_partition_key text, pgdrain_attempt_count integer, pgdrain_lease_token uuid, pgdrain_leased_until timestamptz, pgdrain_created_at timestamptz, pgdrain_event_id uuid, pgdrain_headers jsonb)')
+    'bigint[]', v_rows)
     USING v_ids;
 END;
 $$;
