@@ -168,9 +168,10 @@ func checkAutovacuum(ctx context.Context, conn *pgx.Conn, reloptions []string) (
 }
 
 func checkTriggers(ctx context.Context, conn *pgx.Conn, table string, tableOID uint32, partitioned bool) ([]finding, error) {
+	// A partitioned queue's commit step sends its NOTIFY; only an unpartitioned one has the trigger.
 	want := map[string]string{"pgdrain_notify": "NOTIFY on insert, which wakes the drainers"}
 	if partitioned {
-		want["pgdrain_heads"] = "notes the keys each statement writes and queues the commit step"
+		want = map[string]string{"pgdrain_heads": "notes the keys each statement writes and queues the commit step"}
 	}
 	var out []finding
 	for _, name := range []string{"pgdrain_notify", "pgdrain_heads"} {
@@ -201,7 +202,7 @@ func checkTriggers(ctx context.Context, conn *pgx.Conn, table string, tableOID u
 		switch {
 		case err == pgx.ErrNoRows:
 			out = append(out, finding{Check: "triggers", Problem: "missing", Name: ptr("outbox.pgdrain_commit"),
-				Detail: "the commit step's trigger pgdrain_commit on outbox.commit_hooks is missing: per-key commit order and partition heads of new keys depend on it; migrate outbox down to 2 and up again"})
+				Detail: "the commit step's trigger pgdrain_commit on outbox.commit_hooks is missing: per-key commit order and partition heads of new keys depend on it; migrate outbox down to 18 and up again"})
 		case err != nil:
 			return nil, fmt.Errorf("reading triggers: %w", err)
 		case enabled == "D":

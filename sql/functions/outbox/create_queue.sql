@@ -1,7 +1,7 @@
--- Creates (or adopts) the queue table, exactly the two required partial indexes, the NOTIFY trigger,
--- the TRUNCATE trigger and, for a partitioned queue, the trigger that feeds the commit step; then
--- registers the queue. Idempotent: calling it again with new settings updates them; the partition
--- column can not change. An adopted table keeps its rows; missing lease columns are added as
+-- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE
+-- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
+-- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
+-- again with new settings updates them; the partition column can not change. An adopted table keeps its rows; missing lease columns are added as
 -- NULL = "free". What the table enforces on producers (CHECKs, column privileges) is
 -- outbox._guard_queue_table.
 -- Registration follows the table: when the registered table was dropped (or dropped and made
@@ -230,10 +230,14 @@ BEGIN
   -- trigger runs as owner) and the TRUNCATE trigger.
   PERFORM outbox._guard_queue_table(v_rel, v_col, NOT v_created);
 
+  -- The NOTIFY trigger wakes drainers of an unpartitioned queue; a partitioned queue's rows become
+  -- claimable at commit, where its commit step notifies (outbox._commit_partitions).
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
-  EXECUTE pg_catalog.format(
-    'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
-       EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, v_channel, v_name);
+  IF v_col IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+         EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, v_channel, v_name);
+  END IF;
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
   EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
   IF v_col IS NOT NULL THEN

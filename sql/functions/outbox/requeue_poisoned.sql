@@ -70,7 +70,8 @@ BEGIN
   IF v_keys IS NULL THEN
     RETURN 0;
   END IF;
-  PERFORM outbox._note_written(v_q.table_oid, v_keys, v_mins, v_maxs);
+  -- Each key's first and last moved row: what the commit step needs of them.
+  PERFORM outbox._note_written(v_q.table_oid, v_keys || v_keys, v_mins || v_maxs);
   -- The commit step notifies only for heads it creates or wakes; a requeue is an operator asking
   -- for delivery now, so say so whatever the heads were.
   PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);

@@ -1,7 +1,7 @@
--- Statement-level AFTER INSERT trigger: one NOTIFY per statement (PostgreSQL folds identical
--- notifications of one transaction into one), never one per row. A partitioned queue stays quiet
--- here (pgdrain_heads fires first and says so): its rows become claimable at commit, and the commit
--- step (outbox._commit_partitions) notifies only when it made a new partition head; rows behind an
+-- Statement-level AFTER INSERT trigger of an unpartitioned queue: one NOTIFY per statement
+-- (PostgreSQL folds identical notifications of one transaction into one), never one per row. A
+-- partitioned queue has none: its rows become claimable at commit, and its commit step
+-- (outbox._commit_partitions) notifies only when it made or woke a partition head; rows behind an
 -- existing head are claimed when the drainer that finishes the head claims again. NOTIFY takes a
 -- cluster-wide lock at commit, so skipping it is what keeps many concurrent producers of busy keys
 -- from queueing behind each other.
@@ -12,9 +12,6 @@ LANGUAGE plpgsql
 SET search_path = ''
 AS $$
 BEGIN
-  IF pg_catalog.current_setting('pgdrain.quiet_' || TG_RELID, true) = 'on' THEN
-    RETURN NULL;
-  END IF;
   PERFORM pg_catalog.pg_notify(TG_ARGV[0], TG_ARGV[1]);
   RETURN NULL;
 END;

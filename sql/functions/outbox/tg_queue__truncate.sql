@@ -1,8 +1,8 @@
 -- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
 -- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
 -- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
--- its clocks (they would make every later commit "late") and wake notes, and forgets the keys this transaction
--- noted for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
+-- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
 -- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
 -- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
 -- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
@@ -12,9 +12,8 @@ RETURNS trigger
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
+SET enable_seqscan = off
 AS $$
-DECLARE
-  v_setting constant text := 'pgdrain.commit_' || TG_RELID;
 BEGIN
   DELETE FROM outbox.partition_heads h USING outbox.queues q
   WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
@@ -26,13 +25,8 @@ BEGIN
   -- reset the sequence here, so the base is then where it starts again).
   UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
   WHERE q.table_oid = TG_RELID;
-  IF pg_catalog.current_setting(v_setting || '_keys', true) <> ''
-     OR pg_catalog.current_setting(v_setting || '_span', true) <> '' THEN
-    PERFORM pg_catalog.set_config(v_setting || '_keys', '', true),
-            pg_catalog.set_config(v_setting || '_mins', '', true),
-            pg_catalog.set_config(v_setting || '_maxs', '', true),
-            pg_catalog.set_config(v_setting || '_span', '', true);
-  END IF;
+  DELETE FROM outbox.commit_hooks h
+  WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND h.table_oid = TG_RELID;
   RETURN NULL;
 END;
 $$;

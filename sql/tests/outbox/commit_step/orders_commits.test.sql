@@ -12,7 +12,8 @@ SELECT test_helpers.add(:'q', 1, 'fresh') AS fresh_ids \gset
 INSERT INTO outbox.partition_clocks (queue_id, slot, committed_max)
 VALUES (:qid, hashtext('late') & 65535, (:'late_ids'::bigint[])[2]);
 
-SELECT is(current_setting('pgdrain.commit_armed'), 'on', 'the first insert of the transaction armed the commit step');
+SELECT is((SELECT count(*) FROM outbox.commit_hooks WHERE xid = pg_current_xact_id()), 1::bigint,
+          'the transaction''s inserts queued the commit step once (one note of the table)');
 SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
 SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
 
@@ -33,9 +34,8 @@ SELECT results_eq(format($$SELECT c.committed_max = (SELECT max(id) FROM %s t WH
                            FROM outbox.partition_clocks c WHERE c.queue_id = %s$$, :'q', :qid),
                   $$VALUES (true), (true)$$,
                   'each key''s clock holds its largest committed id');
-SELECT is(ARRAY[current_setting('pgdrain.commit_armed'), current_setting('pgdrain.commit_queues'),
-                current_setting(format('pgdrain.commit_%s_keys', :'q'::regclass::oid))],
-          ARRAY['', '', ''], 'the commit step disarmed and forgot what it did');
+SELECT is((SELECT count(*) FROM outbox.commit_hooks WHERE xid = pg_current_xact_id()), 0::bigint,
+          'the commit step took its note');
 
 -- A 300-key transaction: its commit locks are the clock rows of its key hashes, written (and so
 -- locked) by this transaction until it ends; no advisory lock, so none fills the lock table.
@@ -52,32 +52,25 @@ SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = p
              AND (objid::bigint <= 131071 OR objid::bigint = 4294967294)), 0::bigint,
           'and no advisory lock for a partition or the whole queue (the ones producers took before 00008/00009)');
 
--- The settings the commit step reads are the producer's own: forged ones can not push a clock past
--- the ids the sequence gave out (which would stop later commits from being renumbered).
-SELECT set_config(format('pgdrain.commit_%s_keys', :'q'::regclass::oid), '{forged}', true),
-       set_config(format('pgdrain.commit_%s_mins', :'q'::regclass::oid), '{1}', true),
-       set_config(format('pgdrain.commit_%s_maxs', :'q'::regclass::oid), '{9000000000}', true) IS NULL AS _ \gset
-SELECT test_helpers.add(:'q', 1, 'real') IS NULL AS _ \gset
+-- A producer may give a row any id (explicit ids are not renumbered): it raises its key's clock no
+-- further than the last id the sequence gave out, which would stop later commits from being
+-- renumbered.
+SELECT format('INSERT INTO %s (event_type, payload, k, id) VALUES (''e'', ''{}'', ''explicit'', 9000000000)', :'q')
+  AS explicit_insert \gset
+:explicit_insert;
 SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
 SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
-SELECT is((SELECT committed_max FROM outbox.partition_clocks WHERE queue_id = :qid AND slot = hashtext('forged') & 65535),
+SELECT is((SELECT committed_max FROM outbox.partition_clocks WHERE queue_id = :qid AND slot = hashtext('explicit') & 65535),
           pg_sequence_last_value(pg_get_serial_sequence(:'q', 'id')::regclass),
-          'a forged id raises a clock no further than the last id given out');
+          'an explicit id raises a clock no further than the last id given out');
 
--- Nor can a forged key make a head that points at another partition's row: claims ignore it, and
--- FIFO holds ('v' has two rows; the forged head 'evil' points at the second).
-SELECT test_helpers.add(:'q', 2, 'v') AS v_ids \gset
-SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
-SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
-SELECT set_config(format('pgdrain.commit_%s_keys', :'q'::regclass::oid), '{evil}', true),
-       set_config(format('pgdrain.commit_%s_mins', :'q'::regclass::oid), format('{%s}', (:'v_ids'::bigint[])[2]), true),
-       set_config(format('pgdrain.commit_%s_maxs', :'q'::regclass::oid), format('{%s}', (:'v_ids'::bigint[])[2]), true) IS NULL AS _ \gset
-SELECT test_helpers.add(:'q', 1, 'arms') IS NULL AS _ \gset
-SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
-SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
-SELECT ok((SELECT head_id FROM outbox.partition_heads WHERE queue_id = :qid AND partition_key = 'evil') = (:'v_ids'::bigint[])[2]
-          AND (SELECT array_agg(id) FROM outbox.claim_batch(:'q', 1000) WHERE partition_key = 'v') = ARRAY[(:'v_ids'::bigint[])[1]],
-          'a forged head pointing at another partition''s row claims nothing: only v''s first row is leased');
+-- The notes the commit step reads are written only by the definer's triggers: no producer (nor
+-- worker) can forge one, to make a head point at another partition's row.
+SELECT ok(NOT has_table_privilege('pgdrain_producer', 'outbox.commit_hooks', 'INSERT')
+          AND NOT has_table_privilege('pgdrain_producer', 'outbox.commit_hooks', 'UPDATE')
+          AND NOT has_table_privilege('pgdrain_worker', 'outbox.commit_hooks', 'INSERT')
+          AND NOT has_table_privilege('pgdrain_worker', 'outbox.commit_hooks', 'UPDATE'),
+          'producers and workers can not write the notes the commit step reads');
 
 SELECT * FROM finish();
 ROLLBACK;

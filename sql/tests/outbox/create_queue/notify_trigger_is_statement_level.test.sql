@@ -1,6 +1,7 @@
--- The NOTIFY trigger fires at most once per statement (FOR EACH STATEMENT, AFTER INSERT), never
--- once per row; a partitioned queue's head trigger is statement-level too, and queues the commit
--- step once per transaction (a row in outbox.commit_hooks, whose constraint trigger is deferred).
+-- The NOTIFY trigger of an unpartitioned queue fires at most once per statement (FOR EACH
+-- STATEMENT, AFTER INSERT), never once per row; a partitioned queue has none (its commit step
+-- notifies): its head trigger is statement-level too, and queues the commit step once per
+-- transaction and table (a note in outbox.commit_hooks, whose constraint trigger is deferred).
 BEGIN;
 SELECT plan(14);
 
@@ -8,17 +9,17 @@ SELECT test_helpers.new_queue('resource_id') AS q \gset
 SELECT split_part(:'q', '.', 2) AS t \gset
 SELECT test_helpers.new_queue() AS q2 \gset
 
-SELECT triggers_are('public', :'t', ARRAY['pgdrain_notify', 'pgdrain_heads', 'pgdrain_truncate'],
-                    'a partitioned queue has exactly the notify, partition-head and truncate triggers');
-SELECT trigger_is('public', :'t', 'pgdrain_notify', 'outbox', 'tg_queue__notify',
+SELECT triggers_are('public', :'t', ARRAY['pgdrain_heads', 'pgdrain_truncate'],
+                    'a partitioned queue has exactly the partition-head and truncate triggers');
+SELECT trigger_is('public', split_part(:'q2', '.', 2), 'pgdrain_notify', 'outbox', 'tg_queue__notify',
                   'pgdrain_notify calls outbox.tg_queue__notify');
 -- tgtype bits: 1 = ROW, 2 = BEFORE, 4 = INSERT; 4 alone = AFTER INSERT FOR EACH STATEMENT.
-SELECT is((SELECT tgtype::int FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'), 4,
+SELECT is((SELECT tgtype::int FROM pg_trigger WHERE tgrelid = :'q2'::regclass AND tgname = 'pgdrain_notify'), 4,
           'the notify trigger is AFTER INSERT FOR EACH STATEMENT (tgtype 4: no ROW bit)');
 SELECT is((SELECT tgtype::int FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_heads'), 4,
           'the partition-head trigger is AFTER INSERT FOR EACH STATEMENT');
-SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'),
-          format('pgdrain_public_%s\000%s\000', :'t', :'q'),
+SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q2'::regclass AND tgname = 'pgdrain_notify'),
+          format('pgdrain_public_%s\000%s\000', split_part(:'q2', '.', 2), :'q2'),
           'the notify trigger carries the queue''s channel and name');
 SELECT is_empty(
   format($$SELECT tgname FROM pg_trigger WHERE tgrelid IN (%L::regclass, %L::regclass)
@@ -30,27 +31,26 @@ SELECT ok((SELECT tgdeferrable AND tginitdeferred AND tgconstraint <> 0
 
 SELECT outbox.enqueue(:'q', 'e', '{}', 'k1') IS NULL AS _ \gset
 SELECT outbox.enqueue(:'q', 'e', '{}', 'k2') IS NULL AS _ \gset
-SELECT is(ARRAY[current_setting('pgdrain.commit_armed'),
-                (SELECT count(*) FROM outbox.commit_hooks WHERE xid = pg_current_xact_id())::text,
+SELECT is(ARRAY[(SELECT count(*) FROM outbox.commit_hooks WHERE xid = pg_current_xact_id())::text,
                 (SELECT count(*) FROM outbox.partition_heads h JOIN outbox.queues u USING (queue_id) WHERE u.queue = :'q')::text],
-          ARRAY['on', '1', '0'], 'two inserts queue the commit step once; heads wait for it');
+          ARRAY['1', '0'], 'two inserts queue the commit step once; heads wait for it');
 SELECT lives_ok(format('TRUNCATE %s', :'q2'), 'no trigger event is pending on a queue table: it can be truncated');
 SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
 SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
-SELECT is(ARRAY[current_setting('pgdrain.commit_armed'),
+SELECT is(ARRAY[(SELECT count(*) FROM outbox.commit_hooks WHERE xid = pg_current_xact_id())::text,
                 (SELECT string_agg(h.partition_key, ',' ORDER BY h.partition_key) FROM outbox.partition_heads h
                  JOIN outbox.queues u USING (queue_id) WHERE u.queue = :'q')],
-          ARRAY['', 'k1,k2'], 'the commit step made both heads and disarmed');
+          ARRAY['0', 'k1,k2'], 'the commit step made both heads and took its note');
 SELECT outbox.enqueue(:'q', 'e', '{}', 'k3') IS NULL AS _ \gset
 SELECT lives_ok(format('TRUNCATE %s', :'q'), 'a partitioned queue written in this transaction can be truncated too');
 SELECT triggers_are('public', split_part(:'q2', '.', 2), ARRAY['pgdrain_notify', 'pgdrain_truncate'],
                     'an unpartitioned queue has only the notify and truncate triggers');
 
-SELECT outbox.create_queue(:'q', 'resource_id', 10, '1 second', '30 seconds', 'poison', 'Other_Channel') IS NULL AS _ \gset
-SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'), 1::bigint,
+SELECT outbox.create_queue(:'q2', NULL, 10, '1 second', '30 seconds', 'poison', 'Other_Channel') IS NULL AS _ \gset
+SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = :'q2'::regclass AND tgname = 'pgdrain_notify'), 1::bigint,
           'calling create_queue again leaves one notify trigger, not two');
-SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'),
-          format('other_channel\000%s\000', :'q'),
+SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q2'::regclass AND tgname = 'pgdrain_notify'),
+          format('other_channel\000%s\000', :'q2'),
           'a new channel replaces the old one (folded to lower case like LISTEN folds it)');
 
 SELECT * FROM finish();
