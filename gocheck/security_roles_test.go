@@ -186,6 +186,9 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"outbox.create_queue(text,text,integer,interval,interval,text,text)": "invoker -",
 		"outbox.drop_queue(text,boolean)":                                    "invoker -",
 		"outbox.tg_queue__notify()":                                          "invoker -",
+		"outbox.set_notify(text,text)":                                       "invoker -",
+		"outbox.drainer_waits(text,interval)":                                "definer worker",
+		"outbox.drainer_woke(text,bigint)":                                   "definer worker",
 	}
 	// A partitioned queue has a heads trigger function of its own (outbox._install_heads_trigger).
 	// A claim and its result make the queue's statements with kept plans (outbox._prepared).

@@ -32,6 +32,8 @@ ALTER FUNCTION outbox.poisoned_rows(text, integer, bigint) SECURITY DEFINER;
 ALTER FUNCTION outbox.release_lease(text, bigint) SECURITY DEFINER;
 ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
 
 -- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
 -- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
@@ -67,6 +69,13 @@ GRANT EXECUTE ON FUNCTION
   outbox.next_due(text),
   outbox.repair(text, boolean)
   TO pgdrain_worker, pgdrain_operator;
+
+-- Workers say when they wait for a NOTIFY of a queue that notifies 'when_waiting' (outbox.set_notify,
+-- which like create_queue is granted to nobody).
+GRANT EXECUTE ON FUNCTION
+  outbox.drainer_waits(text, interval),
+  outbox.drainer_woke(text, bigint)
+  TO pgdrain_worker;
 
 -- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged
 -- partitions (WithWedgeObserver) and the index check at start. All read-only, no payloads.

@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(115);
+SELECT plan(130);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -54,26 +54,30 @@ INSERT INTO contract VALUES
   ('poisoned_rows', ARRAY['text','integer','bigint'], 'queue text, max_rows integer DEFAULT 50, before_id bigint DEFAULT NULL::bigint',
    'TABLE(id bigint, event_id uuid, event_type text, partition_key text, attempt_count integer, last_error text, created_at timestamp with time zone, payload_preview text)',
    'setof record'),
-  ('release_lease', ARRAY['text','bigint'], 'queue text, id bigint', 'boolean', 'boolean');
+  ('release_lease', ARRAY['text','bigint'], 'queue text, id bigint', 'boolean', 'boolean'),
+  -- 00020: producers NOTIFY only while a drainer waits, when a queue says so.
+  ('set_notify', ARRAY['text','text'], 'queue text, notify text', 'void', 'void'),
+  ('drainer_waits', ARRAY['text','interval'], 'queue text, wait interval', 'bigint', 'bigint'),
+  ('drainer_woke', ARRAY['text','bigint'], 'queue text, mark bigint', 'void', 'void');
 
--- 21 x has_function
+-- 24 x has_function
 SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 21 x function_returns
+-- 24 x function_returns
 SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
 FROM contract c ORDER BY c.name;
--- 21 x argument names, order and defaults
+-- 24 x argument names, order and defaults
 SELECT is(pg_get_function_arguments(p.oid), c.arguments,
           format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 21 x result shape (the columns of TABLE results)
+-- 24 x result shape (the columns of TABLE results)
 SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 21 x one overload only (a second signature would make calls ambiguous)
+-- 24 x one overload only (a second signature would make calls ambiguous)
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
           1::bigint, format('outbox.%s has exactly one signature', c.name))
 FROM contract c ORDER BY c.name;
@@ -93,7 +97,7 @@ SELECT is_empty(
 SELECT has_table('outbox', 'queues', 'the registry table outbox.queues exists');
 SELECT columns_are('outbox', 'queues',
   ARRAY['queue_id','queue','table_oid','partition_column','partition_type','max_attempts','backoff_min',
-        'backoff_max','permanent_policy','channel','created_at','id_sequence','clock_base'],
+        'backoff_max','permanent_policy','channel','created_at','id_sequence','clock_base','notify'],
   'outbox.queues records each queue''s table and settings');
 SELECT col_is_pk('outbox', 'queues', 'queue_id', 'outbox.queues is keyed by queue_id');
 SELECT col_is_unique('outbox', 'queues', 'queue', 'a queue name is registered at most once');

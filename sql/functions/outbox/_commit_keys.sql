@@ -22,7 +22,8 @@
 --    wakes a head a claim left empty while we were open, and lowers a floor that lies above our
 --    rows. It never waits for a claim: a head a claim holds (SKIP LOCKED) gets a wake note in
 --    outbox.partition_wakes instead, which the next claim applies once that claim is over.
---    NOTIFY when a partition became claimable.
+--    NOTIFY when a partition became claimable (for a queue that notifies 'when_waiting', only while
+--    a drainer waits: outbox._drainer_waits).
 -- Returns whether it wrote a head or a wake note (and notified).
 --
 -- Under REPEATABLE READ or SERIALIZABLE the clocks are read in the transaction's snapshot; when
@@ -140,11 +141,15 @@ BEGIN
     -- head" may mean the heads were lost while older rows of the key are still pending, and a note
     -- means a producer before us committed rows of the key while a claim was deleting its head
     -- (the note is applied by a later claim, which a claim of our row must not overtake). Then the
-    -- floor is 0 until a claim raises it.
+    -- floor is 0 until a claim raises it. So it is under REPEATABLE READ and SERIALIZABLE: their
+    -- snapshot may miss a note, and not reading the notes keeps a SERIALIZABLE producer's predicate
+    -- locks off the page other producers' wake notes go to (two producers that each made a new head
+    -- and a wake note failed as a read/write cycle).
     WITH made AS (
       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
       SELECT p_q.queue_id, u.k, u.lo,
-             CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
+             CASE WHEN v_read_committed
+                       AND EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
                        AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
                                        WHERE w.queue_id = p_q.queue_id AND w.partition_key = u.k)
                   THEN u.lo ELSE 0 END
@@ -191,7 +196,7 @@ BEGIN
     WHERE u.state = 'contended' OR u.k IN (SELECT r.k FROM pg_catalog.unnest(v_raced) AS r(k));
     v_wrote := true;
   END IF;
-  IF v_wrote THEN
+  IF v_wrote AND outbox._drainer_waits(p_q) THEN
     PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
   END IF;
   RETURN v_wrote;

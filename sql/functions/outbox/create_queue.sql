@@ -231,13 +231,9 @@ BEGIN
   PERFORM outbox._guard_queue_table(v_rel, v_col, NOT v_created);
 
   -- The NOTIFY trigger wakes drainers of an unpartitioned queue; a partitioned queue's rows become
-  -- claimable at commit, where its commit step notifies (outbox._commit_partitions).
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
-  IF v_col IS NULL THEN
-    EXECUTE pg_catalog.format(
-      'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
-         EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, v_channel, v_name);
-  END IF;
+  -- claimable at commit, where its commit step notifies (outbox._commit_keys). Both as
+  -- outbox.set_notify last said (a registration keeps it).
+  PERFORM outbox._install_notify_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
   EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
   IF v_col IS NOT NULL THEN

@@ -1,17 +1,27 @@
 -- Statement-level AFTER INSERT trigger of an unpartitioned queue: one NOTIFY per statement
 -- (PostgreSQL folds identical notifications of one transaction into one), never one per row. A
 -- partitioned queue has none: its rows become claimable at commit, and its commit step
--- (outbox._commit_partitions) notifies only when it made or woke a partition head; rows behind an
+-- (outbox._commit_keys) notifies only when it made or woke a partition head; rows behind an
 -- existing head are claimed when the drainer that finishes the head claims again. NOTIFY takes a
--- cluster-wide lock at commit, so skipping it is what keeps many concurrent producers of busy keys
--- from queueing behind each other.
--- Arguments: channel, queue name (the payload).
+-- cluster-wide lock at commit, held through the commit's WAL flush, so concurrent producers that
+-- notify commit one at a time: a queue that notifies 'when_waiting' (outbox.set_notify) skips it
+-- unless a drainer waits for one (the check of outbox._drainer_waits, inlined: no lookup, its
+-- arguments name the queue and sequence).
+-- Arguments: channel, queue name (the payload); for 'when_waiting' also the queue_id and the oid
+-- of its drainer_waits_q<queue_id> sequence.
 CREATE OR REPLACE FUNCTION outbox.tg_queue__notify()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = ''
 AS $$
 BEGIN
+  IF TG_NARGS > 2 THEN
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + TG_ARGV[2]::integer, -4);
+    IF COALESCE(pg_catalog.pg_sequence_last_value(TG_ARGV[3]::oid), 0)
+       <= (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint THEN
+      RETURN NULL;
+    END IF;
+  END IF;
   PERFORM pg_catalog.pg_notify(TG_ARGV[0], TG_ARGV[1]);
   RETURN NULL;
 END;

@@ -1,0 +1,181 @@
+package gocheck
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/drainer"
+	"github.com/pgdrain/pgdrain/internal/testdb"
+)
+
+// heard counts the notifications on listener that arrive within 300 ms.
+func heard(t *testing.T, listener *pgx.Conn) int {
+	t.Helper()
+	n := 0
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := listener.WaitForNotification(ctx)
+		cancel()
+		if err != nil {
+			return n
+		}
+		n++
+	}
+}
+
+// drainerWaits calls outbox.drainer_waits as the given pool's role and returns the mark (nil: the
+// notify gate was held).
+func drainerWaits(t *testing.T, pool *pgxpool.Pool, queue string) *int64 {
+	t.Helper()
+	var mark *int64
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT outbox.drainer_waits($1, interval '1 minute')`, queue).Scan(&mark))
+	return mark
+}
+
+// A queue that notifies 'when_waiting' sends a NOTIFY only between a drainer's drainer_waits and
+// the drainer_woke after the NOTIFY that woke it: an unpartitioned queue on every insert then, a
+// partitioned one when a commit made a partition claimable. Producers run as pgdrain_producer,
+// the drainer's calls as pgdrain_worker.
+func TestNotify_WhenWaiting_OnlyWhileADrainerWaits(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	exec(t, db.Pool, `SELECT outbox.create_queue('public.parted', 'resource_id', channel => 'parted_wake');
+		SELECT outbox.create_queue('public.flat', channel => 'flat_wake');
+		SELECT outbox.set_notify('public.parted', 'when_waiting');
+		SELECT outbox.set_notify('public.flat', 'when_waiting')`)
+	producer := loginPool(t, db, "pgdrain_producer")
+	worker := loginPool(t, db, "pgdrain_worker")
+	listener, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer listener.Close(ctx)
+	_, err = listener.Exec(ctx, "LISTEN parted_wake; LISTEN flat_wake")
+	require.NoError(t, err)
+
+	for i, c := range []struct{ queue, insert string }{
+		{"public.flat", `INSERT INTO public.flat (event_type, payload) VALUES ('e', '{}')`},
+		{"public.parted", `INSERT INTO public.parted (event_type, payload, resource_id) VALUES ('e', '{}', 'new-' || $1::int)`},
+	} {
+		insert := func(n int) {
+			t.Helper()
+			args := []any{}
+			if c.queue == "public.parted" {
+				args = append(args, i*100+n)
+			}
+			_, err := producer.Exec(ctx, c.insert, args...)
+			require.NoError(t, err)
+		}
+		insert(1)
+		require.Zero(t, heard(t, listener), "%s: no drainer waits: no NOTIFY", c.queue)
+		mark := drainerWaits(t, worker, c.queue)
+		require.NotNil(t, mark)
+		require.Positive(t, *mark)
+		insert(2)
+		insert(3)
+		require.Equal(t, 2, heard(t, listener), "%s: a drainer waits: each commit notifies", c.queue)
+		exec(t, worker, `SELECT outbox.drainer_woke($1, $2)`, c.queue, *mark)
+		insert(4)
+		require.Zero(t, heard(t, listener), "%s: the drainer woke: no NOTIFY", c.queue)
+
+		// Marks only grow: the first drainer's drainer_woke leaves the second one's mark alone.
+		first := drainerWaits(t, worker, c.queue)
+		second := drainerWaits(t, worker, c.queue)
+		require.Greater(t, *second, *first)
+		exec(t, worker, `SELECT outbox.drainer_woke($1, $2)`, c.queue, *first)
+		insert(5)
+		require.Equal(t, 1, heard(t, listener), "%s: the second drainer still waits", c.queue)
+		exec(t, worker, `SELECT outbox.drainer_woke($1, $2)`, c.queue, *second)
+	}
+
+	// 'always' again: every insert notifies, and drainer_waits has nothing to mark.
+	exec(t, db.Pool, `SELECT outbox.set_notify('public.flat', 'always')`)
+	_, err = producer.Exec(ctx, `INSERT INTO public.flat (event_type, payload) VALUES ('e', '{}')`)
+	require.NoError(t, err)
+	require.Equal(t, 1, heard(t, listener))
+	require.Equal(t, int64(0), *drainerWaits(t, worker, "public.flat"))
+}
+
+// A drainer can not mark itself waiting while a producer is between its check for a mark and its
+// commit (it would miss that producer's rows: no NOTIFY, and its claim before waiting does not see
+// them yet). drainer_waits then answers NULL at once, without waiting for the producer, and marks
+// once the producer committed. Neither waits for the other.
+func TestNotify_WhenWaiting_NoMarkWhileAProducerCommits(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	exec(t, db.Pool, `SELECT outbox.create_queue('public.flat');
+		SELECT outbox.create_queue('public.parted', 'resource_id');
+		SELECT outbox.set_notify('public.flat', 'when_waiting');
+		SELECT outbox.set_notify('public.parted', 'when_waiting')`)
+	producer := loginPool(t, db, "pgdrain_producer")
+	worker := loginPool(t, db, "pgdrain_worker")
+
+	tx, err := producer.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `INSERT INTO public.flat (event_type, payload) VALUES ('e', '{}')`)
+	require.NoError(t, err)
+	start := time.Now()
+	require.Nil(t, drainerWaits(t, worker, "public.flat"), "an unpartitioned producer holds the gate from its insert")
+	require.Less(t, time.Since(start), 5*time.Second, "drainer_waits does not wait")
+	require.NotNil(t, drainerWaits(t, worker, "public.parted"), "another queue's gate is free")
+	require.NoError(t, tx.Commit(ctx))
+	require.NotNil(t, drainerWaits(t, worker, "public.flat"))
+
+	// A partitioned queue's producer checks at COMMIT: its gate is free until then.
+	tx, err = producer.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO public.parted (event_type, payload, resource_id) VALUES ('e', '{}', 'k')`)
+	require.NoError(t, err)
+	require.NotNil(t, drainerWaits(t, worker, "public.parted"))
+	_, err = tx.Exec(ctx, `SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE`)
+	require.NoError(t, err)
+	require.Nil(t, drainerWaits(t, worker, "public.parted"), "the commit step ran: the gate is held until COMMIT")
+	require.NoError(t, tx.Commit(ctx))
+}
+
+// The Go drainer of a queue that notifies 'when_waiting' marks itself waiting before it sleeps and
+// clears the mark when a NOTIFY wakes it: rows inserted while it sleeps are delivered at once
+// (PollFallback is a minute), and it marks itself again before the next sleep. Both claim modes,
+// both queue kinds, as pgdrain_worker.
+func TestDrainer_WhenWaiting_WakesForEveryRow(t *testing.T) {
+	for _, partitioned := range []bool{false, true} {
+		name := "unpartitioned"
+		if partitioned {
+			name = "partitioned"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+				opts := drQueueOpts{}
+				if partitioned {
+					opts.partitionColumn = "resource_id"
+				}
+				q := drNewQueue(t, opts)
+				exec(t, q.pool, `SELECT outbox.set_notify($1, 'when_waiting')`, q.table)
+				worker := loginPool(t, q.db, "pgdrain_worker")
+				d, _ := drNew(t, worker, q.config(mode), func(context.Context, string, drEvent) error { return nil })
+				drStart(t, d)
+				var sequence string
+				require.NoError(t, q.pool.QueryRow(context.Background(),
+					`SELECT 'outbox.drainer_waits_q' || queue_id FROM outbox.queues WHERE queue = $1`, q.table).Scan(&sequence))
+				waiting := func() bool {
+					return q.count(t, `SELECT (last_value > (extract(epoch FROM clock_timestamp()) * 1000)::bigint)::int
+						FROM `+sequence) == 1
+				}
+				drWaitFor(t, 10*time.Second, "the drainer marks itself waiting", waiting)
+				for i := 1; i <= 5; i++ {
+					q.enqueue(t, "k"+string(rune('a'+i)), "op", i)
+					drWaitFor(t, 10*time.Second, "the row is delivered without the poll", func() bool { return q.sent(t) == int64(i) })
+					drWaitFor(t, 10*time.Second, "the drainer waits again", waiting)
+				}
+			})
+		})
+	}
+}

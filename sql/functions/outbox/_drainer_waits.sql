@@ -1,0 +1,25 @@
+-- Whether a producer of a queue that notifies 'when_waiting' (outbox.set_notify) must NOTIFY: a
+-- drainer said it waits for one (outbox.drainer_waits) and has not been woken since. Takes the
+-- queue's notify gate shared, held until the transaction ends: a drainer marks itself waiting only
+-- while no producer holds it, so a producer that found no drainer waiting commits (its rows
+-- visible) before any drainer can start to wait, and that drainer's claim after marking sees them.
+-- A shared lock never waits for another producer; it waits for a drainer only while one marks
+-- itself, which is one setval inside outbox.drainer_waits (never a drainer's transaction or
+-- latency). Queues that notify 'always' answer true without a lock.
+-- Arguments: the queue, and its drainer_waits_q<queue_id> sequence.
+CREATE OR REPLACE FUNCTION outbox._drainer_waits(p_q outbox.queues)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+BEGIN
+  IF p_q.notify = 'always' THEN
+    RETURN true;
+  END IF;
+  PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + p_q.queue_id, -4);
+  RETURN COALESCE(pg_catalog.pg_sequence_last_value(
+                    pg_catalog.to_regclass('outbox.drainer_waits_q' || p_q.queue_id)), 0)
+         > (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
+END;
+$$;

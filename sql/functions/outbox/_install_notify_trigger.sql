@@ -1,0 +1,38 @@
+-- Gives a queue its NOTIFY machinery as its registration says: the sequence in which drainers say
+-- until when they wait (outbox.drainer_waits_q<queue_id>, UNLOGGED: not versioned, so a producer in
+-- any snapshot reads the latest value, and moving it leaves no dead tuple and no WAL; after a crash
+-- it starts from nothing, which reads as "nobody waits" while the drainers' LISTEN connections
+-- reconnect, and reconnecting wakes them), readable by every producer; and for an unpartitioned
+-- queue the statement trigger pgdrain_notify (outbox.tg_queue__notify), whose arguments say whether
+-- it notifies always or only when a drainer waits. A partitioned queue has no NOTIFY trigger: its
+-- commit step notifies (outbox._commit_keys).
+-- Made by create_queue and outbox.set_notify; dropped by drop_queue.
+CREATE OR REPLACE FUNCTION outbox._install_notify_trigger(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  v_sequence constant text := 'outbox.' || pg_catalog.quote_ident('drainer_waits_q' || p_q.queue_id);
+  v_rel constant regclass := p_q.table_oid::regclass;
+BEGIN
+  EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS %s', v_sequence);
+  EXECUTE pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO PUBLIC', v_sequence);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+  IF p_q.partition_column IS NOT NULL THEN
+    RETURN;
+  END IF;
+  IF p_q.notify = 'always' THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+         EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, p_q.channel, p_q.queue);
+  ELSE
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+         EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L, %L, %L)', v_rel, p_q.channel, p_q.queue,
+      p_q.queue_id, v_sequence::regclass::oid);
+  END IF;
+END;
+$$;

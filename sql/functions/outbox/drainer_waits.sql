@@ -1,0 +1,54 @@
+-- A drainer of a queue that notifies 'when_waiting' (outbox.set_notify) says it is about to wait up
+-- to `wait` for a NOTIFY, so that producers send one. Returns its mark, a number that is 0 when the
+-- queue notifies 'always' (nothing to say: wait as usual) and NULL when a producer is between its
+-- check and its commit: then look again soon (claim, and call this again), do not wait long. After
+-- a mark, claim once more before waiting: rows that committed before the mark sent no NOTIFY. Pass
+-- the mark to outbox.drainer_woke when a NOTIFY wakes the drainer.
+-- Why nothing is missed: a producer checks for a mark holding the queue's notify gate shared until
+-- it commits (outbox._drainer_waits); this takes the gate exclusively without waiting, so it marks
+-- only when no producer is between its check and its commit, and each producer either sees the mark
+-- (and notifies) or committed before it (and the claim after the mark sees its rows).
+-- The gate is held for the call only, whatever transaction it runs in.
+-- Marks only grow: a later mark replaces an earlier one, even a longer one, so drainer_woke of a
+-- drainer never clears another's mark.
+CREATE OR REPLACE FUNCTION outbox.drainer_waits(queue text, wait interval)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues;
+  v_sequence regclass;
+  v_mark bigint;
+BEGIN
+  IF wait IS NULL OR wait <= interval '0' OR wait > interval '1 day' THEN
+    RAISE EXCEPTION 'drainer_waits: wait must be positive and at most 1 day, got %', COALESCE(wait::text, 'NULL')
+      USING ERRCODE = '22023';
+  END IF;
+  v_q := outbox._queue('drainer_waits', queue);
+  IF v_q.notify = 'always' THEN
+    RETURN 0;
+  END IF;
+  v_sequence := pg_catalog.to_regclass('outbox.drainer_waits_q' || v_q.queue_id);
+  IF v_sequence IS NULL THEN
+    RAISE EXCEPTION 'drainer_waits: queue % has no sequence outbox.drainer_waits_q% (call outbox.set_notify again)',
+      v_q.queue, v_q.queue_id USING ERRCODE = '55000';
+  END IF;
+  -- The gate is taken for this call only (a session lock, released on every way out; a
+  -- transaction lock would make producers that must notify wait for the caller's transaction).
+  IF NOT pg_catalog.pg_try_advisory_lock(1885823232 + v_q.queue_id, -4) THEN
+    RETURN NULL;
+  END IF;
+  BEGIN
+    v_mark := GREATEST(COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) + 1,
+                       (EXTRACT(epoch FROM pg_catalog.clock_timestamp() + wait) * 1000)::bigint);
+    PERFORM pg_catalog.setval(v_sequence, v_mark);
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+    RAISE;
+  END;
+  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+  RETURN v_mark;
+END;
+$$;
