@@ -90,6 +90,12 @@
 // they start and stop, and closes with the last one; when it dies it reconnects with backoff and
 // wakes every drainer, since NOTIFYs sent meanwhile are lost. ListenerPID names its backend.
 //
+// On a queue that notifies 'when_waiting' (outbox.set_notify) producers send a NOTIFY only while a
+// drainer waits for one: before it sleeps, a drainer marks itself waiting (outbox.drainer_waits)
+// and claims once more; the NOTIFY that wakes it clears the mark (outbox.drainer_woke). While
+// producers are committing it can not mark itself, and claims again after 10–200 ms instead of
+// sleeping. On other queues the mark is 0 and the drainer asks again only after each sleep.
+//
 // Behind a transaction pooler (PgBouncer's pool_mode=transaction) a LISTEN hears nothing: give the
 // drainers a small direct pool for it with WithListenPool (they then share its one LISTEN
 // connection), or set Config.PollOnly. Such a pool also needs default_query_exec_mode=exec in its

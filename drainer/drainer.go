@@ -204,7 +204,7 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 	r.warnIdleInTransactionTimeout(ctx)
 	ready := closedChan
 	if !r.cfg.PollOnly {
-		sub := d.subscribe(reg.channel, r.signal)
+		sub := d.subscribe(reg.channel, r.listenWake)
 		defer sub.close()
 		ready = sub.ready
 	}
@@ -239,7 +239,7 @@ var closedChan = func() chan struct{} {
 
 // subscribe joins the LISTEN connection of the listen pool (WithListenPool's, or the drainer's
 // own pool, which is then checked for a pooler in between).
-func (d *Drainer[T]) subscribe(channel string, wake func()) *subscription {
+func (d *Drainer[T]) subscribe(channel string, wake func(notified bool)) *subscription {
 	if d.listenPool != nil {
 		return subscribe(d.listenPool, channel, wake, d.baseLogger, false)
 	}

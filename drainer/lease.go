@@ -119,6 +119,7 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
+			r.woke(ctx)
 			hungry = true
 		case <-timerC:
 			hungry = true

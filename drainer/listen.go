@@ -80,15 +80,15 @@ type listener struct {
 type subscription struct {
 	l       *listener
 	channel string
-	wake    func()
-	ready   chan struct{} // closed once the channel is LISTENed, or an attempt to do so failed
+	wake    func(notified bool) // notified: a NOTIFY, not a reconnection
+	ready   chan struct{}       // closed once the channel is LISTENed, or an attempt to do so failed
 	readyFn func()
 }
 
 // subscribe adds channel to pool's listener (starting it if needed); wake is called on each
-// NOTIFY on channel and after each reconnection. wake must not block. checkPooler applies when
-// the call starts the listener.
-func subscribe(pool *pgxpool.Pool, channel string, wake func(), logger *slog.Logger, checkPooler bool) *subscription {
+// NOTIFY on channel (notified true) and after each reconnection (false). wake must not block.
+// checkPooler applies when the call starts the listener.
+func subscribe(pool *pgxpool.Pool, channel string, wake func(notified bool), logger *slog.Logger, checkPooler bool) *subscription {
 	listeners.mu.Lock()
 	defer listeners.mu.Unlock()
 	l := listeners.byKey[pool]
@@ -220,7 +220,7 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 			for _, s := range subs {
 				s.readyFn()
 				if fresh {
-					s.wake() // a new connection: NOTIFYs sent while there was none are lost
+					s.wake(false) // a new connection: NOTIFYs sent while there was none are lost
 				}
 			}
 			fresh = false
@@ -332,7 +332,7 @@ func (l *listener) notify(channel string) {
 	defer l.mu.Unlock()
 	for s := range l.subs {
 		if s.channel == channel {
-			s.wake()
+			s.wake(true)
 		}
 	}
 }

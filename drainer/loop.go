@@ -26,6 +26,7 @@ type runner[T any] struct {
 	wake    chan struct{}
 	runCtx  context.Context // Run's ctx
 	metrics *metrics        // this Run's handle on its queue's series
+	waiting waiting         // whether producers know this drainer waits for a NOTIFY (waiting.go)
 }
 
 // bounded returns ctx bounded by ClaimTimeout, for one short database call: a connection that
@@ -86,6 +87,7 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
+			r.woke(ctx)
 		case <-timer.C:
 		}
 	}
@@ -117,5 +119,5 @@ func (r *runner[T]) nextWake(ctx context.Context) time.Duration {
 	if due != nil {
 		wait = min(wait, max(*due, minWakeDelay))
 	}
-	return wait
+	return r.markWaiting(ctx, wait)
 }

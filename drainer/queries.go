@@ -21,8 +21,11 @@ const (
 		FROM outbox.queue_info($1)`
 	sqlCheckIndexes = `SELECT problem, coalesce(index_name, ''), detail FROM outbox.check_indexes($1)`
 	// sqlNextDue is measured on the server's clock, so clock skew with this process does not matter.
-	sqlNextDue    = `SELECT extract(epoch FROM outbox.next_due($1) - pg_catalog.clock_timestamp())::float8`
-	sqlClaimBatch = `
+	sqlNextDue = `SELECT extract(epoch FROM outbox.next_due($1) - pg_catalog.clock_timestamp())::float8`
+	// sqlDrainerWaits marks the drainer as waiting for a NOTIFY (queues that notify 'when_waiting').
+	sqlDrainerWaits = `SELECT outbox.drainer_waits($1, $2::float8 * interval '1 second')`
+	sqlDrainerWoke  = `SELECT outbox.drainer_woke($1, $2)`
+	sqlClaimBatch   = `
 		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
 		       event_id::text, headers
 		FROM outbox.claim_batch($1, $2, $3)`
@@ -114,6 +117,16 @@ func queryNextDue(ctx context.Context, db querier, queue string) (*time.Duration
 	}
 	d := time.Duration(*secs * float64(time.Second))
 	return &d, nil
+}
+
+// queryDrainerWaits says the drainer waits up to wait for a NOTIFY of queue: the mark
+// (outbox.drainer_waits), 0 when the queue notifies always, nil when producers hold its notify gate.
+func queryDrainerWaits(ctx context.Context, db querier, queue string, wait time.Duration) (*int64, error) {
+	var mark *int64
+	if err := db.QueryRow(ctx, sqlDrainerWaits, queue, wait.Seconds()).Scan(&mark); err != nil {
+		return nil, translate("marking the drainer as waiting", err)
+	}
+	return mark, nil
 }
 
 // collectJobs scans the rows of either claim into jobs (the lease token is NULL in lock mode).
