@@ -54,6 +54,17 @@ func (s *pgbSetup) pool(t *testing.T, direct, mode string, maxConns int) *pgxpoo
 	return pgbOpen(t, s.b.url(t, direct, extra))
 }
 
+// withQuery returns raw with its query parameter key set to value (raw may have no query yet).
+func withQuery(t *testing.T, raw, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 func pgbOpen(t *testing.T, dsn string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), dsn)
@@ -163,7 +174,7 @@ func TestPgBouncer_TransactionPooling_DrainsEveryShapeInBothModes(t *testing.T) 
 			drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
 				const poolSize, producers, keysEach, perKey = 2, 3, 4, 20
 				s := newPgbSetup(t, shape.partition, poolSize)
-				listen := pgbOpen(t, s.workerURL+"&pool_max_conns=1")
+				listen := pgbOpen(t, withQuery(t, s.workerURL, "pool_max_conns", "1"))
 				var applied drLog
 				logger, buf := drCapture(t)
 				cfg := s.q.config(mode)
