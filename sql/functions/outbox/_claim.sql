@@ -98,11 +98,11 @@ BEGIN
   END IF;
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same
   -- transaction (a test, a script) makes them now.
-  IF EXISTS (SELECT 1 FROM outbox.commit_hooks h
-             WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND h.table_oid = p_q.table_oid) THEN
+  IF EXISTS (SELECT 1 FROM outbox.commit_notes n
+             WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = p_q.table_oid) THEN
     PERFORM outbox._refresh_heads(p_q, ARRAY(
-      SELECT n.k FROM outbox.commit_hooks h CROSS JOIN LATERAL outbox._noted_keys(p_q, h) n
-      WHERE h.xid = pg_catalog.pg_current_xact_id() AND h.table_oid = p_q.table_oid));
+      SELECT DISTINCT u.k FROM outbox.commit_notes n CROSS JOIN LATERAL pg_catalog.unnest(n.keys) AS u(k)
+      WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = p_q.table_oid));
   END IF;
 
   -- What producers could not write to heads a claim held while they committed.

@@ -1,12 +1,13 @@
 -- Commit step of one partitioned queue for the current transaction (called by tg_queue__commit
--- with the transaction's note of the queue, see outbox._note_written): the keys it wrote go to
+-- with the key and id of every row the transaction noted in the queue, see outbox._note_written,
+-- aligned, a key may repeat): the keys it wrote go to
 -- outbox._commit_keys, which makes per-key delivery order equal commit order and gives new keys
--- their partition head. The usual transaction, one row of a key that has a head and not late,
--- is done here in two scalar statements: every statement of the commit step is an executor start
+-- their partition head. The usual transactions, one row of a key that has a head or of a new key,
+-- not late, are done here in two or three scalar statements: every statement of the commit step is an executor start
 -- on the producer's write path (aggregates and CTEs, which the general step needs, cost the most
 -- to start), and so is every planner setting a function pins.
 -- Returns whether it wrote a head or a wake note (and notified).
-CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues, p_note outbox.commit_hooks)
+CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues, p_keys text[], p_ids bigint[])
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
@@ -19,14 +20,11 @@ DECLARE
   v_previous bigint;
   v_head bigint;
   v_floor bigint;
-  v_keys text[];
-  v_mins bigint[];
-  v_maxs bigint[];
 BEGIN
-  IF pg_catalog.cardinality(p_note.keys) = 1 THEN
+  IF pg_catalog.cardinality(p_keys) = 1 THEN
     -- The commit lock of the key's hash, taken and the clock raised as outbox._commit_keys does.
-    v_key := p_note.keys[1];
-    v_id := p_note.ids[1];
+    v_key := p_keys[1];
+    v_id := p_ids[1];
     INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
     VALUES (p_q.queue_id, pg_catalog.hashtext(v_key) & 65535,
             GREATEST(p_q.clock_base, LEAST(v_id, pg_catalog.pg_sequence_last_value(p_q.id_sequence))),
@@ -43,21 +41,27 @@ BEGIN
       IF v_head IS NOT NULL AND v_floor <= v_id THEN
         RETURN false;
       END IF;
+      -- A new key (the other usual case): its head, made as outbox._commit_keys makes it. A head
+      -- that exists (a claim holds it, or it needs a fix) is left to outbox._commit_keys.
+      IF NOT FOUND THEN
+        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+        SELECT p_q.queue_id, v_key, v_id,
+               CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
+                         AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                                         WHERE w.queue_id = p_q.queue_id AND w.partition_key = v_key)
+                    THEN v_id ELSE 0 END
+        ON CONFLICT (queue_id, partition_key) DO NOTHING;
+        IF FOUND THEN
+          IF outbox._drainer_waits(p_q) THEN
+            PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
+          END IF;
+          RETURN true;
+        END IF;
+      END IF;
     END IF;
-    RETURN outbox._commit_keys(p_q, p_note.keys, p_note.ids, p_note.ids, true);
+    RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
   END IF;
 
-  -- What the transaction's statements noted: each row's key and id as appended (merged per key
-  -- there), or, for a transaction of many statements, its rows in the span (outbox._noted_keys).
-  IF p_note.keys IS NOT NULL THEN
-    RETURN outbox._commit_keys(p_q, p_note.keys, p_note.ids, p_note.ids, false);
-  END IF;
-  SELECT pg_catalog.array_agg(n.k), pg_catalog.array_agg(n.lo), pg_catalog.array_agg(n.hi)
-    INTO v_keys, v_mins, v_maxs
-  FROM outbox._noted_keys(p_q, p_note) n;
-  IF v_keys IS NULL THEN
-    RETURN false;
-  END IF;
-  RETURN outbox._commit_keys(p_q, v_keys, v_mins, v_maxs, false);
+  RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, false);
 END;
 $$;

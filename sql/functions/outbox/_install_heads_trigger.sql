@@ -2,12 +2,10 @@
 -- function made for this queue, outbox.tg_queue__heads_q<queue_id>, whose one statement names the
 -- partition column statically, so PL/pgSQL plans it once per session instead of on every
 -- statement (a generic function would need a dynamic EXECUTE). It notes the key and id of each new
--- row in this transaction's row of outbox.commit_hooks: the statement of outbox._note_written,
--- inlined (one function call less on every producer statement), with one aggregate node (the
--- executor start of aggregates is what costs most there). Made again by every create_queue, so it
--- always matches the registration (nothing else reinstalls it: run create_queue again if it was
--- dropped).
--- SECURITY DEFINER like the other triggers: a producer can not write outbox.commit_hooks.
+-- row for the commit step, as outbox._note_written does (inlined: one function call less on every
+-- producer statement). Made again by every create_queue, so it always matches the registration
+-- (nothing else reinstalls it: run create_queue again if it was dropped).
+-- SECURITY DEFINER like the other triggers: a producer can not write the notes.
 CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
 RETURNS void
 LANGUAGE plpgsql
@@ -27,18 +25,13 @@ SET search_path = ''
 AS $body$
 -- Made by outbox._install_heads_trigger for queue %2$s; do not edit.
 BEGIN
-  INSERT INTO outbox.commit_hooks AS h (table_oid, keys, ids, lo, hi)
-  SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id),
-         pg_catalog.min(n.id), pg_catalog.max(n.id)
+  WITH hook AS (
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
+    ON CONFLICT (xid) DO NOTHING)
+  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
+  SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id)
   FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
-  HAVING pg_catalog.min(n.id) IS NOT NULL
-  ON CONFLICT (xid, table_oid) DO UPDATE
-    SET keys = CASE WHEN pg_catalog.cardinality(h.keys) + pg_catalog.cardinality(EXCLUDED.keys) <= 1024
-                    THEN h.keys || EXCLUDED.keys END,
-        ids = CASE WHEN pg_catalog.cardinality(h.keys) + pg_catalog.cardinality(EXCLUDED.keys) <= 1024
-                   THEN h.ids || EXCLUDED.ids END,
-        lo = LEAST(h.lo, EXCLUDED.lo),
-        hi = GREATEST(h.hi, EXCLUDED.hi);
+  HAVING pg_catalog.count(*) > 0;
   RETURN NULL;
 END;
 $body$

@@ -25,8 +25,8 @@ BEGIN
   -- reset the sequence here, so the base is then where it starts again).
   UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
   WHERE q.table_oid = TG_RELID;
-  DELETE FROM outbox.commit_hooks h
-  WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND h.table_oid = TG_RELID;
+  DELETE FROM outbox.commit_notes n
+  WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
   RETURN NULL;
 END;
 $$;

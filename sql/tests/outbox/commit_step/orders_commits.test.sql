@@ -67,9 +67,9 @@ SELECT is((SELECT committed_max FROM outbox.partition_clocks WHERE queue_id = :q
 -- The notes the commit step reads are written only by the definer's triggers: no producer (nor
 -- worker) can forge one, to make a head point at another partition's row.
 SELECT ok(NOT has_table_privilege('pgdrain_producer', 'outbox.commit_hooks', 'INSERT')
-          AND NOT has_table_privilege('pgdrain_producer', 'outbox.commit_hooks', 'UPDATE')
+          AND NOT has_table_privilege('pgdrain_producer', 'outbox.commit_notes', 'INSERT, UPDATE, DELETE')
           AND NOT has_table_privilege('pgdrain_worker', 'outbox.commit_hooks', 'INSERT')
-          AND NOT has_table_privilege('pgdrain_worker', 'outbox.commit_hooks', 'UPDATE'),
+          AND NOT has_table_privilege('pgdrain_worker', 'outbox.commit_notes', 'INSERT, UPDATE, DELETE'),
           'producers and workers can not write the notes the commit step reads');
 
 SELECT * FROM finish();

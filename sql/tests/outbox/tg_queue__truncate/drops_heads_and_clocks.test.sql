@@ -23,7 +23,7 @@ SELECT format('TRUNCATE %s RESTART IDENTITY', :'q') AS truncate_it \gset
 SELECT lives_ok(:'truncate_it', 'a queue table can be truncated with RESTART IDENTITY');
 SELECT is_empty(format('SELECT 1 FROM outbox.partition_heads WHERE queue_id = %s', :qid), 'its partition heads are gone');
 SELECT is_empty(format('SELECT 1 FROM outbox.partition_clocks WHERE queue_id = %s', :qid), 'its clocks are gone');
-SELECT is_empty('SELECT 1 FROM outbox.commit_hooks WHERE xid = pg_current_xact_id()',
+SELECT is_empty('SELECT 1 FROM outbox.commit_notes WHERE xid = pg_current_xact_id()',
                 'the note of the rows this transaction wrote before the TRUNCATE is forgotten');
 
 SELECT test_helpers.add(:'q', 3, 'a') AS a_ids \gset

@@ -1,0 +1,1325 @@
+-- +goose Up
+-- +goose StatementBegin
+-- Producers' notes become one row per statement (issue 14). A transaction appended to its one row
+-- of outbox.commit_hooks on every statement, and each update walked the versions the earlier ones
+-- had left (its own, not removable before it ends): a transaction of n INSERT statements cost
+-- O(n²). Notes are now inserted and never updated, into outbox.commit_notes; outbox.commit_hooks
+-- keeps one row per transaction again, whose insert (ON CONFLICT DO NOTHING: only the first
+-- statement's) queues the commit step.
+DROP FUNCTION outbox._commit_partitions(outbox.queues, outbox.commit_hooks);
+DROP FUNCTION outbox._noted_keys(outbox.queues, outbox.commit_hooks);
+DROP TABLE outbox.commit_hooks;
+CREATE UNLOGGED TABLE outbox.commit_hooks (
+  xid xid8 PRIMARY KEY DEFAULT pg_catalog.pg_current_xact_id()
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+COMMENT ON TABLE outbox.commit_hooks IS
+  'Producers'' open transactions, each queueing its commit step once (internal; empty when idle).';
+CREATE UNLOGGED TABLE outbox.commit_notes (
+  xid xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+  table_oid oid NOT NULL,
+  -- The key and id of each row one statement wrote (aligned).
+  keys text[] NOT NULL,
+  ids bigint[] NOT NULL
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+CREATE INDEX commit_notes_xid_table_oid ON outbox.commit_notes (xid, table_oid);
+COMMENT ON TABLE outbox.commit_notes IS
+  'Producers'' open transactions: the rows each statement wrote to a partitioned queue, for the commit step (internal; empty when idle).';
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The claim behind claim_batch (mode 'lease', partitioned queues; claim_batch leases unpartitioned
+-- rows in one statement of its own) and claim_locked (mode 'lock'). Returns the ids of the claimed
+-- rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free or expired,
+-- and on a partitioned queue the first deliverable row of its partition.
+--
+-- Partitioned queues claim through outbox.partition_heads (one row per partition with pending
+-- work), never through the pending rows themselves, so blocked successors, heads in backoff and
+-- poisoned rows cost nothing: a head backing off is "parked" until its time and woken (at most a
+-- bounded number per call) when that time has come; a head whose row is leased stays ready and is
+-- passed over with one probe. Heads are locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent
+-- claimers skip and producers (who hold only advisory locks) do not wait for. Each candidate is
+-- still checked against the FIFO rule on the queue table, from the partition's floor (below it
+-- every row is sent or poisoned), so poisoned rows in front of a head are not walked again.
+CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_table regclass := p_q.table_oid::regclass;
+  -- Due and lease times against the clock, not now(): a claim in a transaction that began long ago
+  -- must neither miss what has become due since nor hand out a lease that has already run out.
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_due constant text := 't.sent_at IS NULL AND t.attempt_count < $2
+    AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= $now)
+    AND (t.leased_until IS NULL OR t.leased_until <= $now)';
+  v_all bigint[] := '{}';
+  v_ids bigint[];
+  v_keys text[];
+  v_heads bigint[];
+  v_floors bigint[];
+  v_claimed_keys text[];
+  v_stale text[];
+  v_remaining integer := p_batch_size;
+  v_until timestamptz;
+  -- Where this session's last claim of this queue stopped among fresh heads (attempt_count 0), in
+  -- head_id order, and when that run of claims started from the front (epoch seconds). Heads a claim
+  -- or result moved on leave dead index entries in front of the live ones until vacuum removes them,
+  -- which it can not while another session holds the xmin horizon: starting past them keeps a claim
+  -- from walking the whole drain's history. A per-session hint only: a claim that finds fewer heads
+  -- past it than it wants goes on from the front, and a cursor older than a second is not used.
+  -- Heads behind every cursor (a lease that ran out, a row given back, a claim rolled back) are
+  -- reached by the one claim per second per queue that searches from the front (the queue's shared
+  -- hints, below); a session without a cursor starts where that search stopped. Retried heads
+  -- (attempt_count > 0) are always searched from the front, after the fresh ones.
+  v_cursor constant text := 'pgdrain.claim_cursor_' || p_q.queue_id;
+  v_cursor_value constant text[] := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting(v_cursor, true), ''), ',');
+  v_run_started double precision := CASE
+    WHEN v_cursor_value[2]::double precision > pg_catalog.date_part('epoch', v_now) - 1
+    THEN v_cursor_value[2]::double precision END;
+  v_from_head bigint := CASE WHEN v_run_started IS NOT NULL THEN v_cursor_value[1]::bigint END;
+  v_last_fresh bigint;
+  v_front_duty boolean := false;
+  v_only_fresh boolean;
+  -- The queue's shared hints (outbox._install_claim_hints); NULL when the queue has none.
+  v_start constant regclass := pg_catalog.to_regclass('outbox.claim_start_q' || p_q.queue_id);
+  v_front_hint constant regclass := pg_catalog.to_regclass('outbox.claim_front_q' || p_q.queue_id);
+  v_now_ms constant bigint := (pg_catalog.date_part('epoch', v_now) * 1000)::bigint;
+  v_front_ms bigint;
+  v_seen text[] := '{}';
+  -- A head whose row is in flight (leased, the lease running) is passed over without a lock: a
+  -- claim that locked it would hold it until its commit (its WAL flush), and the result that moves
+  -- the head on would wait for that.
+  v_not_in_flight constant text := pg_catalog.format(
+    'NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = h.head_id AND t.leased_until > $5)', v_table);
+  v_busy text[];
+  v_front boolean;
+  v_asked integer;
+  -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
+  -- not skip our own locks, so without excluding them before the LIMIT they would take the places
+  -- of rows that can still be claimed.
+  v_held bigint[] := CASE WHEN p_mode = 'lock' THEN COALESCE(pg_catalog.string_to_array(NULLIF(
+    pg_catalog.current_setting('pgdrain.held_' || p_q.queue_id, true), ''), ',')::bigint[], '{}') ELSE '{}' END;
+BEGIN
+  IF p_q.partition_column IS NULL THEN  -- lock mode only (see above)
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'SELECT pg_catalog.array_agg(id) FROM (
+         SELECT t.id FROM %s t WHERE %s AND t.id <> ALL ($4)
+         ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
+      v_table, pg_catalog.replace(v_due, '$now', '$3')),
+      'integer, integer, timestamptz, bigint[]', 'TABLE(pgdrain_ids bigint[])')
+      INTO v_all USING p_batch_size, p_q.max_attempts, v_now, v_held;
+    RETURN COALESCE(v_all, '{}');
+  END IF;
+
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._restore_heads(p_q);
+  END IF;
+  -- Keys this very transaction wrote get their heads at its commit; a claim in the same
+  -- transaction (a test, a script) makes them now.
+  IF EXISTS (SELECT 1 FROM outbox.commit_notes n
+             WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = p_q.table_oid) THEN
+    PERFORM outbox._refresh_heads(p_q, ARRAY(
+      SELECT DISTINCT u.k FROM outbox.commit_notes n CROSS JOIN LATERAL pg_catalog.unnest(n.keys) AS u(k)
+      WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = p_q.table_oid));
+  END IF;
+
+  -- What producers could not write to heads a claim held while they committed.
+  IF EXISTS (SELECT 1 FROM outbox.partition_wakes w WHERE w.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._apply_wakes(p_q);
+  END IF;
+
+  -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
+  -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
+  UPDATE outbox.partition_heads h SET parked_until = NULL
+  WHERE h.ctid = ANY (ARRAY(
+    SELECT w.ctid FROM outbox.partition_heads w
+    WHERE w.queue_id = p_q.queue_id AND w.parked_until <= v_now
+    ORDER BY w.parked_until
+    LIMIT GREATEST(4 * p_batch_size, 64)
+    FOR NO KEY UPDATE SKIP LOCKED));
+
+  -- No cursor of this session's own (a new session, or its run started over a second ago): only one
+  -- claim per second per queue searches from the front, the one that finds the last search a second
+  -- old, and leaves where it stopped as the queue's start; the others start there, past the dead
+  -- entries the drain left in front (which a held xmin keeps), and their run is as old as that search.
+  IF v_from_head IS NULL AND v_front_hint IS NOT NULL AND v_start IS NOT NULL THEN
+    v_front_ms := pg_catalog.pg_sequence_last_value(v_front_hint);
+    IF v_front_ms > v_now_ms - 1000 AND v_front_ms <= v_now_ms THEN
+      v_from_head := pg_catalog.pg_sequence_last_value(v_start);
+      v_run_started := v_front_ms / 1000.0;
+    ELSE
+      PERFORM pg_catalog.setval(v_front_hint, v_now_ms);
+      v_front_duty := true;
+    END IF;
+  END IF;
+
+  FOR pass IN 1..4 LOOP
+    v_front := v_from_head IS NULL;
+    v_asked := v_remaining;
+    IF NOT v_front THEN
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 AND h.attempt_count = 0 AND h.head_id > $2
+                 AND h.head_id <> ALL ($3) AND h.partition_key <> ALL ($4)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $6
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', v_not_in_flight),
+        'integer, bigint, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint)')
+        INTO v_keys, v_heads, v_floors, v_last_fresh
+        USING p_q.queue_id, v_from_head, v_all || v_held, v_seen, v_now, v_remaining;
+      -- Too few past the cursor: the next pass goes on from the front; otherwise past these heads
+      -- (a head in flight is not walked again by every pass).
+      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
+        v_from_head := NULL;
+      ELSE
+        v_from_head := v_last_fresh;
+      END IF;
+    ELSE
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0),
+                pg_catalog.bool_and(s.attempt_count = 0)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
+                 -- locks: without this a later pass would take them again.
+                 AND (h.head_id IS NULL OR h.head_id <> ALL ($2))
+                 AND h.partition_key <> ALL ($3)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $5
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', pg_catalog.replace(v_not_in_flight, '$5', '$4')),
+        'integer, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint, pgdrain_only_fresh boolean)')
+        INTO v_keys, v_heads, v_floors, v_last_fresh, v_only_fresh
+        USING p_q.queue_id, v_all || v_held, v_seen, v_now, v_remaining;
+      v_run_started := pg_catalog.date_part('epoch', v_now);
+      -- As many fresh heads as asked for: the next pass goes on past them as from a cursor.
+      IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_remaining THEN
+        v_from_head := v_last_fresh;
+      END IF;
+    END IF;
+    IF v_keys IS NULL THEN
+      EXIT WHEN v_front;
+      CONTINUE;
+    END IF;
+    IF v_last_fresh IS NOT NULL THEN
+      PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started, false);
+      IF v_front_duty AND v_front THEN
+        PERFORM pg_catalog.setval(v_start, v_last_fresh);
+      END IF;
+    END IF;
+
+    -- Lease mode leases what it locks in the same statement (one statement planned, not two).
+    v_until := pg_catalog.clock_timestamp() + p_lease;
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH picked AS (
+         SELECT t.id, t.%2$I AS key
+         FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
+         -- A head must point at a row of its own partition (heads of new keys come from settings a
+         -- producer could forge); one that does not is stale and refreshed below.
+         JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
+         WHERE %3$s
+           -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
+           -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
+           AND NOT EXISTS (SELECT 1 FROM %1$s p
+                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                             AND p.sent_at IS NULL AND p.attempt_count < $2
+                           OFFSET 0)
+         FOR UPDATE OF t SKIP LOCKED),
+       claimed AS (%5$s)
+       SELECT pg_catalog.array_agg(claimed.id), pg_catalog.array_agg(claimed.key::text) FROM claimed',
+      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type,
+      CASE WHEN p_mode = 'lease'
+           THEN pg_catalog.format(
+             'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
+              FROM picked WHERE u.id = picked.id RETURNING u.id, picked.key', v_table)
+           ELSE 'SELECT picked.id, picked.key FROM picked' END),
+      'bigint[], integer, bigint[], text[], timestamptz, timestamptz', 'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
+      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;
+
+    IF v_ids IS NOT NULL THEN
+      v_all := v_all || v_ids;
+      v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
+    END IF;
+
+    -- Heads not claimed are in flight (their row is leased right now: nothing to refresh, their
+    -- result moves them on, and an expired lease makes the row claimable again through the same
+    -- head; this call looks at them no more) or stale: pointing at a row that is no longer (or not
+    -- yet) the partition's deliverable head, refreshed here.
+    SELECT pg_catalog.array_agg(k) INTO v_stale
+    FROM pg_catalog.unnest(v_keys) AS k
+    WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
+    v_busy := NULL;
+    IF v_stale IS NOT NULL THEN
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NULL),
+                pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NOT NULL)
+         FROM unnest($1::bigint[], $2::text[]) AS c(id, key)
+         LEFT JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%3$s AND t.sent_at IS NULL
+           AND t.attempt_count < $4 AND t.leased_until > $5
+           AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= t.leased_until)
+         WHERE c.key = ANY ($3)',
+        v_table, p_q.partition_column, p_q.partition_type),
+        'bigint[], text[], text[], integer, timestamptz', 'TABLE(pgdrain_stale text[], pgdrain_busy text[])')
+        INTO v_stale, v_busy USING v_heads, v_keys, v_stale, p_q.max_attempts, v_now;
+      v_seen := v_seen || COALESCE(v_busy, '{}');
+    END IF;
+    IF v_stale IS NOT NULL THEN
+      PERFORM outbox._refresh_heads(p_q, v_stale);
+    END IF;
+    EXIT WHEN v_remaining <= 0;
+    -- From the front, fewer heads than asked for and nothing refreshed: there is nothing more.
+    EXIT WHEN v_front AND v_stale IS NULL AND pg_catalog.cardinality(v_keys) < v_asked;
+  END LOOP;
+  RETURN v_all;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Commit step of one partitioned queue for the current transaction (called by tg_queue__commit
+-- with the key and id of every row the transaction noted in the queue, see outbox._note_written,
+-- aligned, a key may repeat): the keys it wrote go to
+-- outbox._commit_keys, which makes per-key delivery order equal commit order and gives new keys
+-- their partition head. The usual transactions, one row of a key that has a head or of a new key,
+-- not late, are done here in two or three scalar statements: every statement of the commit step is an executor start
+-- on the producer's write path (aggregates and CTEs, which the general step needs, cost the most
+-- to start), and so is every planner setting a function pins.
+-- Returns whether it wrote a head or a wake note (and notified).
+CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues, p_keys text[], p_ids bigint[])
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+DECLARE
+  v_key text;
+  v_id bigint;
+  v_previous bigint;
+  v_head bigint;
+  v_floor bigint;
+BEGIN
+  IF pg_catalog.cardinality(p_keys) = 1 THEN
+    -- The commit lock of the key's hash, taken and the clock raised as outbox._commit_keys does.
+    v_key := p_keys[1];
+    v_id := p_ids[1];
+    INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
+    VALUES (p_q.queue_id, pg_catalog.hashtext(v_key) & 65535,
+            GREATEST(p_q.clock_base, LEAST(v_id, pg_catalog.pg_sequence_last_value(p_q.id_sequence))),
+            p_q.clock_base)
+    ON CONFLICT (queue_id, slot) DO UPDATE
+      SET previous_max = c.committed_max,
+          committed_max = GREATEST(c.committed_max, EXCLUDED.committed_max)
+    RETURNING c.previous_max INTO v_previous;
+    IF v_previous <= v_id AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+      SELECT x.head_id, x.floor_id INTO v_head, v_floor
+      FROM outbox.partition_heads x
+      WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_key
+      FOR KEY SHARE SKIP LOCKED;
+      IF v_head IS NOT NULL AND v_floor <= v_id THEN
+        RETURN false;
+      END IF;
+      -- A new key (the other usual case): its head, made as outbox._commit_keys makes it. A head
+      -- that exists (a claim holds it, or it needs a fix) is left to outbox._commit_keys.
+      IF NOT FOUND THEN
+        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+        SELECT p_q.queue_id, v_key, v_id,
+               CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
+                         AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                                         WHERE w.queue_id = p_q.queue_id AND w.partition_key = v_key)
+                    THEN v_id ELSE 0 END
+        ON CONFLICT (queue_id, partition_key) DO NOTHING;
+        IF FOUND THEN
+          IF outbox._drainer_waits(p_q) THEN
+            PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
+          END IF;
+          RETURN true;
+        END IF;
+      END IF;
+    END IF;
+    RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
+  END IF;
+
+  RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, false);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Gives a partitioned queue its heads trigger: a statement-level AFTER INSERT trigger running a
+-- function made for this queue, outbox.tg_queue__heads_q<queue_id>, whose one statement names the
+-- partition column statically, so PL/pgSQL plans it once per session instead of on every
+-- statement (a generic function would need a dynamic EXECUTE). It notes the key and id of each new
+-- row for the commit step, as outbox._note_written does (inlined: one function call less on every
+-- producer statement). Made again by every create_queue, so it always matches the registration
+-- (nothing else reinstalls it: run create_queue again if it was dropped).
+-- SECURITY DEFINER like the other triggers: a producer can not write the notes.
+CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  v_function constant text := 'outbox.' || pg_catalog.quote_ident('tg_queue__heads_q' || p_q.queue_id);
+BEGIN
+  EXECUTE pg_catalog.format(
+    $f$CREATE OR REPLACE FUNCTION %1$s()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = ''
+AS $body$
+-- Made by outbox._install_heads_trigger for queue %2$s; do not edit.
+BEGIN
+  WITH hook AS (
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
+    ON CONFLICT (xid) DO NOTHING)
+  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
+  SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id)
+  FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+  HAVING pg_catalog.count(*) > 0;
+  RETURN NULL;
+END;
+$body$
+$f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
+  EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', v_function);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', p_q.table_oid::regclass);
+  EXECUTE pg_catalog.format(
+    'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
+       FOR EACH STATEMENT EXECUTE FUNCTION %s()', p_q.table_oid::regclass, v_function);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Notes rows this transaction wrote to a partitioned queue (requeue_poisoned moving rows to the tail
+-- of their keys; a producer's INSERT does the same in its generated heads trigger, see
+-- outbox._install_heads_trigger) for its commit step: one row of outbox.commit_notes per statement,
+-- inserted and never updated, so a statement costs the same however many came before it. The
+-- transaction's row of outbox.commit_hooks, inserted by its first note only, queues the commit step
+-- (outbox.tg_queue__commit) at COMMIT. A rolled back savepoint takes its notes with it, like its
+-- rows (and its hook: a later note inserts it again). It takes no lock a producer could wait for:
+-- what protects its uncommitted rows from a claim that finds their partition empty is the commit
+-- step's (see outbox._commit_partitions and outbox._refresh_heads). Nothing else writes these
+-- tables, so a producer can not forge a note.
+-- Arguments: the queue table, and its rows' keys and ids (aligned).
+CREATE OR REPLACE FUNCTION outbox._note_written(p_table oid, p_keys text[], p_ids bigint[])
+RETURNS void
+LANGUAGE sql
+VOLATILE
+SET search_path = ''
+AS $$
+  WITH hook AS (
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
+    ON CONFLICT (xid) DO NOTHING)
+  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
+  SELECT p_table, p_keys, p_ids
+  WHERE pg_catalog.cardinality(p_ids) > 0;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The commit step of producers: the constraint trigger pgdrain_commit on outbox.commit_hooks
+-- (DEFERRABLE INITIALLY DEFERRED), queued by the first note of a transaction (see
+-- outbox._note_written and the generated heads triggers), fires at COMMIT. It takes every note of
+-- the transaction and hands each partitioned queue's keys and ids to outbox._commit_partitions in
+-- queue_id order: the commit locks of all transactions are taken in one global order, and
+-- committing transactions never deadlock.
+-- SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE runs it earlier (its locks are then held until
+-- the transaction ends); rows written after that are noted, and queue it, again.
+-- Few statements, each simple, by index (these tables churn, and their statistics say they are
+-- empty): every one is an executor start on the producer's write path.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__commit()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+DECLARE
+  v_notes outbox.commit_notes[];
+  v_q outbox.queues;
+  v_merged record;
+  v_notified boolean;
+BEGIN
+  DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid;
+  WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n.*)
+  SELECT pg_catalog.array_agg(t) INTO v_notes FROM taken t;
+  -- The transaction may have dropped a table it wrote: nothing of it is left to order.
+  IF pg_catalog.cardinality(v_notes) = 1 THEN
+    SELECT * INTO v_q FROM outbox.queues q
+    WHERE q.table_oid = v_notes[1].table_oid AND q.partition_column IS NOT NULL
+      AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
+    IF FOUND THEN
+      v_notified := outbox._commit_partitions(v_q, v_notes[1].keys, v_notes[1].ids);
+    END IF;
+  ELSIF v_notes IS NOT NULL THEN
+    -- Many statements, maybe several queues: each queue's keys and ids, merged.
+    FOR v_merged IN
+      SELECT q, m.keys, m.ids
+      FROM (SELECT n.table_oid, pg_catalog.array_agg(u.k) AS keys, pg_catalog.array_agg(u.id) AS ids
+            FROM pg_catalog.unnest(v_notes) n CROSS JOIN LATERAL unnest(n.keys, n.ids) AS u(k, id)
+            GROUP BY n.table_oid) m
+      JOIN outbox.queues q ON q.table_oid = m.table_oid
+      WHERE q.partition_column IS NOT NULL AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL
+      ORDER BY q.queue_id
+    LOOP
+      v_notified := outbox._commit_partitions(v_merged.q, v_merged.keys, v_merged.ids);
+    END LOOP;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
+-- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_wakes w USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
+  DELETE FROM outbox.commit_notes n
+  WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE CONSTRAINT TRIGGER pgdrain_commit AFTER INSERT ON outbox.commit_hooks
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION outbox.tg_queue__commit();
+
+-- Registered partitioned queues get the heads trigger that writes the new notes.
+SELECT outbox._install_heads_trigger(q)
+FROM outbox.queues q
+WHERE q.partition_column IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = q.table_oid)
+ORDER BY q.queue_id;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema outbox (canonical source; migrations 00002 and 00003 carry the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+--
+-- Nothing is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA outbox REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- SECURITY DEFINER: the callers get exactly what the function does to registered queues and no
+-- privilege on any table, so a worker can not bypass the fencing token with a plain UPDATE and
+-- outbox.partition_heads stays private. Each of these validates its arguments, pins search_path
+-- and builds SQL only with format('%I') / regclass.
+ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.extend_lease(text, bigint, uuid, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.release(text, bigint, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.stats(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.check_indexes(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.queue_info(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.poisoned_rows(text, integer, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.release_lease(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+
+-- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
+-- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
+-- run as definer and are executable by nobody.
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
+GRANT EXECUTE ON FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
+
+-- Workers: both claim modes, results, heartbeats, releases.
+GRANT EXECUTE ON FUNCTION
+  outbox.claim_batch(text, integer, interval),
+  outbox.apply_result(text, bigint, uuid, text, text, timestamptz),
+  outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]),
+  outbox.extend_lease(text, bigint, uuid, interval),
+  outbox.release(text, bigint, uuid),
+  outbox.claim_locked(text, integer),
+  outbox.settle_locked(text, bigint[], text[], text[], timestamptz[])
+  TO pgdrain_worker;
+
+-- Operators: read the state, give poisoned rows a fresh start, purge; list the registered queues.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.requeue_poisoned(text, bigint[]),
+  outbox.purge_sent(text, interval, integer)
+  TO pgdrain_operator;
+GRANT SELECT ON outbox.queues TO pgdrain_operator;
+
+-- Workers and operators: a queue's settings, when its next row is due (the drainer's sleep), and the
+-- repair pass over its partition heads (the drainer runs it periodically; pgdrain check dry-runs it).
+GRANT EXECUTE ON FUNCTION
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.repair(text, boolean)
+  TO pgdrain_worker, pgdrain_operator;
+
+-- Workers say when they wait for a NOTIFY of a queue that notifies 'when_waiting' (outbox.set_notify,
+-- which like create_queue is granted to nobody).
+GRANT EXECUTE ON FUNCTION
+  outbox.drainer_waits(text, interval),
+  outbox.drainer_woke(text, bigint)
+  TO pgdrain_worker;
+
+-- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged
+-- partitions (WithWedgeObserver) and the index check at start. All read-only, no payloads.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text)
+  TO pgdrain_worker;
+
+-- create_queue and drop_queue stay SECURITY INVOKER and are granted to nobody: they create and
+-- alter tables and triggers, which only the owner of the schema (the migrating role) should do.
+
+-- Readers (the operator console's pages, dashboards): the gauges, wedged partitions, the index
+-- check, the registered queues and the poisoned rows, never a payload unless granted on the table.
+-- Operators read the same, and may end a stuck lease.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.poisoned_rows(text, integer, bigint)
+  TO pgdrain_reader;
+GRANT SELECT ON outbox.queues TO pgdrain_reader;
+GRANT EXECUTE ON FUNCTION
+  outbox.poisoned_rows(text, integer, bigint),
+  outbox.release_lease(text, bigint)
+  TO pgdrain_operator;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+DROP FUNCTION outbox._commit_partitions(outbox.queues, text[], bigint[]);
+DROP TABLE outbox.commit_notes;
+DROP TABLE outbox.commit_hooks;
+CREATE UNLOGGED TABLE outbox.commit_hooks (
+  xid xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+  table_oid oid NOT NULL,
+  -- Each noted row's key and id (aligned, in the order noted); NULL once they would pass 1,024
+  -- entries, and from then on the span of ids, lo..hi, is all there is.
+  keys text[],
+  ids bigint[],
+  lo bigint NOT NULL,
+  hi bigint NOT NULL,
+  PRIMARY KEY (xid, table_oid)
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+COMMENT ON TABLE outbox.commit_hooks IS
+  'Producers'' open transactions: what each wrote to a partitioned queue, for its commit step (internal; empty when idle).';
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The claim behind claim_batch (mode 'lease', partitioned queues; claim_batch leases unpartitioned
+-- rows in one statement of its own) and claim_locked (mode 'lock'). Returns the ids of the claimed
+-- rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free or expired,
+-- and on a partitioned queue the first deliverable row of its partition.
+--
+-- Partitioned queues claim through outbox.partition_heads (one row per partition with pending
+-- work), never through the pending rows themselves, so blocked successors, heads in backoff and
+-- poisoned rows cost nothing: a head backing off is "parked" until its time and woken (at most a
+-- bounded number per call) when that time has come; a head whose row is leased stays ready and is
+-- passed over with one probe. Heads are locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent
+-- claimers skip and producers (who hold only advisory locks) do not wait for. Each candidate is
+-- still checked against the FIFO rule on the queue table, from the partition's floor (below it
+-- every row is sent or poisoned), so poisoned rows in front of a head are not walked again.
+CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_table regclass := p_q.table_oid::regclass;
+  -- Due and lease times against the clock, not now(): a claim in a transaction that began long ago
+  -- must neither miss what has become due since nor hand out a lease that has already run out.
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_due constant text := 't.sent_at IS NULL AND t.attempt_count < $2
+    AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= $now)
+    AND (t.leased_until IS NULL OR t.leased_until <= $now)';
+  v_all bigint[] := '{}';
+  v_ids bigint[];
+  v_keys text[];
+  v_heads bigint[];
+  v_floors bigint[];
+  v_claimed_keys text[];
+  v_stale text[];
+  v_remaining integer := p_batch_size;
+  v_until timestamptz;
+  -- Where this session's last claim of this queue stopped among fresh heads (attempt_count 0), in
+  -- head_id order, and when that run of claims started from the front (epoch seconds). Heads a claim
+  -- or result moved on leave dead index entries in front of the live ones until vacuum removes them,
+  -- which it can not while another session holds the xmin horizon: starting past them keeps a claim
+  -- from walking the whole drain's history. A per-session hint only: a claim that finds fewer heads
+  -- past it than it wants goes on from the front, and a cursor older than a second is not used.
+  -- Heads behind every cursor (a lease that ran out, a row given back, a claim rolled back) are
+  -- reached by the one claim per second per queue that searches from the front (the queue's shared
+  -- hints, below); a session without a cursor starts where that search stopped. Retried heads
+  -- (attempt_count > 0) are always searched from the front, after the fresh ones.
+  v_cursor constant text := 'pgdrain.claim_cursor_' || p_q.queue_id;
+  v_cursor_value constant text[] := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting(v_cursor, true), ''), ',');
+  v_run_started double precision := CASE
+    WHEN v_cursor_value[2]::double precision > pg_catalog.date_part('epoch', v_now) - 1
+    THEN v_cursor_value[2]::double precision END;
+  v_from_head bigint := CASE WHEN v_run_started IS NOT NULL THEN v_cursor_value[1]::bigint END;
+  v_last_fresh bigint;
+  v_front_duty boolean := false;
+  v_only_fresh boolean;
+  -- The queue's shared hints (outbox._install_claim_hints); NULL when the queue has none.
+  v_start constant regclass := pg_catalog.to_regclass('outbox.claim_start_q' || p_q.queue_id);
+  v_front_hint constant regclass := pg_catalog.to_regclass('outbox.claim_front_q' || p_q.queue_id);
+  v_now_ms constant bigint := (pg_catalog.date_part('epoch', v_now) * 1000)::bigint;
+  v_front_ms bigint;
+  v_seen text[] := '{}';
+  -- A head whose row is in flight (leased, the lease running) is passed over without a lock: a
+  -- claim that locked it would hold it until its commit (its WAL flush), and the result that moves
+  -- the head on would wait for that.
+  v_not_in_flight constant text := pg_catalog.format(
+    'NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = h.head_id AND t.leased_until > $5)', v_table);
+  v_busy text[];
+  v_front boolean;
+  v_asked integer;
+  -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
+  -- not skip our own locks, so without excluding them before the LIMIT they would take the places
+  -- of rows that can still be claimed.
+  v_held bigint[] := CASE WHEN p_mode = 'lock' THEN COALESCE(pg_catalog.string_to_array(NULLIF(
+    pg_catalog.current_setting('pgdrain.held_' || p_q.queue_id, true), ''), ',')::bigint[], '{}') ELSE '{}' END;
+BEGIN
+  IF p_q.partition_column IS NULL THEN  -- lock mode only (see above)
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'SELECT pg_catalog.array_agg(id) FROM (
+         SELECT t.id FROM %s t WHERE %s AND t.id <> ALL ($4)
+         ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
+      v_table, pg_catalog.replace(v_due, '$now', '$3')),
+      'integer, integer, timestamptz, bigint[]', 'TABLE(pgdrain_ids bigint[])')
+      INTO v_all USING p_batch_size, p_q.max_attempts, v_now, v_held;
+    RETURN COALESCE(v_all, '{}');
+  END IF;
+
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._restore_heads(p_q);
+  END IF;
+  -- Keys this very transaction wrote get their heads at its commit; a claim in the same
+  -- transaction (a test, a script) makes them now.
+  IF EXISTS (SELECT 1 FROM outbox.commit_hooks h
+             WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND h.table_oid = p_q.table_oid) THEN
+    PERFORM outbox._refresh_heads(p_q, ARRAY(
+      SELECT n.k FROM outbox.commit_hooks h CROSS JOIN LATERAL outbox._noted_keys(p_q, h) n
+      WHERE h.xid = pg_catalog.pg_current_xact_id() AND h.table_oid = p_q.table_oid));
+  END IF;
+
+  -- What producers could not write to heads a claim held while they committed.
+  IF EXISTS (SELECT 1 FROM outbox.partition_wakes w WHERE w.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._apply_wakes(p_q);
+  END IF;
+
+  -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
+  -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
+  UPDATE outbox.partition_heads h SET parked_until = NULL
+  WHERE h.ctid = ANY (ARRAY(
+    SELECT w.ctid FROM outbox.partition_heads w
+    WHERE w.queue_id = p_q.queue_id AND w.parked_until <= v_now
+    ORDER BY w.parked_until
+    LIMIT GREATEST(4 * p_batch_size, 64)
+    FOR NO KEY UPDATE SKIP LOCKED));
+
+  -- No cursor of this session's own (a new session, or its run started over a second ago): only one
+  -- claim per second per queue searches from the front, the one that finds the last search a second
+  -- old, and leaves where it stopped as the queue's start; the others start there, past the dead
+  -- entries the drain left in front (which a held xmin keeps), and their run is as old as that search.
+  IF v_from_head IS NULL AND v_front_hint IS NOT NULL AND v_start IS NOT NULL THEN
+    v_front_ms := pg_catalog.pg_sequence_last_value(v_front_hint);
+    IF v_front_ms > v_now_ms - 1000 AND v_front_ms <= v_now_ms THEN
+      v_from_head := pg_catalog.pg_sequence_last_value(v_start);
+      v_run_started := v_front_ms / 1000.0;
+    ELSE
+      PERFORM pg_catalog.setval(v_front_hint, v_now_ms);
+      v_front_duty := true;
+    END IF;
+  END IF;
+
+  FOR pass IN 1..4 LOOP
+    v_front := v_from_head IS NULL;
+    v_asked := v_remaining;
+    IF NOT v_front THEN
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 AND h.attempt_count = 0 AND h.head_id > $2
+                 AND h.head_id <> ALL ($3) AND h.partition_key <> ALL ($4)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $6
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', v_not_in_flight),
+        'integer, bigint, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint)')
+        INTO v_keys, v_heads, v_floors, v_last_fresh
+        USING p_q.queue_id, v_from_head, v_all || v_held, v_seen, v_now, v_remaining;
+      -- Too few past the cursor: the next pass goes on from the front; otherwise past these heads
+      -- (a head in flight is not walked again by every pass).
+      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
+        v_from_head := NULL;
+      ELSE
+        v_from_head := v_last_fresh;
+      END IF;
+    ELSE
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0),
+                pg_catalog.bool_and(s.attempt_count = 0)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
+                 -- locks: without this a later pass would take them again.
+                 AND (h.head_id IS NULL OR h.head_id <> ALL ($2))
+                 AND h.partition_key <> ALL ($3)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $5
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', pg_catalog.replace(v_not_in_flight, '$5', '$4')),
+        'integer, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint, pgdrain_only_fresh boolean)')
+        INTO v_keys, v_heads, v_floors, v_last_fresh, v_only_fresh
+        USING p_q.queue_id, v_all || v_held, v_seen, v_now, v_remaining;
+      v_run_started := pg_catalog.date_part('epoch', v_now);
+      -- As many fresh heads as asked for: the next pass goes on past them as from a cursor.
+      IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_remaining THEN
+        v_from_head := v_last_fresh;
+      END IF;
+    END IF;
+    IF v_keys IS NULL THEN
+      EXIT WHEN v_front;
+      CONTINUE;
+    END IF;
+    IF v_last_fresh IS NOT NULL THEN
+      PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started, false);
+      IF v_front_duty AND v_front THEN
+        PERFORM pg_catalog.setval(v_start, v_last_fresh);
+      END IF;
+    END IF;
+
+    -- Lease mode leases what it locks in the same statement (one statement planned, not two).
+    v_until := pg_catalog.clock_timestamp() + p_lease;
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH picked AS (
+         SELECT t.id, t.%2$I AS key
+         FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
+         -- A head must point at a row of its own partition (heads of new keys come from settings a
+         -- producer could forge); one that does not is stale and refreshed below.
+         JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
+         WHERE %3$s
+           -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
+           -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
+           AND NOT EXISTS (SELECT 1 FROM %1$s p
+                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                             AND p.sent_at IS NULL AND p.attempt_count < $2
+                           OFFSET 0)
+         FOR UPDATE OF t SKIP LOCKED),
+       claimed AS (%5$s)
+       SELECT pg_catalog.array_agg(claimed.id), pg_catalog.array_agg(claimed.key::text) FROM claimed',
+      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type,
+      CASE WHEN p_mode = 'lease'
+           THEN pg_catalog.format(
+             'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
+              FROM picked WHERE u.id = picked.id RETURNING u.id, picked.key', v_table)
+           ELSE 'SELECT picked.id, picked.key FROM picked' END),
+      'bigint[], integer, bigint[], text[], timestamptz, timestamptz', 'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
+      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;
+
+    IF v_ids IS NOT NULL THEN
+      v_all := v_all || v_ids;
+      v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
+    END IF;
+
+    -- Heads not claimed are in flight (their row is leased right now: nothing to refresh, their
+    -- result moves them on, and an expired lease makes the row claimable again through the same
+    -- head; this call looks at them no more) or stale: pointing at a row that is no longer (or not
+    -- yet) the partition's deliverable head, refreshed here.
+    SELECT pg_catalog.array_agg(k) INTO v_stale
+    FROM pg_catalog.unnest(v_keys) AS k
+    WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
+    v_busy := NULL;
+    IF v_stale IS NOT NULL THEN
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NULL),
+                pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NOT NULL)
+         FROM unnest($1::bigint[], $2::text[]) AS c(id, key)
+         LEFT JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%3$s AND t.sent_at IS NULL
+           AND t.attempt_count < $4 AND t.leased_until > $5
+           AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= t.leased_until)
+         WHERE c.key = ANY ($3)',
+        v_table, p_q.partition_column, p_q.partition_type),
+        'bigint[], text[], text[], integer, timestamptz', 'TABLE(pgdrain_stale text[], pgdrain_busy text[])')
+        INTO v_stale, v_busy USING v_heads, v_keys, v_stale, p_q.max_attempts, v_now;
+      v_seen := v_seen || COALESCE(v_busy, '{}');
+    END IF;
+    IF v_stale IS NOT NULL THEN
+      PERFORM outbox._refresh_heads(p_q, v_stale);
+    END IF;
+    EXIT WHEN v_remaining <= 0;
+    -- From the front, fewer heads than asked for and nothing refreshed: there is nothing more.
+    EXIT WHEN v_front AND v_stale IS NULL AND pg_catalog.cardinality(v_keys) < v_asked;
+  END LOOP;
+  RETURN v_all;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Commit step of one partitioned queue for the current transaction (called by tg_queue__commit
+-- with the transaction's note of the queue, see outbox._note_written): the keys it wrote go to
+-- outbox._commit_keys, which makes per-key delivery order equal commit order and gives new keys
+-- their partition head. The usual transaction, one row of a key that has a head and not late,
+-- is done here in two scalar statements: every statement of the commit step is an executor start
+-- on the producer's write path (aggregates and CTEs, which the general step needs, cost the most
+-- to start), and so is every planner setting a function pins.
+-- Returns whether it wrote a head or a wake note (and notified).
+CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues, p_note outbox.commit_hooks)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+DECLARE
+  v_key text;
+  v_id bigint;
+  v_previous bigint;
+  v_head bigint;
+  v_floor bigint;
+  v_keys text[];
+  v_mins bigint[];
+  v_maxs bigint[];
+BEGIN
+  IF pg_catalog.cardinality(p_note.keys) = 1 THEN
+    -- The commit lock of the key's hash, taken and the clock raised as outbox._commit_keys does.
+    v_key := p_note.keys[1];
+    v_id := p_note.ids[1];
+    INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
+    VALUES (p_q.queue_id, pg_catalog.hashtext(v_key) & 65535,
+            GREATEST(p_q.clock_base, LEAST(v_id, pg_catalog.pg_sequence_last_value(p_q.id_sequence))),
+            p_q.clock_base)
+    ON CONFLICT (queue_id, slot) DO UPDATE
+      SET previous_max = c.committed_max,
+          committed_max = GREATEST(c.committed_max, EXCLUDED.committed_max)
+    RETURNING c.previous_max INTO v_previous;
+    IF v_previous <= v_id AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+      SELECT x.head_id, x.floor_id INTO v_head, v_floor
+      FROM outbox.partition_heads x
+      WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_key
+      FOR KEY SHARE SKIP LOCKED;
+      IF v_head IS NOT NULL AND v_floor <= v_id THEN
+        RETURN false;
+      END IF;
+    END IF;
+    RETURN outbox._commit_keys(p_q, p_note.keys, p_note.ids, p_note.ids, true);
+  END IF;
+
+  -- What the transaction's statements noted: each row's key and id as appended (merged per key
+  -- there), or, for a transaction of many statements, its rows in the span (outbox._noted_keys).
+  IF p_note.keys IS NOT NULL THEN
+    RETURN outbox._commit_keys(p_q, p_note.keys, p_note.ids, p_note.ids, false);
+  END IF;
+  SELECT pg_catalog.array_agg(n.k), pg_catalog.array_agg(n.lo), pg_catalog.array_agg(n.hi)
+    INTO v_keys, v_mins, v_maxs
+  FROM outbox._noted_keys(p_q, p_note) n;
+  IF v_keys IS NULL THEN
+    RETURN false;
+  END IF;
+  RETURN outbox._commit_keys(p_q, v_keys, v_mins, v_maxs, false);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Gives a partitioned queue its heads trigger: a statement-level AFTER INSERT trigger running a
+-- function made for this queue, outbox.tg_queue__heads_q<queue_id>, whose one statement names the
+-- partition column statically, so PL/pgSQL plans it once per session instead of on every
+-- statement (a generic function would need a dynamic EXECUTE). It notes the key and id of each new
+-- row in this transaction's row of outbox.commit_hooks: the statement of outbox._note_written,
+-- inlined (one function call less on every producer statement), with one aggregate node (the
+-- executor start of aggregates is what costs most there). Made again by every create_queue, so it
+-- always matches the registration (nothing else reinstalls it: run create_queue again if it was
+-- dropped).
+-- SECURITY DEFINER like the other triggers: a producer can not write outbox.commit_hooks.
+CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  v_function constant text := 'outbox.' || pg_catalog.quote_ident('tg_queue__heads_q' || p_q.queue_id);
+BEGIN
+  EXECUTE pg_catalog.format(
+    $f$CREATE OR REPLACE FUNCTION %1$s()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = ''
+AS $body$
+-- Made by outbox._install_heads_trigger for queue %2$s; do not edit.
+BEGIN
+  INSERT INTO outbox.commit_hooks AS h (table_oid, keys, ids, lo, hi)
+  SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id),
+         pg_catalog.min(n.id), pg_catalog.max(n.id)
+  FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+  HAVING pg_catalog.min(n.id) IS NOT NULL
+  ON CONFLICT (xid, table_oid) DO UPDATE
+    SET keys = CASE WHEN pg_catalog.cardinality(h.keys) + pg_catalog.cardinality(EXCLUDED.keys) <= 1024
+                    THEN h.keys || EXCLUDED.keys END,
+        ids = CASE WHEN pg_catalog.cardinality(h.keys) + pg_catalog.cardinality(EXCLUDED.keys) <= 1024
+                   THEN h.ids || EXCLUDED.ids END,
+        lo = LEAST(h.lo, EXCLUDED.lo),
+        hi = GREATEST(h.hi, EXCLUDED.hi);
+  RETURN NULL;
+END;
+$body$
+$f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
+  EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', v_function);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', p_q.table_oid::regclass);
+  EXECUTE pg_catalog.format(
+    'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
+       FOR EACH STATEMENT EXECUTE FUNCTION %s()', p_q.table_oid::regclass, v_function);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Notes rows this transaction wrote to a partitioned queue (requeue_poisoned moving rows to the tail
+-- of their keys; a producer's INSERT does the same in its generated heads trigger, see
+-- outbox._install_heads_trigger) for its commit step: each row's key and id go into this
+-- transaction's row of outbox.commit_hooks for the table, whose deferred trigger runs the commit
+-- step (outbox.tg_queue__commit) at COMMIT. One statement: the first note of a table inserts the
+-- row (which queues the commit step), later ones append to it. A rolled back savepoint takes its
+-- notes with it, like its rows. It takes no lock a producer could wait for: what protects its
+-- uncommitted rows from a claim that finds their partition empty is the commit step's (see
+-- outbox._commit_partitions and outbox._refresh_heads). Nothing else writes outbox.commit_hooks,
+-- so a producer can not forge a note.
+-- The lists stop growing at 1,024 entries (a transaction of many statements would copy them on
+-- every one): only the span of ids, lo..hi, is kept then, and the commit step reads the keys from
+-- this transaction's rows in it (outbox._noted_keys).
+-- Arguments: the queue table, and its rows' keys and ids (aligned).
+CREATE OR REPLACE FUNCTION outbox._note_written(p_table oid, p_keys text[], p_ids bigint[])
+RETURNS void
+LANGUAGE sql
+VOLATILE
+SET search_path = ''
+AS $$
+  INSERT INTO outbox.commit_hooks AS h (table_oid, keys, ids, lo, hi)
+  SELECT p_table, p_keys, p_ids, pg_catalog.min(u.id), pg_catalog.max(u.id)
+  FROM pg_catalog.unnest(p_ids) AS u(id)
+  ON CONFLICT (xid, table_oid) DO UPDATE
+    SET keys = CASE WHEN pg_catalog.cardinality(h.keys) + pg_catalog.cardinality(EXCLUDED.keys) <= 1024
+                    THEN h.keys || EXCLUDED.keys END,
+        ids = CASE WHEN pg_catalog.cardinality(h.keys) + pg_catalog.cardinality(EXCLUDED.keys) <= 1024
+                   THEN h.ids || EXCLUDED.ids END,
+        lo = LEAST(h.lo, EXCLUDED.lo),
+        hi = GREATEST(h.hi, EXCLUDED.hi);
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The commit step of producers: the constraint trigger pgdrain_commit on outbox.commit_hooks
+-- (DEFERRABLE INITIALLY DEFERRED), which fires at COMMIT for each note a transaction made (one
+-- per queue table it wrote, outbox._note_written and the generated heads triggers). The first to
+-- fire takes every note of the transaction (the others then find none) and hands each partitioned
+-- queue's to outbox._commit_partitions in queue_id order: the commit locks of all transactions are
+-- taken in one global order, and committing transactions never deadlock.
+-- SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE runs it earlier (its locks are then held until
+-- the transaction ends); rows written after that are noted, and queue it, again.
+-- Few statements, each simple, by index (outbox.commit_hooks churns, and its statistics say it is
+-- empty): every one is an executor start on the producer's write path.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__commit()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+DECLARE
+  v_note outbox.commit_hooks;
+  v_notes outbox.commit_hooks[];
+  v_q outbox.queues;
+  v_queues outbox.queues[];
+  v_notified boolean;
+BEGIN
+  FOR v_note IN DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid RETURNING h.* LOOP
+    v_notes := v_notes || v_note;
+  END LOOP;
+  -- The transaction may have dropped a table it wrote: nothing of it is left to order.
+  IF pg_catalog.cardinality(v_notes) = 1 THEN
+    SELECT * INTO v_q FROM outbox.queues q
+    WHERE q.table_oid = v_note.table_oid AND q.partition_column IS NOT NULL
+      AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
+    IF FOUND THEN
+      v_notified := outbox._commit_partitions(v_q, v_note);
+    END IF;
+  ELSIF v_notes IS NOT NULL THEN
+    SELECT pg_catalog.array_agg(q ORDER BY q.queue_id), pg_catalog.array_agg(n ORDER BY q.queue_id)
+      INTO v_queues, v_notes
+    FROM pg_catalog.unnest(v_notes) n
+    JOIN outbox.queues q ON q.table_oid = n.table_oid
+    WHERE q.partition_column IS NOT NULL AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
+    FOR i IN 1 .. COALESCE(pg_catalog.cardinality(v_queues), 0) LOOP
+      v_notified := outbox._commit_partitions(v_queues[i], v_notes[i]);
+    END LOOP;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
+-- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_wakes w USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
+  DELETE FROM outbox.commit_hooks h
+  WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND h.table_oid = TG_RELID;
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The keys a transaction's note of a partitioned queue (its row of outbox.commit_hooks, see
+-- outbox._note_written) covers, each with its smallest and largest id, in key order: from the
+-- note's lists, or, past their limit, from this transaction's rows in the note's span of ids.
+CREATE OR REPLACE FUNCTION outbox._noted_keys(p_q outbox.queues, p_note outbox.commit_hooks)
+RETURNS TABLE(k text, lo bigint, hi bigint)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+BEGIN
+  IF p_note.keys IS NOT NULL THEN
+    RETURN QUERY
+      SELECT u.k, pg_catalog.min(u.lo), pg_catalog.max(u.hi)
+      FROM unnest(p_note.keys, p_note.ids, p_note.ids) AS u(k, lo, hi)
+      GROUP BY u.k ORDER BY u.k;
+  ELSIF p_note.lo IS NOT NULL THEN
+    -- Rows of the top transaction are known by their xmin; only a savepoint's need the lookup.
+    RETURN QUERY EXECUTE pg_catalog.format(
+      'SELECT t.%I::text, pg_catalog.min(t.id), pg_catalog.max(t.id) FROM %s t
+       WHERE t.id BETWEEN $1 AND $2 AND t.sent_at IS NULL AND (t.xmin = $3 OR outbox._written_here(t.xmin))
+       GROUP BY 1 ORDER BY 1', p_q.partition_column, p_q.table_oid::regclass)
+      USING p_note.lo, p_note.hi, (pg_catalog.pg_current_xact_id()::text::bigint % 4294967296)::text::xid;
+  END IF;
+END;
+$$;
+CREATE CONSTRAINT TRIGGER pgdrain_commit AFTER INSERT ON outbox.commit_hooks
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION outbox.tg_queue__commit();
+SELECT outbox._install_heads_trigger(q)
+FROM outbox.queues q
+WHERE q.partition_column IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = q.table_oid)
+ORDER BY q.queue_id;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema outbox (canonical source; migrations 00002 and 00003 carry the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+--
+-- Nothing is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA outbox REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- SECURITY DEFINER: the callers get exactly what the function does to registered queues and no
+-- privilege on any table, so a worker can not bypass the fencing token with a plain UPDATE and
+-- outbox.partition_heads stays private. Each of these validates its arguments, pins search_path
+-- and builds SQL only with format('%I') / regclass.
+ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.extend_lease(text, bigint, uuid, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.release(text, bigint, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.stats(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.check_indexes(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.queue_info(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.poisoned_rows(text, integer, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.release_lease(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+
+-- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
+-- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
+-- run as definer and are executable by nobody.
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
+GRANT EXECUTE ON FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
+
+-- Workers: both claim modes, results, heartbeats, releases.
+GRANT EXECUTE ON FUNCTION
+  outbox.claim_batch(text, integer, interval),
+  outbox.apply_result(text, bigint, uuid, text, text, timestamptz),
+  outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]),
+  outbox.extend_lease(text, bigint, uuid, interval),
+  outbox.release(text, bigint, uuid),
+  outbox.claim_locked(text, integer),
+  outbox.settle_locked(text, bigint[], text[], text[], timestamptz[])
+  TO pgdrain_worker;
+
+-- Operators: read the state, give poisoned rows a fresh start, purge; list the registered queues.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.requeue_poisoned(text, bigint[]),
+  outbox.purge_sent(text, interval, integer)
+  TO pgdrain_operator;
+GRANT SELECT ON outbox.queues TO pgdrain_operator;
+
+-- Workers and operators: a queue's settings, when its next row is due (the drainer's sleep), and the
+-- repair pass over its partition heads (the drainer runs it periodically; pgdrain check dry-runs it).
+GRANT EXECUTE ON FUNCTION
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.repair(text, boolean)
+  TO pgdrain_worker, pgdrain_operator;
+
+-- Workers say when they wait for a NOTIFY of a queue that notifies 'when_waiting' (outbox.set_notify,
+-- which like create_queue is granted to nobody).
+GRANT EXECUTE ON FUNCTION
+  outbox.drainer_waits(text, interval),
+  outbox.drainer_woke(text, bigint)
+  TO pgdrain_worker;
+
+-- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged
+-- partitions (WithWedgeObserver) and the index check at start. All read-only, no payloads.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text)
+  TO pgdrain_worker;
+
+-- create_queue and drop_queue stay SECURITY INVOKER and are granted to nobody: they create and
+-- alter tables and triggers, which only the owner of the schema (the migrating role) should do.
+
+-- Readers (the operator console's pages, dashboards): the gauges, wedged partitions, the index
+-- check, the registered queues and the poisoned rows, never a payload unless granted on the table.
+-- Operators read the same, and may end a stuck lease.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.poisoned_rows(text, integer, bigint)
+  TO pgdrain_reader;
+GRANT SELECT ON outbox.queues TO pgdrain_reader;
+GRANT EXECUTE ON FUNCTION
+  outbox.poisoned_rows(text, integer, bigint),
+  outbox.release_lease(text, bigint)
+  TO pgdrain_operator;
+-- +goose StatementEnd
+
