@@ -293,13 +293,19 @@ func Test_1_4_48_NarrowKey_OrderHolds_AcrossReplicas(t *testing.T) {
 		_, err := q.pool.Exec(ctx, tuplesSQL)
 		require.NoError(t, err)
 		targetPool := drPool(t, q.db.URL, 16)
+		// Connected before the replicas start: on 2 busy cores twelve connections opened at once
+		// by the first applies took up to 500 ms, their ApplyTimeout, and a lock-mode batch that
+		// outlives LockTransactionTimeout is claimed again (at least once, not this test's subject).
+		drWarmPool(t, targetPool, replicas*4)
 		apply := tupleApply(targetPool)
 
 		var perReplica [replicas]atomic.Int64
+		var pools [replicas]*pgxpool.Pool
 		for r := range replicas {
 			cfg := q.config(mode)
 			cfg.ApplyConcurrency = 4
-			d, _ := drNew(t, drPool(t, q.db.URL, 8), cfg, func(ctx context.Context, _ string, e drEvent) error {
+			pools[r] = drPool(t, q.db.URL, 8)
+			d, _ := drNew(t, pools[r], cfg, func(ctx context.Context, _ string, e drEvent) error {
 				ev, _ := drainer.EventFrom(ctx)
 				time.Sleep(2 * time.Millisecond) // a peer round trip, so replicas overlap
 				if ev.Attempts == 0 && drFlaky(ev.ID) {
@@ -313,6 +319,16 @@ func Test_1_4_48_NarrowKey_OrderHolds_AcrossReplicas(t *testing.T) {
 			})
 			drStart(t, d)
 		}
+		// Every replica started (it listens) before the events, which are all written within
+		// 150 ms: a replica still connecting would leave its share to the others.
+		drWaitFor(t, 10*time.Second, "every replica listening", func() bool {
+			for _, p := range pools {
+				if drainer.ListenerPID(p) == 0 {
+					return false
+				}
+			}
+			return true
+		})
 
 		last := map[string]string{}
 		for round := range rounds {
@@ -339,6 +355,7 @@ func Test_1_4_48_NarrowKey_OrderHolds_AcrossReplicas(t *testing.T) {
 			       (SELECT array_agg(e.id ORDER BY e.id) FROM public.events e WHERE e.tuple_key = l.tuple_key)
 			FROM public.apply_log l GROUP BY l.tuple_key`)
 		require.NoError(t, err)
+		defer rows.Close()
 		seen := 0
 		for rows.Next() {
 			var key string
@@ -385,6 +402,20 @@ func drFlaky(id int64) bool {
 }
 
 // drPool opens a separate pool on url, as another process would.
+// drWarmPool opens n connections of pool (and keeps them idle in it).
+func drWarmPool(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	conns := make([]*pgxpool.Conn, 0, n)
+	for range n {
+		c, err := pool.Acquire(context.Background())
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+}
+
 func drPool(t *testing.T, url string, maxConns int32) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
