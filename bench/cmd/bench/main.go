@@ -47,7 +47,7 @@ func main() {
 	flag.IntVar(&o.maxDepth, "max-depth", 1_000_000, "deepest backlog for the claim-cost table")
 	flag.IntVar(&o.events, "events", 20_000, "events per drain-throughput run")
 	flag.DurationVar(&o.produce, "produce-for", 2*time.Second, "duration of one producer-cost run")
-	flag.StringVar(&o.sections, "sections", "claim,drain,peers,producer,depth,pipeline,relay", "sections to run")
+	flag.StringVar(&o.sections, "sections", "claim,drain,peers,producer,depth,pipeline,relay", "sections to run (producer-tx: only the producer section's tables of whole transactions)")
 	flag.Float64Var(&o.depthScale, "depth-scale", 1, "depth section: multiplies every event count (20k, 200k, 1M); below 1 for development")
 	flag.DurationVar(&o.depthWindow, "depth-window", 5*time.Second, "depth section: shortest measurement (shorter drains are repeated)")
 	flag.StringVar(&o.depthBatches, "depth-batches", "32", "depth section: claim configurations of 6a, comma-separated: 32 (ApplyConcurrency 32) and/or 256 (BatchSize 256, ApplyConcurrency 1); the first one is used for 6b-6d")
@@ -103,6 +103,10 @@ func run(ctx context.Context, o options) error {
 	if want("producer") {
 		if err := benchProducers(ctx, o, emit); err != nil {
 			return fmt.Errorf("producer cost: %w", err)
+		}
+	} else if want("producer-tx") { // only the transactions of many statements and the late bulk one
+		if err := benchProducerTransactions(ctx, o, emit); err != nil {
+			return fmt.Errorf("producer transactions: %w", err)
 		}
 	}
 	if want("depth") {

@@ -156,6 +156,19 @@ func benchProducers(ctx context.Context, o options, emit func(string)) error {
 		}
 	}
 	emit("\n")
+	return producerTransactions(ctx, pool, o, emit)
+}
+
+func benchProducerTransactions(ctx context.Context, o options, emit func(string)) error {
+	pool, err := freshDatabase(ctx, o.server, "bench_produce", true, 16)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return producerTransactions(ctx, pool, o, emit)
+}
+
+func producerTransactions(ctx context.Context, pool *pgxpool.Pool, o options, emit func(string)) error {
 	if err := benchStatementsPerTransaction(ctx, pool, o, emit); err != nil {
 		return err
 	}
