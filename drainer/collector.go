@@ -71,7 +71,8 @@ func newCollector(reg prometheus.Registerer) *collector {
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricRepairs,
 			Help: "Problems in derived state (partition heads, floors, clocks, the registration) that the " +
-				"drainers' repair pass found and fixed: pending rows no claim could reach. Any increase is a bug: report it.",
+				"drainers' repair pass found and fixed: pending rows no claim could reach, or notes of transactions that ended " +
+				"without their commit step (stale_notes). Any increase is a bug: report it.",
 		}, []string{"queue", "cause"}),
 		backlog: prometheus.NewDesc(metricBacklog,
 			"Pending rows: unsent and not poisoned. Table-wide: aggregate replicas with max by (queue), never sum.",

@@ -13,7 +13,7 @@ const repairTimeout = 2 * time.Minute
 
 // repairCauses are the causes outbox.repair reports; the counter exports each at zero from the
 // start. A cause not listed here is still counted when it occurs.
-var repairCauses = []string{"missing_head", "floor_above_row", "parked_past_due"}
+var repairCauses = []string{"missing_head", "floor_above_row", "parked_past_due", "stale_notes"}
 
 // watchRepairs runs the repair pass at once and then every RepairInterval until ctx ends.
 func (r *runner[T]) watchRepairs(ctx context.Context) {
@@ -61,7 +61,7 @@ func (r *runner[T]) repairOnce(ctx context.Context) bool {
 			attrs = append(attrs, "head_id", nil)
 		}
 		attrs = append(attrs, "detail", p.detail)
-		r.d.logger.WarnContext(ctx, "repaired derived state: pending rows no claim could reach", attrs...)
+		r.d.logger.WarnContext(ctx, "repaired derived state", attrs...)
 	}
 	if len(repairs) > 0 {
 		r.signal()

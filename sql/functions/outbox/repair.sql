@@ -5,7 +5,9 @@
 --   floor_above_row  the head's floor (below it, everything is taken to be sent or poisoned) is above
 --                    the key's first deliverable row: that row would never be found;
 --   parked_past_due  the head is parked (lease or backoff) more than a second past the time its first
---                    deliverable row is due.
+--                    deliverable row is due;
+--   stale_notes      (no key) a transaction that wrote the queue ended without its commit step
+--                    (pgdrain_commit disabled): its notes in outbox.commit_notes are deleted.
 -- Every fix moves the cache the safe way (a head is made or pointed at the first deliverable row, a
 -- floor lowered, a park ended): a claim re-checks every head against the table, so a fix that
 -- raced another session is harmless. Heads locked by a claim right now are skipped (their claim
@@ -109,5 +111,31 @@ BEGIN
   IF NOT dry_run AND FOUND THEN
     PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
   END IF;
+
+  -- Notes of transactions that ended without running their commit step (pgdrain_commit was
+  -- disabled): never read again, they would stay forever. The rows they noted were checked above
+  -- like any other; the notes are only garbage.
+  FOR r IN
+    SELECT n.xid, pg_catalog.count(*) AS notes
+    FROM outbox.commit_notes n
+    WHERE n.table_oid = v_q.table_oid
+      AND pg_catalog.pg_xact_status(n.xid) IS DISTINCT FROM 'in progress'
+    GROUP BY n.xid
+    ORDER BY n.xid
+  LOOP
+    detail := pg_catalog.format('%s notes of transaction %s, which ended without its commit step', r.notes, r.xid);
+    IF NOT dry_run THEN
+      DELETE FROM outbox.commit_notes n WHERE n.xid = r.xid AND n.table_oid = v_q.table_oid;
+      DELETE FROM outbox.commit_hooks h WHERE h.xid = r.xid;
+      RAISE WARNING 'pgdrain repair: queue %: stale_notes (%)', v_q.queue, detail;
+      INSERT INTO outbox.repairs AS c (queue, cause, repairs, last_repair_at)
+      VALUES (v_q.queue, 'stale_notes', 1, v_now)
+      ON CONFLICT ON CONSTRAINT repairs_pkey DO UPDATE SET repairs = c.repairs + 1, last_repair_at = EXCLUDED.last_repair_at;
+    END IF;
+    partition_key := NULL;
+    cause := 'stale_notes';
+    head_id := NULL;
+    RETURN NEXT;
+  END LOOP;
 END;
 $$;
