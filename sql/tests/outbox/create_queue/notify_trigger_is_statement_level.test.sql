@@ -1,7 +1,7 @@
 -- The NOTIFY trigger of an unpartitioned queue fires at most once per statement (FOR EACH
 -- STATEMENT, AFTER INSERT), never once per row; a partitioned queue has none (its commit step
 -- notifies): its head trigger is statement-level too, and queues the commit step once per
--- transaction and table (a note in outbox.commit_hooks, whose constraint trigger is deferred).
+-- transaction (the transaction's row in outbox.commit_hooks, whose constraint trigger is deferred).
 BEGIN;
 SELECT plan(14);
 
