@@ -129,6 +129,14 @@ func queryDrainerWaits(ctx context.Context, db querier, queue string, wait time.
 	return mark, nil
 }
 
+// queryDrainerWoke clears the drainer's waiting mark after a NOTIFY woke it (outbox.drainer_woke).
+func queryDrainerWoke(ctx context.Context, db querier, queue string, mark int64) error {
+	if _, err := db.Exec(ctx, sqlDrainerWoke, queue, mark); err != nil {
+		return translate("clearing the drainer's waiting mark", err)
+	}
+	return nil
+}
+
 // collectJobs scans the rows of either claim into jobs (the lease token is NULL in lock mode).
 func collectJobs(rows pgx.Rows, queue string, deadline time.Time) ([]*job, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*job, error) {

@@ -94,7 +94,7 @@ func (r *runner[T]) woke(ctx context.Context) {
 	w.mark, w.until = 0, time.Time{}
 	cctx, cancel := r.bounded(ctx)
 	defer cancel()
-	if _, err := r.d.pool.Exec(cctx, sqlDrainerWoke, r.reg.queue, mark); err != nil && ctx.Err() == nil {
+	if err := queryDrainerWoke(cctx, r.d.pool, r.reg.queue, mark); err != nil && ctx.Err() == nil {
 		r.d.logger.DebugContext(ctx, "clearing the drainer's waiting mark failed; it expires by itself", "err", err)
 	}
 }
