@@ -45,7 +45,9 @@ const (
 )
 
 // depthClaim is one drainer configuration of the section: ApplyConcurrency 32 (so 32-row claims
-// applied in one wave) or BatchSize 256 applied one row after another, as in section 2b.
+// applied in one wave), ApplyConcurrency 64 (a lease-mode replica then holds 64 rows, and its
+// claims and results come in about 32 at a time instead of 16), or BatchSize 256 applied one row
+// after another, as in section 2b.
 type depthClaim struct {
 	batch, concurrency int
 }
@@ -63,11 +65,13 @@ func parseDepthClaims(s string) ([]depthClaim, error) {
 		switch strings.TrimSpace(f) {
 		case "32":
 			out = append(out, depthClaim{batch: 32, concurrency: 32})
+		case "64":
+			out = append(out, depthClaim{batch: 32, concurrency: 64})
 		case "256":
 			out = append(out, depthClaim{batch: 256, concurrency: 1})
 		case "":
 		default:
-			return nil, fmt.Errorf("-depth-batches: want 32 and/or 256, got %q", f)
+			return nil, fmt.Errorf("-depth-batches: want 32, 64 and/or 256, got %q", f)
 		}
 	}
 	if len(out) == 0 {
@@ -109,6 +113,9 @@ type depthResult struct {
 	seconds float64 // summed drain time
 	static  claimSample
 	samples []claimSample // at sampleFractions of the first drain; nil when not sampled
+	// cpuBusy is the share of the machine's CPU (both cores) busy during the drains (NaN: unknown):
+	// near 1 means the drain was bound by CPU, and more replicas can only share it.
+	cpuBusy float64
 }
 
 // depthBench carries the section's settings and its connections to the server.
@@ -230,6 +237,8 @@ func (b *depthBench) measure(ctx context.Context, pool, sampler *pgxpool.Pool, c
 	sample, drop bool, hold func() (func(), error)) (depthResult, error) {
 	var r depthResult
 	var total time.Duration
+	var busy, ticks float64
+	cpuKnown := true
 	for total < b.window {
 		r.drains++
 		q := fmt.Sprintf("%s_%d", prefix, r.drains)
@@ -255,8 +264,15 @@ func (b *depthBench) measure(ctx context.Context, pool, sampler *pgxpool.Pool, c
 		if first {
 			s = sampler
 		}
+		before := readCPUTimes()
 		d, samples, err := drainFilled(ctx, pool, c, q, n, s)
+		after := readCPUTimes()
 		release()
+		if before.ok && after.ok {
+			busy, ticks = busy+after.busy-before.busy, ticks+after.total-before.total
+		} else {
+			cpuKnown = false
+		}
 		if err != nil {
 			return r, fmt.Errorf("draining %s: %w", q, err)
 		}
@@ -272,6 +288,10 @@ func (b *depthBench) measure(ctx context.Context, pool, sampler *pgxpool.Pool, c
 	}
 	r.seconds = total.Seconds()
 	r.rate = float64(r.drains*n) / total.Seconds()
+	r.cpuBusy = nan
+	if cpuKnown && ticks > 0 {
+		r.cpuBusy = busy / ticks
+	}
 	return r, nil
 }
 
@@ -319,6 +339,18 @@ func (s series) rates() summary {
 		v = append(v, r.rate)
 	}
 	return summarize(v)
+}
+
+// cpu is the median share of the machine's CPU busy during the runs, as a percentage ("–" unknown).
+func (s series) cpu() string {
+	var v []float64
+	for _, r := range s {
+		if math.IsNaN(r.cpuBusy) {
+			return "–"
+		}
+		v = append(v, 100*r.cpuBusy)
+	}
+	return summarize(v).format("%.0f%%")
 }
 
 func (s series) sizing() string {
@@ -419,7 +451,7 @@ func benchDepth(ctx context.Context, o options, emit func(string)) error {
 	for _, cl := range claims {
 		emit(fmt.Sprintf("### 6a. Depth and replicas (%s)\n\n", cl))
 		small := thousands(sizes[0])
-		emit(fmt.Sprintf("| mode | replicas | events per drain | sizing | events/s | ÷ %s-event rate |\n|---|---:|---:|---|---:|---:|\n", small))
+		emit(fmt.Sprintf("| mode | replicas | events per drain | sizing | events/s | ÷ %s-event rate | CPU busy (all cores) |\n|---|---:|---:|---|---:|---:|---:|\n", small))
 		// Run by run, every configuration and size in turn: load that other work puts on the
 		// machine then moves all of them alike instead of one size or one configuration.
 		var cases []depthCase
@@ -448,10 +480,12 @@ func benchDepth(ctx context.Context, o options, emit func(string)) error {
 			for _, n := range sizes {
 				s := results[key{c, n}]
 				rel := ratio(s.rates().median, results[key{c, sizes[0]}].rates().median)
-				emit(fmt.Sprintf("| %s | %d | %s | %s | %s | %s |\n", c.mode, c.replicas, thousands(n), s.sizing(), s.rates().format("%.0f"), rel))
+				emit(fmt.Sprintf("| %s | %d | %s | %s | %s | %s | %s |\n", c.mode, c.replicas, thousands(n), s.sizing(), s.rates().format("%.0f"), rel, s.cpu()))
 			}
 		}
-		emit(fmt.Sprintf("\nTargets (medians): a deeper drain at ≥ 0.8 of the %s-event rate; 4 replicas at ≥ 1.3 of 1 replica.\n\n", small))
+		emit(fmt.Sprintf("\nTargets (medians): a deeper drain at ≥ 0.8 of the %s-event rate; 4 replicas at ≥ 1.3 of 1 replica. "+
+			"CPU busy is the share of the whole machine's CPU time (every core, the drainers and PostgreSQL alike) spent working "+
+			"during the drains: where one replica already keeps it near 100%%, more replicas can only share the same CPU.\n\n", small))
 		emit(fmt.Sprintf("| mode | events per drain | ÷ %[1]s, 1 replica | ÷ %[1]s, 4 replicas | 4 replicas ÷ 1 replica | depth target | replica target |\n|---|---:|---:|---:|---:|---|---|\n", small))
 		for _, mode := range []drainer.ClaimMode{drainer.ClaimLease, drainer.ClaimLock} {
 			for _, n := range sizes {
@@ -468,6 +502,9 @@ func benchDepth(ctx context.Context, o options, emit func(string)) error {
 			}
 		}
 		emit("\n")
+	}
+	if o.depth6aOnly {
+		return nil
 	}
 
 	// 6b: after ten drains in the same database.

@@ -31,6 +31,7 @@ type options struct {
 	depthBatches   string
 	depthLargeRuns int
 	depthFocus     string
+	depth6aOnly    bool
 	// pipeline section (pipeline.go)
 	pipelineEvents int
 	pipelineWindow time.Duration
@@ -50,8 +51,9 @@ func main() {
 	flag.StringVar(&o.sections, "sections", "claim,drain,peers,producer,depth,pipeline,relay", "sections to run (producer-tx: only the producer section's tables of whole transactions)")
 	flag.Float64Var(&o.depthScale, "depth-scale", 1, "depth section: multiplies every event count (20k, 200k, 1M); below 1 for development")
 	flag.DurationVar(&o.depthWindow, "depth-window", 5*time.Second, "depth section: shortest measurement (shorter drains are repeated)")
-	flag.StringVar(&o.depthBatches, "depth-batches", "32", "depth section: claim configurations of 6a, comma-separated: 32 (ApplyConcurrency 32) and/or 256 (BatchSize 256, ApplyConcurrency 1); the first one is used for 6b-6d")
+	flag.StringVar(&o.depthBatches, "depth-batches", "32", "depth section: claim configurations of 6a, comma-separated: 32 (ApplyConcurrency 32), 64 (ApplyConcurrency 64) and/or 256 (BatchSize 256, ApplyConcurrency 1); the first one is used for 6b-6d")
 	flag.IntVar(&o.depthLargeRuns, "depth-large-runs", 0, "depth section: runs of the 1,000,000-event drains (0 = -runs)")
+	flag.BoolVar(&o.depth6aOnly, "depth-6a-only", false, "depth section: only 6a (depth and replicas), for development")
 	flag.StringVar(&o.depthFocus, "depth-focus", "lease,lock", "depth section: claim modes of the 4-replica 200,000-event drains of 6b-6d")
 	flag.IntVar(&o.pipelineEvents, "pipeline-events", 100_000, "pipeline section: pre-filled events per run (more than the fastest drain sends in a run)")
 	flag.DurationVar(&o.pipelineWindow, "pipeline-window", 5*time.Second, "pipeline section: measurement window of one run (after a 1s warm-up)")

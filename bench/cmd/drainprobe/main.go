@@ -2,8 +2,12 @@
 // key, keys interleaved, as the bench's depth section does) in a fresh database named probe on the
 // server of -dsn, drains it with the package drainer, and prints the drain's rate (every 2 s with
 // -v, with the dead tuples of the heads and queue tables) and the buffers of a claim sampled on a
-// session without a cursor before the drain and at 5%, 50% and 95% of it. -sql applies a file after
-// the migrations (to try a function's variant side by side). Not part of make bench.
+// session without a cursor before the drain and at 5%, 50% and 95% of it, then what the drain
+// cost: WAL bytes, records and commits per event, rows per claim and per result call, commits per
+// WAL flush (the probe's sessions set track_functions and track_wal_io_timing: its dsn must be a
+// superuser's), and the machine's CPU busy share and CPU time per event (/proc/stat, every core).
+// -sql applies a file after the migrations (to try a function's variant side by side). Not part of
+// make bench.
 //
 //	scripts/with-postgres.sh --fsync -- bash -c 'cd bench && go run ./cmd/drainprobe -n 200000 -replicas 4'
 
@@ -15,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +41,7 @@ func main() {
 	fresh := flag.Bool("fresh", true, "recreate database probe")
 	q := flag.String("q", "public.probe", "")
 	verbose := flag.Bool("v", false, "print every 2 s")
+	concurrency := flag.Int("concurrency", 32, "ApplyConcurrency of each replica")
 	extra := flag.String("sql", "", "SQL file applied after the migrations")
 	flag.Parse()
 	ctx := context.Background()
@@ -64,6 +70,9 @@ func main() {
 		c.Close(ctx)
 	}
 	cfg.MaxConns = 24
+	// Counted by the drainers' own sessions (both need a superuser, as the probe's dsn is).
+	cfg.ConnConfig.RuntimeParams["track_functions"] = "pl"
+	cfg.ConnConfig.RuntimeParams["track_wal_io_timing"] = "on"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	must(err)
 	exec := func(s string) {
@@ -116,9 +125,11 @@ func main() {
 	if *mode == "lock" {
 		m = drainer.ClaimLock
 	}
-	dc := drainer.Config{Table: *q, ClaimMode: m, PollFallback: time.Second, BatchSize: 32, ApplyConcurrency: 32}
+	dc := drainer.Config{Table: *q, ClaimMode: m, PollFallback: time.Second, BatchSize: 32, ApplyConcurrency: *concurrency}
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	before := walCounters(ctx, pool)
+	cpuBefore := readCPU()
 	start := time.Now()
 	for range *replicas {
 		d, err := drainer.New(pool, dc, func(b []byte) (json.RawMessage, error) { return b, nil },
@@ -158,8 +169,61 @@ func main() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	fmt.Printf("total %.0f events/s over %s (applied after %s)\n", float64(*n)/time.Since(start).Seconds(), time.Since(start).Round(time.Millisecond), appliedAt.Round(time.Millisecond))
+	after := walCounters(ctx, pool)
+	busy := cpuBusy(cpuBefore, readCPU())
+	fmt.Printf("CPU busy %.0f%% of the machine (%d cores): %.0f µs of CPU per event\n", 100*busy, runtime.NumCPU(),
+		busy*float64(runtime.NumCPU())*time.Since(start).Seconds()*1e6/float64(*n))
+	fmt.Printf("per event: %.0f WAL bytes, %.2f FPIs, %.2f records; %.3f commits (%.1f events per commit); %.1f events per claim, %.1f per apply_results call; %.1f%% of WAL time syncing, %.2f commits per sync\n",
+		(after.bytes-before.bytes)/float64(*n), (after.fpi-before.fpi)/float64(*n), (after.records-before.records)/float64(*n),
+		(after.commits-before.commits)/float64(*n), float64(*n)/(after.commits-before.commits),
+		float64(*n)/(after.claims-before.claims), float64(*n)/(after.results-before.results),
+		100*(after.syncMs-before.syncMs)/time.Since(start).Seconds()/1000, (after.commits-before.commits)/(after.syncs-before.syncs))
 	cancel()
 	wg.Wait()
+}
+
+type counters struct{ bytes, fpi, records, commits, claims, results, syncMs, syncs float64 }
+
+// walCounters reads the cluster's WAL statistics, the database's commits and the calls of the
+// claim and record functions (track_functions must be pl for the last two).
+func walCounters(ctx context.Context, pool *pgxpool.Pool) counters {
+	var c counters
+	_, _ = pool.Exec(ctx, "SELECT pg_stat_clear_snapshot()")
+	must(pool.QueryRow(ctx, `SELECT w.wal_bytes::float8, w.wal_fpi::float8, w.wal_records::float8, w.wal_sync_time + w.wal_write_time, w.wal_sync::float8,
+		(SELECT xact_commit::float8 FROM pg_stat_database WHERE datname = current_database()),
+		COALESCE((SELECT sum(calls)::float8 FROM pg_stat_user_functions WHERE funcname IN ('claim_batch', 'claim_locked')), 0),
+		COALESCE((SELECT sum(calls)::float8 FROM pg_stat_user_functions WHERE funcname IN ('apply_results', 'settle_locked')), 0)
+		FROM pg_stat_wal w`).Scan(&c.bytes, &c.fpi, &c.records, &c.syncMs, &c.syncs, &c.commits, &c.claims, &c.results))
+	return c
+}
+
+// readCPU is the machine's busy and total CPU ticks so far (/proc/stat, every core).
+func readCPU() [2]float64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return [2]float64{}
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	var busy, total float64
+	for i, f := range strings.Fields(line)[1:] {
+		if i >= 8 {
+			break
+		}
+		var v float64
+		_, _ = fmt.Sscan(f, &v)
+		total += v
+		if i != 3 && i != 4 {
+			busy += v
+		}
+	}
+	return [2]float64{busy, total}
+}
+
+func cpuBusy(a, b [2]float64) float64 {
+	if b[1] <= a[1] {
+		return 0
+	}
+	return (b[0] - a[0]) / (b[1] - a[1])
 }
 
 func must(err error) {
