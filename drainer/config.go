@@ -163,12 +163,10 @@ type Config struct {
 	// a slot and a quarter of that (at least one row) is free, or nothing is running. In lock mode a claim takes exactly ApplyConcurrency rows
 	// when it is above 1, all applied at once. It is a throughput knob, not an ordering one: the
 	// drainer never promises id order (claims are ordered attempt_count, id, so fresh rows
-	// overtake retried ones); only the queue's partition column gives order, per key. With fast
-	// applies a lease-mode claim takes about half of ApplyConcurrency (the claimer claims again
-	// before the rows it just dispatched finish), and a claim and its results cost about the same
-	// whatever their size: for throughput, set it to twice the claim you want (README, "Drains in
-	// motion": 64 drained a partitioned queue 1.8× as fast as 32). Defaults to 1
-	// (DefaultApplyConcurrency).
+	// overtake retried ones); only the queue's partition column gives order, per key. When applies
+	// are much faster than claims, a lease-mode claim after a full one waits (at most a
+	// millisecond) for the whole window, since a claim and its results cost about the same
+	// whatever their size. Defaults to 1 (DefaultApplyConcurrency).
 	ApplyConcurrency int
 	// WedgeWarnAfter, when positive on a partitioned queue with a WithWedgeObserver, makes the
 	// drainer report (at most once per WedgeWarnAfter) the oldest partitions whose oldest pending
