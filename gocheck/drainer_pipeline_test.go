@@ -69,9 +69,9 @@ func TestDrainer_Pipeline_SlowApplyDoesNotStallTheRest(t *testing.T) {
 // after a full claim the next one waits (at most a millisecond) for the rows just dispatched to
 // free their slots. Before, it claimed the part of the window that had freed during the previous
 // claim at once, and claims alternated around half of ApplyConcurrency (16.2 rows per claim at
-// 32), each costing about as much as a full one. 3,200 rows with a no-op Applier: at least 24 rows
-// per claim on average (the claims are counted by the claim-duration histogram). Run as
-// pgdrain_worker.
+// 32), each costing about as much as a full one. 3,200 rows with a no-op Applier: at least 20 rows
+// per claim on average (the claims are counted by the claim-duration histogram; 106-115 claims here,
+// 28-30 rows each, with both cores busy; the old code took 202). Run as pgdrain_worker.
 func TestDrainer_Pipeline_FastAppliesGetFullClaims(t *testing.T) {
 	t.Parallel()
 	q := drNewQueue(t, drQueueOpts{})
@@ -91,8 +91,8 @@ func TestDrainer_Pipeline_FastAppliesGetFullClaims(t *testing.T) {
 	claims := drMetric(t, reg, "pgdrain_outbox_claim_duration_seconds", map[string]string{"mode": "lease"})
 	require.Equal(t, float64(rows), drResults(t, reg, "sent"))
 	t.Logf("%v claims for %d rows", claims, rows)
-	require.LessOrEqual(t, claims, float64(rows/24),
-		"%v claims for %d rows: fewer than 24 rows per claim on average (a window of %d)", claims, rows, window)
+	require.LessOrEqual(t, claims, float64(rows/20),
+		"%v claims for %d rows: fewer than 20 rows per claim on average (a window of %d)", claims, rows, window)
 	drNoPrivilegeErrors(t, buf.String())
 }
 
