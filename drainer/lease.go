@@ -116,15 +116,11 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 				case err != nil:
 					r.d.logRetry(ctx, "claiming batch failed; retrying", err, errDelay)
 					wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
-				case len(jobs) > 0 && len(jobs) < n:
-					errDelay = errorDelayMin
-					p.dispatch(jobs)
-					continue
 				case len(jobs) > 0:
-					// A full claim: with fast applies the next one gathers the window (see gatherRatio).
 					errDelay = errorDelayMin
 					p.dispatch(jobs)
-					if a := p.slotAverage(); a > 0 && gatherRatio*a < claimAvg {
+					// A full claim: with fast applies the next one gathers the window (see gatherRatio).
+					if a := p.slotAverage(); len(jobs) == n && a > 0 && gatherRatio*a < claimAvg {
 						gatherUntil = time.Now().Add(min(gatherRatio*a, claimGather))
 					}
 					continue

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/pgdrain/pgdrain/bench/internal/cpustat"
 	"github.com/pgdrain/pgdrain/drainer"
 )
 
@@ -237,8 +238,7 @@ func (b *depthBench) measure(ctx context.Context, pool, sampler *pgxpool.Pool, c
 	sample, drop bool, hold func() (func(), error)) (depthResult, error) {
 	var r depthResult
 	var total time.Duration
-	var busy, ticks float64
-	cpuKnown := true
+	spent := cpustat.Times{OK: true}
 	for total < b.window {
 		r.drains++
 		q := fmt.Sprintf("%s_%d", prefix, r.drains)
@@ -264,15 +264,10 @@ func (b *depthBench) measure(ctx context.Context, pool, sampler *pgxpool.Pool, c
 		if first {
 			s = sampler
 		}
-		before := readCPUTimes()
+		before := cpustat.Read()
 		d, samples, err := drainFilled(ctx, pool, c, q, n, s)
-		after := readCPUTimes()
+		spent = spent.Plus(cpustat.Read().Sub(before))
 		release()
-		if before.ok && after.ok {
-			busy, ticks = busy+after.busy-before.busy, ticks+after.total-before.total
-		} else {
-			cpuKnown = false
-		}
 		if err != nil {
 			return r, fmt.Errorf("draining %s: %w", q, err)
 		}
@@ -288,10 +283,7 @@ func (b *depthBench) measure(ctx context.Context, pool, sampler *pgxpool.Pool, c
 	}
 	r.seconds = total.Seconds()
 	r.rate = float64(r.drains*n) / total.Seconds()
-	r.cpuBusy = nan
-	if cpuKnown && ticks > 0 {
-		r.cpuBusy = busy / ticks
-	}
+	r.cpuBusy = spent.BusyShare()
 	return r, nil
 }
 

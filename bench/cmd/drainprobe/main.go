@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgdrain/pgdrain/bench/internal/cpustat"
 	"github.com/pgdrain/pgdrain/drainer"
 	"github.com/pgdrain/pgdrain/internal/testdb"
 )
@@ -129,7 +130,7 @@ func main() {
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	before := walCounters(ctx, pool)
-	cpuBefore := readCPU()
+	cpuBefore := cpustat.Read()
 	start := time.Now()
 	for range *replicas {
 		d, err := drainer.New(pool, dc, func(b []byte) (json.RawMessage, error) { return b, nil },
@@ -170,7 +171,7 @@ func main() {
 	}
 	fmt.Printf("total %.0f events/s over %s (applied after %s)\n", float64(*n)/time.Since(start).Seconds(), time.Since(start).Round(time.Millisecond), appliedAt.Round(time.Millisecond))
 	after := walCounters(ctx, pool)
-	busy := cpuBusy(cpuBefore, readCPU())
+	busy := cpustat.Read().Sub(cpuBefore).BusyShare()
 	fmt.Printf("CPU busy %.0f%% of the machine (%d cores): %.0f µs of CPU per event\n", 100*busy, runtime.NumCPU(),
 		busy*float64(runtime.NumCPU())*time.Since(start).Seconds()*1e6/float64(*n))
 	fmt.Printf("per event: %.0f WAL bytes, %.2f FPIs, %.2f records; %.3f commits (%.1f events per commit); %.1f events per claim, %.1f per apply_results call; %.1f%% of WAL time syncing, %.2f commits per sync\n",
@@ -195,35 +196,6 @@ func walCounters(ctx context.Context, pool *pgxpool.Pool) counters {
 		COALESCE((SELECT sum(calls)::float8 FROM pg_stat_user_functions WHERE funcname IN ('apply_results', 'settle_locked')), 0)
 		FROM pg_stat_wal w`).Scan(&c.bytes, &c.fpi, &c.records, &c.syncMs, &c.syncs, &c.commits, &c.claims, &c.results))
 	return c
-}
-
-// readCPU is the machine's busy and total CPU ticks so far (/proc/stat, every core).
-func readCPU() [2]float64 {
-	raw, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return [2]float64{}
-	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	var busy, total float64
-	for i, f := range strings.Fields(line)[1:] {
-		if i >= 8 {
-			break
-		}
-		var v float64
-		_, _ = fmt.Sscan(f, &v)
-		total += v
-		if i != 3 && i != 4 {
-			busy += v
-		}
-	}
-	return [2]float64{busy, total}
-}
-
-func cpuBusy(a, b [2]float64) float64 {
-	if b[1] <= a[1] {
-		return 0
-	}
-	return (b[0] - a[0]) / (b[1] - a[1])
 }
 
 func must(err error) {
