@@ -4,15 +4,17 @@
 # moments of the machine (a VM's neighbours, checkpoints, the WAL device), which separate runs do
 # not: on the 2-core development VM separate runs of the same bare table moved by up to 2×. The
 # ratio of a queue to its bare table is bare latency / queue latency (a closed loop: rate ∝ 1 /
-# latency). Single-row transactions; unpartitioned queues with 'always' and 'when_waiting', a
+# latency). Transactions of [rows] rows (default 1; rows of distinct keys on partitioned queues);
+# unpartitioned queues with 'always' and 'when_waiting', a
 # partitioned queue of 10,000 keys that already have their heads, and partitioned queues ('always' and
 # 'when_waiting') where every transaction writes a new key (its head is made at its commit).
-# Usage (fsync on, as make bench): scripts/with-postgres.sh --fsync -- bench/producer-interleaved.sh [seconds] [runs]
+# Usage (fsync on, as make bench): scripts/with-postgres.sh --fsync -- bench/producer-interleaved.sh [seconds] [runs] [rows]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?DATABASE_URL must be set (scripts/with-postgres.sh sets it)}"
 seconds=${1:-20}
 runs=${2:-3}
+rows=${3:-1}
 pgbench=$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench | head -1)
 go run ./cmd/goose-run up >/dev/null
 tmp=$(mktemp -d)
@@ -39,20 +41,23 @@ SELECT outbox.create_queue('public.ilv_new', 'resource_id'), outbox.create_queue
 SELECT outbox.set_notify('public.ilv_new_when_waiting', 'when_waiting');
 CREATE TABLE public.ilv_new_bare (LIKE public.ilv_new INCLUDING ALL);
 SQL
-for t in bare when_waiting always; do
-  printf "INSERT INTO public.ilv_%s (event_type, payload, resource_id) VALUES ('evt', jsonb_build_object('pad', repeat('x', 80)), 'k');\n" "$t" >"$tmp/$t.sql"
-done
-for t in part part_bare; do
-  printf '\\set base random(0, 1000000000)\nINSERT INTO public.ilv_%s (event_type, payload, resource_id) VALUES (%s, %s, %s);\n' \
-    "$t" "'evt'" "jsonb_build_object('pad', repeat('x', 80))" "'key-' || (:base % 10000)" >"$tmp/$t.sql"
-done
-for t in new new_when_waiting new_bare; do
-  printf '\\set base random(0, 1000000000)\nINSERT INTO public.ilv_%s (event_type, payload, resource_id) VALUES (%s, %s, %s);\n' \
-    "$t" "'evt'" "jsonb_build_object('pad', repeat('x', 80))" "'new-' || :client_id || '-' || :base" >"$tmp/$t.sql"
-done
+# One statement per transaction: a single VALUES row, or `rows` rows from generate_series (on
+# partitioned queues each of another key: existing keys 97 apart, new keys numbered per row).
+insert() { # table, key expression (may use g, the row's number)
+  if [ "$rows" = 1 ]; then
+    printf '\\set base random(0, 1000000000)\nINSERT INTO public.ilv_%s (event_type, payload, resource_id) VALUES (%s, %s, %s);\n' \
+      "$1" "'evt'" "jsonb_build_object('pad', repeat('x', 80))" "${2//g/1}"
+  else
+    printf '\\set base random(0, 1000000000)\nINSERT INTO public.ilv_%s (event_type, payload, resource_id) SELECT %s, %s, %s FROM generate_series(1, %d) g;\n' \
+      "$1" "'evt'" "jsonb_build_object('pad', repeat('x', 80))" "$2" "$rows"
+  fi
+}
+for t in bare when_waiting always; do insert "$t" "'k'" >"$tmp/$t.sql"; done
+for t in part part_bare; do insert "$t" "'key-' || ((:base + g * 97) % 10000)" >"$tmp/$t.sql"; done
+for t in new new_when_waiting new_bare; do insert "$t" "'new-' || :client_id || '-' || :base || '-' || g" >"$tmp/$t.sql"; done
 # pgbench -f a -f b ...: prints each script's average latency in the order given.
 latencies() { "$pgbench" -n -c "$1" -j "$1" -T "$seconds" "${@:2}" "$DATABASE_URL" 2>&1 | awk '/^ - latency average/ {print $5}'; }
-echo "| queue | clients | bare ms | queue ms | bare / queue |"
+echo "| queue ($rows rows per transaction) | clients | bare ms | queue ms | bare / queue |"
 echo "|---|---:|---:|---:|---:|"
 for c in 1 8; do
   for run in $(seq 1 "$runs"); do

@@ -26,6 +26,11 @@
 --    a drainer waits: outbox._drainer_waits).
 -- Returns whether it wrote a head or a wake note (and notified).
 --
+-- The usual transaction, no key late, costs two statements whatever its keys: the locks (the clocks
+-- they return compared per hash with our smallest ids) and one probe per key of its head, which
+-- keeps only the keys with something to do (none when every key has a head whose floor is below
+-- our rows). A late transaction sorts its keys and probes them again after renumbering.
+--
 -- Under REPEATABLE READ or SERIALIZABLE the clocks are read in the transaction's snapshot; when
 -- another producer of the same hash committed after it started, raising the clock fails with
 -- serialization_failure (40001), which those isolation levels already oblige the caller to retry.
@@ -63,34 +68,66 @@ DECLARE
   v_raced text[];
   v_raced_now text[];
   v_wrote boolean := false;
+  v_probed boolean := false;
   v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
 BEGIN
   v_keys := p_keys;
   v_mins := p_mins;
   v_maxs := p_maxs;
   IF NOT p_locked THEN
+    -- The commit locks, and whether any key is late: a hash is late when the clock we found
+    -- (previous_max) is above the smallest id we wrote of it. Compared per hash, in hash order
+    -- (both sides sorted by slot, one row per slot each): no join, no sort of the keys.
     v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
     WITH noted AS (
-      SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi, pg_catalog.hashtext(u.k) & 65535 AS slot
+      SELECT pg_catalog.hashtext(u.k) & 65535 AS slot, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
       FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
-      GROUP BY u.k),
+      GROUP BY 1),
     locked AS (
       INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
-      SELECT p_q.queue_id, n.slot, GREATEST(p_q.clock_base, LEAST(pg_catalog.max(n.hi), v_issued)), p_q.clock_base
-      FROM noted n GROUP BY n.slot ORDER BY n.slot
+      SELECT p_q.queue_id, n.slot, GREATEST(p_q.clock_base, LEAST(n.hi, v_issued)), p_q.clock_base
+      FROM noted n ORDER BY n.slot
       ON CONFLICT (queue_id, slot) DO UPDATE
         SET previous_max = c.committed_max,
-            committed_max = GREATEST(c.committed_max, EXCLUDED.committed_max))
-    SELECT pg_catalog.array_agg(n.k ORDER BY n.k), pg_catalog.array_agg(n.lo ORDER BY n.k),
-           pg_catalog.array_agg(n.hi ORDER BY n.k)
-      INTO v_keys, v_mins, v_maxs
-    FROM noted n;
+            committed_max = GREATEST(c.committed_max, EXCLUDED.committed_max)
+      RETURNING c.slot, c.previous_max)
+    SELECT EXISTS (SELECT 1 FROM unnest((SELECT pg_catalog.array_agg(l.previous_max ORDER BY l.slot) FROM locked l),
+                                        (SELECT pg_catalog.array_agg(n.lo ORDER BY n.slot) FROM noted n)) AS x(clock, lo)
+                   WHERE x.clock > x.lo)
+      INTO v_any_late;
+    IF v_any_late THEN
+      SELECT pg_catalog.array_agg(n.k ORDER BY n.k), pg_catalog.array_agg(n.lo ORDER BY n.k),
+             pg_catalog.array_agg(n.hi ORDER BY n.k)
+        INTO v_keys, v_mins, v_maxs
+      FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
+            FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi) GROUP BY u.k) n;
+    ELSE
+      -- No key is late (the usual case): one probe per key of its head, as in the loop below,
+      -- keeping only the keys with something to do (none, for keys whose heads are fine).
+      SELECT pg_catalog.array_agg(u.k) FILTER (WHERE s.state IS NOT NULL),
+             pg_catalog.array_agg(u.lo) FILTER (WHERE s.state IS NOT NULL),
+             pg_catalog.array_agg(s.state) FILTER (WHERE s.state IS NOT NULL),
+             pg_catalog.array_agg(u.k) FILTER (WHERE s.state = 'new'),
+             pg_catalog.array_agg(u.k) FILTER (WHERE s.state = 'fix'),
+             pg_catalog.array_agg(u.k) FILTER (WHERE s.state = 'contended')
+        INTO v_keys, v_mins, v_states, v_new, v_fix, v_contended
+      FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo FROM unnest(v_keys, v_mins) AS u(k, lo) GROUP BY u.k) u
+      LEFT JOIN LATERAL (SELECT true AS held, x.head_id, x.floor_id FROM outbox.partition_heads x
+                         WHERE v_read_committed AND x.queue_id = p_q.queue_id AND x.partition_key = u.k
+                         FOR KEY SHARE SKIP LOCKED) h ON true
+      CROSS JOIN LATERAL (SELECT CASE WHEN h.held THEN CASE WHEN h.head_id IS NULL OR h.floor_id > u.lo THEN 'fix' END
+                                      WHEN NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                                                       WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)
+                                        THEN 'new'
+                                      ELSE 'contended' END AS state) s;
+      v_probed := true;
+    END IF;
   END IF;
 
   -- A new statement: in READ COMMITTED its snapshot sees every commit that released these locks.
   -- One probe per key of its clock as we found it and of its head (LATERAL: index probes whatever
   -- the statistics of these small tables say). Late keys are renumbered, then probed again.
-  LOOP
+  WHILE NOT v_probed LOOP
     SELECT pg_catalog.bool_or(c.previous_max > u.lo),
            pg_catalog.array_agg(CASE WHEN c.previous_max > u.lo THEN c.previous_max END ORDER BY u.k),
            pg_catalog.array_agg(s.state ORDER BY u.k),
