@@ -26,22 +26,42 @@ import (
 // The returned function gives the work noted since its last call.
 func planWorkConn(t *testing.T, db *testdb.DB, role string) (*pgx.Conn, func() float64) {
 	t.Helper()
+	conn, plans := explainedConn(t, db, role)
+	return conn, func() float64 {
+		var w float64
+		for _, p := range plans() {
+			w += p.Plan.work()
+		}
+		return w
+	}
+}
+
+// explainedPlan is one statement as auto_explain reported it.
+type explainedPlan struct {
+	Query string   `json:"Query Text"`
+	Plan  planNode `json:"Plan"`
+}
+
+// explainedConn is planWorkConn's connection; the returned function gives the plans of the
+// statements it ran since its last call, nested ones included, with their buffers.
+func explainedConn(t *testing.T, db *testdb.DB, role string) (*pgx.Conn, func() []explainedPlan) {
+	t.Helper()
 	ctx := context.Background()
 	cfg, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	var mu sync.Mutex
-	var work float64
+	var plans []explainedPlan
 	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
 		_, plan, ok := strings.Cut(n.Message, "plan:\n")
 		if !ok {
 			return
 		}
-		var doc struct{ Plan planNode }
+		var doc explainedPlan
 		if json.Unmarshal([]byte(plan), &doc) != nil {
 			return
 		}
 		mu.Lock()
-		work += doc.Plan.work()
+		plans = append(plans, doc)
 		mu.Unlock()
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -52,6 +72,7 @@ func planWorkConn(t *testing.T, db *testdb.DB, role string) (*pgx.Conn, func() f
 		"SET auto_explain.log_min_duration = 0",
 		"SET auto_explain.log_analyze = on",
 		"SET auto_explain.log_timing = off",
+		"SET auto_explain.log_buffers = on",
 		"SET auto_explain.log_nested_statements = on",
 		"SET auto_explain.log_format = json",
 		"SET auto_explain.log_level = notice",
@@ -60,23 +81,27 @@ func planWorkConn(t *testing.T, db *testdb.DB, role string) (*pgx.Conn, func() f
 		_, err := conn.Exec(ctx, s)
 		require.NoError(t, err, s)
 	}
-	return conn, func() float64 {
+	return conn, func() []explainedPlan {
 		mu.Lock()
 		defer mu.Unlock()
-		w := work
-		work = 0
-		return w
+		p := plans
+		plans = nil
+		return p
 	}
 }
 
 // planNode is the part of an EXPLAIN (FORMAT JSON) node planWork reads.
 type planNode struct {
-	Rows         float64    `json:"Actual Rows"`
-	Loops        float64    `json:"Actual Loops"`
-	Filtered     float64    `json:"Rows Removed by Filter"`
-	JoinFiltered float64    `json:"Rows Removed by Join Filter"`
-	Rechecked    float64    `json:"Rows Removed by Index Recheck"`
-	Plans        []planNode `json:"Plans"`
+	Rows         float64 `json:"Actual Rows"`
+	Loops        float64 `json:"Actual Loops"`
+	Filtered     float64 `json:"Rows Removed by Filter"`
+	JoinFiltered float64 `json:"Rows Removed by Join Filter"`
+	Rechecked    float64 `json:"Rows Removed by Index Recheck"`
+	// Buffers of the node and every node below it (subplans too; not a data-modifying CTE the
+	// statement does not read, which runs on its own).
+	SharedHit  float64    `json:"Shared Hit Blocks"`
+	SharedRead float64    `json:"Shared Read Blocks"`
+	Plans      []planNode `json:"Plans"`
 }
 
 // work is rows produced and discarded by n and every node below it (Actual Rows and the removed

@@ -3,6 +3,7 @@ package gocheck
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,4 +65,47 @@ func TestProducers_CommitStepWorkGrowsWithKeysNotKeysSquared(t *testing.T) {
 		}
 		requireWorkPerKeyFlat(t, "the commit step, "+shape.name, perKey)
 	}
+}
+
+// The commit step asks for each key's head once. Until migration 00022 the probe that sorts keys
+// into new, fix and contended (the statement that locks heads FOR KEY SHARE) was inlined into each
+// aggregate reading its result, so a new key's head was looked for five times, and the clocks the
+// locks had just returned were probed again: 13 buffers per new key and 7 per key with a head,
+// where one index probe of the head (and, for a new key, one of the heads' index) needs 4.
+// Measured with auto_explain as pgdrain_producer, for 100 new keys and then 100 keys with heads.
+func TestProducers_CommitStepAsksForEachHeadOnce(t *testing.T) {
+	t.Parallel()
+	db := newPlanDB(t)
+	ctx := context.Background()
+	queue := newQueue(t, db.Pool, "public.commit_probe", true)
+	fillInterleaved(t, db.Pool, queue, 1000, 1000)                                       // other keys' heads and clocks, as in use
+	_, err := db.Pool.Exec(ctx, "SELECT count(*) FROM outbox.claim_batch($1, 1)", queue) // heads complete
+	require.NoError(t, err)
+	conn, plans := explainedConn(t, db, "pgdrain_producer")
+	const keys = 100
+	probeBuffersPerKey := func() float64 {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
+			SELECT 'evt', '{}', 'probe-key-' || g FROM generate_series(1, %d) g`, queue, keys))
+		require.NoError(t, err)
+		plans() // the INSERT and its heads trigger: not the commit step
+		require.NoError(t, tx.Commit(ctx))
+		var buffers float64
+		probes := 0
+		for _, p := range plans() {
+			if strings.Contains(p.Query, "FOR KEY SHARE SKIP LOCKED") {
+				buffers += p.Plan.SharedHit + p.Plan.SharedRead
+				probes++
+			}
+		}
+		require.Equal(t, 1, probes, "the commit step should probe the heads in one statement")
+		return buffers / keys
+	}
+	newKeys := probeBuffersPerKey()
+	withHeads := probeBuffersPerKey()
+	t.Logf("commit step's head probe, shared buffers per key: %.1f for new keys, %.1f for keys with heads", newKeys, withHeads)
+	require.LessOrEqual(t, newKeys, 6.0, "the commit step asked more than once for the heads of new keys")
+	require.LessOrEqual(t, withHeads, 6.0, "the commit step asked more than once for the heads of keys that have them")
 }

@@ -104,8 +104,9 @@ BEGIN
       FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
             FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi) GROUP BY u.k) n;
     ELSE
-      -- No key is late (the usual case): one probe per key of its head, as in the loop below,
-      -- keeping only the keys with something to do (none, for keys whose heads are fine).
+      -- No key is late (the usual case): one probe per key of its head, as in the loop below
+      -- (see there), keeping only the keys with something to do (none, for keys whose heads are
+      -- fine).
       SELECT pg_catalog.array_agg(u.k) FILTER (WHERE s.state IS NOT NULL),
              pg_catalog.array_agg(u.lo) FILTER (WHERE s.state IS NOT NULL),
              pg_catalog.array_agg(s.state) FILTER (WHERE s.state IS NOT NULL),
@@ -121,7 +122,8 @@ BEGIN
                                       WHEN NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
                                                        WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)
                                         THEN 'new'
-                                      ELSE 'contended' END AS state) s;
+                                      ELSE 'contended' END AS state
+                          OFFSET 0) s;
       v_probed := true;
     END IF;
   END IF;
@@ -148,11 +150,14 @@ BEGIN
     -- new: no head yet; fix: a head we hold that a claim left empty, or whose floor is above our
     -- rows; contended: a head a claim holds (a wake note). Whether a head exists is only asked
     -- when we hold none.
+    -- OFFSET 0 keeps the state a column computed once per key: pulled up, every aggregate that
+    -- reads it ran its own probe of the heads (seven per new key).
     CROSS JOIN LATERAL (SELECT CASE WHEN h.held THEN CASE WHEN h.head_id IS NULL OR h.floor_id > u.lo THEN 'fix' END
                                     WHEN NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
                                                      WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)
                                       THEN 'new'
-                                    ELSE 'contended' END AS state) s;
+                                    ELSE 'contended' END AS state
+                        OFFSET 0) s;
     EXIT WHEN NOT v_any_late OR v_renumbered;
     -- v_keys is in key order, and so are the clocks aggregated above and what comes back.
     SELECT pg_catalog.array_agg(r.k ORDER BY r.k), pg_catalog.array_agg(r.lo ORDER BY r.k),
