@@ -109,3 +109,50 @@ func TestProducers_CommitStepAsksForEachHeadOnce(t *testing.T) {
 	require.LessOrEqual(t, newKeys, 6.0, "the commit step asked more than once for the heads of new keys")
 	require.LessOrEqual(t, withHeads, 6.0, "the commit step asked more than once for the heads of keys that have them")
 }
+
+// A new key's head is made only when no wake note waits for the key; until migration 00022 wake
+// notes were indexed by queue alone, so that check read every note of the queue, for each new key.
+// A lock-mode batch that holds busy heads while their producers commit leaves one note per commit
+// (a claim applies them once the heads are free), so a slow batch made every new key's producer
+// pay for all of them (5,000 notes: a single-row producer of a new key 0.39 -> 0.79 ms, fsync
+// off). With 2,000 notes of other keys, the statement that makes new heads (a single new key's,
+// then 100 new keys') reads a few rows per key, not the notes (plan work, see planWorkConn: 2,000
+// per key before 00022).
+func TestProducers_NewKeysDoNotReadEveryWakeNote(t *testing.T) {
+	t.Parallel()
+	db := newPlanDB(t)
+	ctx := context.Background()
+	queue := newQueue(t, db.Pool, "public.commit_wakes", true)
+	fillInterleaved(t, db.Pool, queue, 1000, 1000)
+	_, err := db.Pool.Exec(ctx, "SELECT count(*) FROM outbox.claim_batch($1, 1)", queue) // heads complete
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox.partition_wakes (queue_id, partition_key, low_id)
+		SELECT queue_id, 'key-' || (g % 1000), g FROM outbox.queues, generate_series(1, 2000) g WHERE queue = $1`, queue)
+	require.NoError(t, err)
+	conn, plans := explainedConn(t, db, "pgdrain_producer")
+	headWorkPerKey := func(prefix string, keys int) float64 {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
+			SELECT 'evt', '{}', '%s' || g FROM generate_series(1, %d) g`, queue, prefix, keys))
+		require.NoError(t, err)
+		plans()
+		require.NoError(t, tx.Commit(ctx))
+		var work float64
+		made := 0
+		for _, p := range plans() {
+			if strings.Contains(p.Query, "INSERT INTO outbox.partition_heads") {
+				work += p.Plan.work()
+				made++
+			}
+		}
+		require.Equal(t, 1, made, "one statement should make the new heads")
+		return work / float64(keys)
+	}
+	one := headWorkPerKey("wake-single-", 1)
+	hundred := headWorkPerKey("wake-bulk-", 100)
+	t.Logf("making new heads beside 2,000 wake notes, plan work per key: %.1f (one key), %.1f (100 keys)", one, hundred)
+	require.LessOrEqual(t, one, 50.0, "a single new key's head read the queue's wake notes")
+	require.LessOrEqual(t, hundred, 50.0, "new keys' heads read the queue's wake notes")
+}
