@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/internal/testdb"
 )
 
 // The commit step of a producer transaction (outbox._commit_partitions) does one piece of work per
@@ -67,6 +70,39 @@ func TestProducers_CommitStepWorkGrowsWithKeysNotKeysSquared(t *testing.T) {
 	}
 }
 
+// newCommitStepQueue makes a partitioned queue of 1,000 keys whose heads are complete (other keys'
+// heads and clocks, as in use) and a connection that reports the plans it runs as pgdrain_producer.
+func newCommitStepQueue(t *testing.T, db *testdb.DB, queue string) (*pgx.Conn, func() []explainedPlan) {
+	t.Helper()
+	newQueue(t, db.Pool, queue, true)
+	fillInterleaved(t, db.Pool, queue, 1000, 1000)
+	_, err := db.Pool.Exec(context.Background(), "SELECT count(*) FROM outbox.claim_batch($1, 1)", queue)
+	require.NoError(t, err)
+	return explainedConn(t, db, "pgdrain_producer")
+}
+
+// commitStepPlans inserts keys rows of new keys (prefix || 1..keys) into queue in one transaction
+// and returns the plans of the statements its COMMIT ran whose text contains match.
+func commitStepPlans(t *testing.T, conn *pgx.Conn, plans func() []explainedPlan, queue, prefix string, keys int,
+	match string) []explainedPlan {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
+		SELECT 'evt', '{}', '%s' || g FROM generate_series(1, %d) g`, queue, prefix, keys))
+	require.NoError(t, err)
+	plans() // the INSERT and its heads trigger: not the commit step
+	require.NoError(t, tx.Commit(ctx))
+	var matched []explainedPlan
+	for _, p := range plans() {
+		if strings.Contains(p.Query, match) {
+			matched = append(matched, p)
+		}
+	}
+	return matched
+}
+
 // The commit step asks for each key's head once. Until migration 00022 the probe that sorts keys
 // into new, fix and contended (the statement that locks heads FOR KEY SHARE) was inlined into each
 // aggregate reading its result, so a new key's head was looked for five times, and the clocks the
@@ -76,32 +112,14 @@ func TestProducers_CommitStepWorkGrowsWithKeysNotKeysSquared(t *testing.T) {
 func TestProducers_CommitStepAsksForEachHeadOnce(t *testing.T) {
 	t.Parallel()
 	db := newPlanDB(t)
-	ctx := context.Background()
-	queue := newQueue(t, db.Pool, "public.commit_probe", true)
-	fillInterleaved(t, db.Pool, queue, 1000, 1000)                                       // other keys' heads and clocks, as in use
-	_, err := db.Pool.Exec(ctx, "SELECT count(*) FROM outbox.claim_batch($1, 1)", queue) // heads complete
-	require.NoError(t, err)
-	conn, plans := explainedConn(t, db, "pgdrain_producer")
+	queue := "public.commit_probe"
+	conn, plans := newCommitStepQueue(t, db, queue)
 	const keys = 100
 	probeBuffersPerKey := func() float64 {
 		t.Helper()
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
-			SELECT 'evt', '{}', 'probe-key-' || g FROM generate_series(1, %d) g`, queue, keys))
-		require.NoError(t, err)
-		plans() // the INSERT and its heads trigger: not the commit step
-		require.NoError(t, tx.Commit(ctx))
-		var buffers float64
-		probes := 0
-		for _, p := range plans() {
-			if strings.Contains(p.Query, "FOR KEY SHARE SKIP LOCKED") {
-				buffers += p.Plan.SharedHit + p.Plan.SharedRead
-				probes++
-			}
-		}
-		require.Equal(t, 1, probes, "the commit step should probe the heads in one statement")
-		return buffers / keys
+		probes := commitStepPlans(t, conn, plans, queue, "probe-key-", keys, "FOR KEY SHARE SKIP LOCKED")
+		require.Len(t, probes, 1, "the commit step should probe the heads in one statement")
+		return (probes[0].Plan.SharedHit + probes[0].Plan.SharedRead) / keys
 	}
 	newKeys := probeBuffersPerKey()
 	withHeads := probeBuffersPerKey()
@@ -121,34 +139,16 @@ func TestProducers_CommitStepAsksForEachHeadOnce(t *testing.T) {
 func TestProducers_NewKeysDoNotReadEveryWakeNote(t *testing.T) {
 	t.Parallel()
 	db := newPlanDB(t)
-	ctx := context.Background()
-	queue := newQueue(t, db.Pool, "public.commit_wakes", true)
-	fillInterleaved(t, db.Pool, queue, 1000, 1000)
-	_, err := db.Pool.Exec(ctx, "SELECT count(*) FROM outbox.claim_batch($1, 1)", queue) // heads complete
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox.partition_wakes (queue_id, partition_key, low_id)
+	queue := "public.commit_wakes"
+	conn, plans := newCommitStepQueue(t, db, queue)
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox.partition_wakes (queue_id, partition_key, low_id)
 		SELECT queue_id, 'key-' || (g % 1000), g FROM outbox.queues, generate_series(1, 2000) g WHERE queue = $1`, queue)
 	require.NoError(t, err)
-	conn, plans := explainedConn(t, db, "pgdrain_producer")
 	headWorkPerKey := func(prefix string, keys int) float64 {
 		t.Helper()
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
-			SELECT 'evt', '{}', '%s' || g FROM generate_series(1, %d) g`, queue, prefix, keys))
-		require.NoError(t, err)
-		plans()
-		require.NoError(t, tx.Commit(ctx))
-		var work float64
-		made := 0
-		for _, p := range plans() {
-			if strings.Contains(p.Query, "INSERT INTO outbox.partition_heads") {
-				work += p.Plan.work()
-				made++
-			}
-		}
-		require.Equal(t, 1, made, "one statement should make the new heads")
-		return work / float64(keys)
+		made := commitStepPlans(t, conn, plans, queue, prefix, keys, "INSERT INTO outbox.partition_heads")
+		require.Len(t, made, 1, "one statement should make the new heads")
+		return made[0].Plan.work() / float64(keys)
 	}
 	one := headWorkPerKey("wake-single-", 1)
 	hundred := headWorkPerKey("wake-bulk-", 100)
