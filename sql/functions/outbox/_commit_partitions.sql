@@ -21,7 +21,8 @@ DECLARE
   v_head bigint;
   v_floor bigint;
 BEGIN
-  IF pg_catalog.cardinality(p_keys) = 1 THEN
+  -- SERIALIZABLE: outbox._commit_keys, which reads nothing other producers write.
+  IF pg_catalog.cardinality(p_keys) = 1 AND pg_catalog.current_setting('transaction_isolation') <> 'serializable' THEN
     -- The commit lock of the key's hash, taken and the clock raised as outbox._commit_keys does.
     v_key := p_keys[1];
     v_id := p_ids[1];

@@ -3,7 +3,8 @@
 -- partition column statically, so PL/pgSQL plans it once per session instead of on every
 -- statement (a generic function would need a dynamic EXECUTE). It notes the key and id of each new
 -- row for the commit step, as outbox._note_written does (inlined: one function call less on every
--- producer statement). Made again by every create_queue, so it always matches the registration
+-- producer statement), except in a SERIALIZABLE transaction, which
+-- calls it. Made again by every create_queue, so it always matches the registration
 -- (nothing else reinstalls it: run create_queue again if it was dropped).
 -- SECURITY DEFINER like the other triggers: a producer can not write the notes.
 CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
@@ -25,6 +26,13 @@ SET search_path = ''
 AS $body$
 -- Made by outbox._install_heads_trigger for queue %2$s; do not edit.
 BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
+    -- Noted in the hook, see outbox._note_written.
+    PERFORM outbox._note_written(TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id))
+    FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+    HAVING pg_catalog.count(*) > 0;
+    RETURN NULL;
+  END IF;
   WITH hook AS (
     INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
     ON CONFLICT (xid) DO NOTHING)

@@ -8,6 +8,10 @@
 -- what protects its uncommitted rows from a claim that finds their partition empty is the commit
 -- step's (see outbox._commit_partitions and outbox._refresh_heads). Nothing else writes these
 -- tables, so a producer can not forge a note.
+-- A SERIALIZABLE transaction notes in its hook instead (appended per statement): its commit step
+-- must find its notes without an index scan, whose predicate lock on the page other producers'
+-- notes go into makes unrelated SERIALIZABLE producers fail as a read/write cycle (see
+-- outbox.tg_queue__commit). Its statements then cost in proportion to the notes before them.
 -- Arguments: the queue table, and its rows' keys and ids (aligned).
 CREATE OR REPLACE FUNCTION outbox._note_written(p_table oid, p_keys text[], p_ids bigint[])
 RETURNS void
@@ -15,10 +19,17 @@ LANGUAGE sql
 VOLATILE
 SET search_path = ''
 AS $$
+  INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+  SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]), p_keys, p_ids
+  WHERE pg_catalog.cardinality(p_ids) > 0 AND pg_catalog.current_setting('transaction_isolation') = 'serializable'
+  ON CONFLICT (xid) DO UPDATE
+    SET table_oids = h.table_oids || EXCLUDED.table_oids, keys = h.keys || EXCLUDED.keys, ids = h.ids || EXCLUDED.ids;
   WITH hook AS (
-    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
+    INSERT INTO outbox.commit_hooks AS h (xid)
+    SELECT pg_catalog.pg_current_xact_id()
+    WHERE pg_catalog.current_setting('transaction_isolation') <> 'serializable'
     ON CONFLICT (xid) DO NOTHING)
   INSERT INTO outbox.commit_notes (table_oid, keys, ids)
   SELECT p_table, p_keys, p_ids
-  WHERE pg_catalog.cardinality(p_ids) > 0;
+  WHERE pg_catalog.cardinality(p_ids) > 0 AND pg_catalog.current_setting('transaction_isolation') <> 'serializable';
 $$;

@@ -21,7 +21,33 @@ DECLARE
   v_q outbox.queues;
   v_merged record;
   v_notified boolean;
+  v_hook tid;
+  v_oids oid[];
+  v_keys text[];
+  v_ids bigint[];
 BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
+    -- The notes are in the hook (outbox._note_written), which is found by the arbiter of its
+    -- primary key and deleted by ctid: neither takes a predicate lock (an index scan would lock
+    -- the page the next producer's hook goes into, a read/write dependency on it; three
+    -- overlapping producers of unrelated keys then failed with 40001). No note rows to read.
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (NEW.xid)
+    ON CONFLICT (xid) DO UPDATE SET xid = EXCLUDED.xid
+    RETURNING h.ctid, h.table_oids, h.keys, h.ids INTO v_hook, v_oids, v_keys, v_ids;
+    DELETE FROM outbox.commit_hooks h WHERE h.ctid = v_hook;
+    FOR v_merged IN
+      SELECT q, m.keys, m.ids
+      FROM (SELECT u.table_oid, pg_catalog.array_agg(u.k) AS keys, pg_catalog.array_agg(u.id) AS ids
+            FROM unnest(v_oids, v_keys, v_ids) AS u(table_oid, k, id)
+            GROUP BY u.table_oid) m
+      JOIN outbox.queues q ON q.table_oid = m.table_oid
+      WHERE q.partition_column IS NOT NULL AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL
+      ORDER BY q.queue_id
+    LOOP
+      v_notified := outbox._commit_partitions(v_merged.q, v_merged.keys, v_merged.ids);
+    END LOOP;
+    RETURN NULL;
+  END IF;
   DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid;
   WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n.*)
   SELECT pg_catalog.array_agg(t) INTO v_notes FROM taken t;
