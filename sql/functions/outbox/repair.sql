@@ -7,7 +7,8 @@
 --   parked_past_due  the head is parked (lease or backoff) more than a second past the time its first
 --                    deliverable row is due;
 --   stale_notes      (no key) a transaction that wrote the queue ended without its commit step
---                    (pgdrain_commit disabled): its notes in outbox.commit_notes are deleted.
+--                    (pgdrain_commit disabled): its notes in outbox.commit_notes (or, SERIALIZABLE,
+--                    in its row of outbox.commit_hooks) are deleted.
 -- Every fix moves the cache the safe way (a head is made or pointed at the first deliverable row, a
 -- floor lowered, a park ended): a claim re-checks every head against the table, so a fix that
 -- raced another session is harmless. Heads locked by a claim right now are skipped (their claim
@@ -116,12 +117,21 @@ BEGIN
   -- disabled): never read again, they would stay forever. The rows they noted were checked above
   -- like any other; the notes are only garbage.
   FOR r IN
-    SELECT n.xid, pg_catalog.count(*) AS notes
-    FROM outbox.commit_notes n
-    WHERE n.table_oid = v_q.table_oid
-      AND pg_catalog.pg_xact_status(n.xid) IS DISTINCT FROM 'in progress'
-    GROUP BY n.xid
-    ORDER BY n.xid
+    SELECT s.xid, pg_catalog.sum(s.notes) AS notes
+    FROM (SELECT n.xid, pg_catalog.count(*) AS notes
+          FROM outbox.commit_notes n
+          WHERE n.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(n.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY n.xid
+          UNION ALL
+          -- A SERIALIZABLE transaction notes in its hook, one entry per row (outbox._note_written).
+          SELECT h.xid, pg_catalog.count(*)
+          FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids) AS o(table_oid)
+          WHERE o.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(h.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY h.xid) s
+    GROUP BY s.xid
+    ORDER BY s.xid
   LOOP
     detail := pg_catalog.format('%s notes of transaction %s, which ended without its commit step', r.notes, r.xid);
     IF NOT dry_run THEN
