@@ -216,13 +216,13 @@ func (p *modelProducerTx) rollbackTo(savepoint string, written int) {
 	p.events = p.events[:written]
 }
 
-// commit commits and tells the model. A REPEATABLE READ producer overtaken by another of the same
+// commit commits and tells the model. A REPEATABLE READ or SERIALIZABLE producer overtaken by another of the same
 // key may fail with 40001 (docs/ordering.md), like any serialization failure; it then retries as a
 // READ COMMITTED transaction, as an application would.
 func (p *modelProducerTx) commit() {
 	err := p.tx.Commit(p.r.ctx)
 	if code, _ := sqlState(err); code == "40001" {
-		p.r.note("%s: COMMIT failed with 40001 (allowed under REPEATABLE READ), retrying;", p.name)
+		p.r.note("%s: COMMIT failed with 40001 (allowed under REPEATABLE READ and SERIALIZABLE), retrying;", p.name)
 		p.r.retry(p.tx.Conn(), p.events)
 		return
 	}
@@ -349,15 +349,32 @@ func (r *modelRun) stepRepeatableRead() {
 	p.commit()
 }
 
+// stepSerializable: a SERIALIZABLE producer on its own, sometimes in several statements, sometimes
+// with its commit step run early (SET CONSTRAINTS ALL IMMEDIATE): its notes live in its hook, and
+// its keys get wake notes instead of heads (00023). Nobody overtakes it: it must commit.
+func (r *modelRun) stepSerializable() {
+	p := r.beginProducer(r.randomProducer(), "P", pgx.Serializable)
+	for i := range 1 + r.rng.IntN(3) {
+		if i > 0 && r.rng.IntN(4) == 0 {
+			p.exec("SET CONSTRAINTS ALL IMMEDIATE")
+		}
+		p.write(r.randomQueue(), 1+r.rng.IntN(2), nil)
+	}
+	p.commit()
+}
+
 // stepOverlap: two producers of one key on two connections. A inserts, B inserts, B commits, A
 // commits: ids in one order, commits in the other; delivered order must be B's rows, then A's.
-// A is sometimes REPEATABLE READ; a drainer sometimes claims while they are open or in between.
+// A is sometimes REPEATABLE READ or SERIALIZABLE; a drainer sometimes claims while they are open or in between.
 func (r *modelRun) stepOverlap() {
 	q := r.randomPartitionedQueue()
 	key := modelKeys[r.rng.IntN(len(modelKeys))]
 	iso := pgx.TxIsoLevel("")
-	if r.rng.IntN(4) == 0 {
+	switch r.rng.IntN(8) {
+	case 0, 1:
 		iso = pgx.RepeatableRead
+	case 2:
+		iso = pgx.Serializable
 	}
 	a := r.beginProducer(r.producers[0], "A", iso)
 	a.write(q, 1+r.rng.IntN(2), &key)

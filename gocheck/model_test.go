@@ -29,7 +29,7 @@ const (
 
 // TestModel is issue 11's model-based test. Seeded random steps do what users do to queues:
 // producers of every shape (plain INSERT, enqueue, COPY, savepoints, immediate constraints,
-// REPEATABLE READ, two queues in one transaction, overlapping producers of one key committing in
+// REPEATABLE READ, SERIALIZABLE, two queues in one transaction, overlapping producers of one key committing in
 // the opposite order of their ids), claims in both modes with every outcome, extend and release,
 // requeue and purge, create_queue re-runs, drop and re-create, DROP TABLE and TRUNCATE behind
 // pgdrain's back, a crash (the unlogged tables emptied), two sessions racing (a claim against a
@@ -256,6 +256,7 @@ func modelAllStepKinds() []modelStepKind {
 		{"savepoint", 9, true, (*modelRun).stepSavepoint},
 		{"immediate-constraints", 9, true, (*modelRun).stepImmediateConstraints},
 		{"repeatable-read", 6, true, (*modelRun).stepRepeatableRead},
+		{"serializable", 6, true, (*modelRun).stepSerializable},
 		{"overlapping-producers", 12, true, (*modelRun).stepOverlap},
 		{"producer-refused", 3, false, (*modelRun).stepProducerRefused},
 		// Workers (pgdrain_worker).
