@@ -16,6 +16,279 @@ COMMENT ON COLUMN outbox.commit_hooks.keys IS
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The claim behind claim_batch (mode 'lease', partitioned queues; claim_batch leases unpartitioned
+-- rows in one statement of its own) and claim_locked (mode 'lock'). Returns the ids of the claimed
+-- rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free or expired,
+-- and on a partitioned queue the first deliverable row of its partition.
+--
+-- Partitioned queues claim through outbox.partition_heads (one row per partition with pending
+-- work), never through the pending rows themselves, so blocked successors, heads in backoff and
+-- poisoned rows cost nothing: a head backing off is "parked" until its time and woken (at most a
+-- bounded number per call) when that time has come; a head whose row is leased stays ready and is
+-- passed over with one probe. Heads are locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent
+-- claimers skip and producers (who hold only advisory locks) do not wait for. Each candidate is
+-- still checked against the FIFO rule on the queue table, from the partition's floor (below it
+-- every row is sent or poisoned), so poisoned rows in front of a head are not walked again.
+CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_table regclass := p_q.table_oid::regclass;
+  -- Due and lease times against the clock, not now(): a claim in a transaction that began long ago
+  -- must neither miss what has become due since nor hand out a lease that has already run out.
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_due constant text := 't.sent_at IS NULL AND t.attempt_count < $2
+    AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= $now)
+    AND (t.leased_until IS NULL OR t.leased_until <= $now)';
+  v_all bigint[] := '{}';
+  v_ids bigint[];
+  v_keys text[];
+  v_heads bigint[];
+  v_floors bigint[];
+  v_claimed_keys text[];
+  v_stale text[];
+  v_remaining integer := p_batch_size;
+  v_until timestamptz;
+  -- Where this session's last claim of this queue stopped among fresh heads (attempt_count 0), in
+  -- head_id order, and when that run of claims started from the front (epoch seconds). Heads a claim
+  -- or result moved on leave dead index entries in front of the live ones until vacuum removes them,
+  -- which it can not while another session holds the xmin horizon: starting past them keeps a claim
+  -- from walking the whole drain's history. A per-session hint only: a claim that finds fewer heads
+  -- past it than it wants goes on from the front, and a cursor older than a second is not used.
+  -- Heads behind every cursor (a lease that ran out, a row given back, a claim rolled back) are
+  -- reached by the one claim per second per queue that searches from the front (the queue's shared
+  -- hints, below); a session without a cursor starts where that search stopped. Retried heads
+  -- (attempt_count > 0) are always searched from the front, after the fresh ones.
+  v_cursor constant text := 'pgdrain.claim_cursor_' || p_q.queue_id;
+  v_cursor_value constant text[] := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting(v_cursor, true), ''), ',');
+  v_run_started double precision := CASE
+    WHEN v_cursor_value[2]::double precision > pg_catalog.date_part('epoch', v_now) - 1
+    THEN v_cursor_value[2]::double precision END;
+  v_from_head bigint := CASE WHEN v_run_started IS NOT NULL THEN v_cursor_value[1]::bigint END;
+  v_last_fresh bigint;
+  v_front_duty boolean := false;
+  v_only_fresh boolean;
+  -- The queue's shared hints (outbox._install_claim_hints); NULL when the queue has none.
+  v_start constant regclass := pg_catalog.to_regclass('outbox.claim_start_q' || p_q.queue_id);
+  v_front_hint constant regclass := pg_catalog.to_regclass('outbox.claim_front_q' || p_q.queue_id);
+  v_now_ms constant bigint := (pg_catalog.date_part('epoch', v_now) * 1000)::bigint;
+  v_front_ms bigint;
+  v_seen text[] := '{}';
+  -- A head whose row is in flight (leased, the lease running) is passed over without a lock: a
+  -- claim that locked it would hold it until its commit (its WAL flush), and the result that moves
+  -- the head on would wait for that.
+  v_not_in_flight constant text := pg_catalog.format(
+    'NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = h.head_id AND t.leased_until > $5)', v_table);
+  v_busy text[];
+  v_front boolean;
+  v_asked integer;
+  -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
+  -- not skip our own locks, so without excluding them before the LIMIT they would take the places
+  -- of rows that can still be claimed.
+  v_held bigint[] := CASE WHEN p_mode = 'lock' THEN COALESCE(pg_catalog.string_to_array(NULLIF(
+    pg_catalog.current_setting('pgdrain.held_' || p_q.queue_id, true), ''), ',')::bigint[], '{}') ELSE '{}' END;
+BEGIN
+  IF p_q.partition_column IS NULL THEN  -- lock mode only (see above)
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'SELECT pg_catalog.array_agg(id) FROM (
+         SELECT t.id FROM %s t WHERE %s AND t.id <> ALL ($4)
+         ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
+      v_table, pg_catalog.replace(v_due, '$now', '$3')),
+      'integer, integer, timestamptz, bigint[]', 'TABLE(pgdrain_ids bigint[])')
+      INTO v_all USING p_batch_size, p_q.max_attempts, v_now, v_held;
+    RETURN COALESCE(v_all, '{}');
+  END IF;
+
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._restore_heads(p_q);
+  END IF;
+  -- Keys this very transaction wrote get their heads at its commit; a claim in the same
+  -- transaction (a test, a script) makes them now. A SERIALIZABLE transaction noted them in its
+  -- hook (outbox._note_written).
+  IF EXISTS (SELECT 1 FROM outbox.commit_notes n
+             WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = p_q.table_oid)
+     OR EXISTS (SELECT 1 FROM outbox.commit_hooks h
+                WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND p_q.table_oid = ANY (h.table_oids)) THEN
+    PERFORM outbox._refresh_heads(p_q, ARRAY(
+      SELECT DISTINCT u.k FROM outbox.commit_notes n CROSS JOIN LATERAL pg_catalog.unnest(n.keys) AS u(k)
+      WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = p_q.table_oid
+      UNION
+      SELECT u.k FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids, h.keys) AS u(table_oid, k)
+      WHERE h.xid = pg_catalog.pg_current_xact_id() AND u.table_oid = p_q.table_oid));
+  END IF;
+
+  -- What producers could not write to heads a claim held while they committed.
+  IF EXISTS (SELECT 1 FROM outbox.partition_wakes w WHERE w.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._apply_wakes(p_q);
+  END IF;
+
+  -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
+  -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
+  UPDATE outbox.partition_heads h SET parked_until = NULL
+  WHERE h.ctid = ANY (ARRAY(
+    SELECT w.ctid FROM outbox.partition_heads w
+    WHERE w.queue_id = p_q.queue_id AND w.parked_until <= v_now
+    ORDER BY w.parked_until
+    LIMIT GREATEST(4 * p_batch_size, 64)
+    FOR NO KEY UPDATE SKIP LOCKED));
+
+  -- No cursor of this session's own (a new session, or its run started over a second ago): only one
+  -- claim per second per queue searches from the front, the one that finds the last search a second
+  -- old, and leaves where it stopped as the queue's start; the others start there, past the dead
+  -- entries the drain left in front (which a held xmin keeps), and their run is as old as that search.
+  IF v_from_head IS NULL AND v_front_hint IS NOT NULL AND v_start IS NOT NULL THEN
+    v_front_ms := pg_catalog.pg_sequence_last_value(v_front_hint);
+    IF v_front_ms > v_now_ms - 1000 AND v_front_ms <= v_now_ms THEN
+      v_from_head := pg_catalog.pg_sequence_last_value(v_start);
+      v_run_started := v_front_ms / 1000.0;
+    ELSE
+      PERFORM pg_catalog.setval(v_front_hint, v_now_ms);
+      v_front_duty := true;
+    END IF;
+  END IF;
+
+  FOR pass IN 1..4 LOOP
+    v_front := v_from_head IS NULL;
+    v_asked := v_remaining;
+    IF NOT v_front THEN
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 AND h.attempt_count = 0 AND h.head_id > $2
+                 AND h.head_id <> ALL ($3) AND h.partition_key <> ALL ($4)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $6
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', v_not_in_flight),
+        'integer, bigint, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint)')
+        INTO v_keys, v_heads, v_floors, v_last_fresh
+        USING p_q.queue_id, v_from_head, v_all || v_held, v_seen, v_now, v_remaining;
+      -- Too few past the cursor: the next pass goes on from the front; otherwise past these heads
+      -- (a head in flight is not walked again by every pass).
+      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
+        v_from_head := NULL;
+      ELSE
+        v_from_head := v_last_fresh;
+      END IF;
+    ELSE
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0),
+                pg_catalog.bool_and(s.attempt_count = 0)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
+                 -- locks: without this a later pass would take them again.
+                 AND (h.head_id IS NULL OR h.head_id <> ALL ($2))
+                 AND h.partition_key <> ALL ($3)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $5
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', pg_catalog.replace(v_not_in_flight, '$5', '$4')),
+        'integer, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint, pgdrain_only_fresh boolean)')
+        INTO v_keys, v_heads, v_floors, v_last_fresh, v_only_fresh
+        USING p_q.queue_id, v_all || v_held, v_seen, v_now, v_remaining;
+      v_run_started := pg_catalog.date_part('epoch', v_now);
+      -- As many fresh heads as asked for: the next pass goes on past them as from a cursor.
+      IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_remaining THEN
+        v_from_head := v_last_fresh;
+      END IF;
+    END IF;
+    IF v_keys IS NULL THEN
+      EXIT WHEN v_front;
+      CONTINUE;
+    END IF;
+    IF v_last_fresh IS NOT NULL THEN
+      PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started, false);
+      IF v_front_duty AND v_front THEN
+        PERFORM pg_catalog.setval(v_start, v_last_fresh);
+      END IF;
+    END IF;
+
+    -- Lease mode leases what it locks in the same statement (one statement planned, not two).
+    v_until := pg_catalog.clock_timestamp() + p_lease;
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH picked AS (
+         SELECT t.id, t.%2$I AS key
+         FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
+         -- A head must point at a row of its own partition (heads of new keys come from settings a
+         -- producer could forge); one that does not is stale and refreshed below.
+         JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
+         WHERE %3$s
+           -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
+           -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
+           AND NOT EXISTS (SELECT 1 FROM %1$s p
+                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                             AND p.sent_at IS NULL AND p.attempt_count < $2
+                           OFFSET 0)
+         FOR UPDATE OF t SKIP LOCKED),
+       claimed AS (%5$s)
+       SELECT pg_catalog.array_agg(claimed.id), pg_catalog.array_agg(claimed.key::text) FROM claimed',
+      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type,
+      CASE WHEN p_mode = 'lease'
+           THEN pg_catalog.format(
+             'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
+              FROM picked WHERE u.id = picked.id RETURNING u.id, picked.key', v_table)
+           ELSE 'SELECT picked.id, picked.key FROM picked' END),
+      'bigint[], integer, bigint[], text[], timestamptz, timestamptz', 'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
+      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;
+
+    IF v_ids IS NOT NULL THEN
+      v_all := v_all || v_ids;
+      v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
+    END IF;
+
+    -- Heads not claimed are in flight (their row is leased right now: nothing to refresh, their
+    -- result moves them on, and an expired lease makes the row claimable again through the same
+    -- head; this call looks at them no more) or stale: pointing at a row that is no longer (or not
+    -- yet) the partition's deliverable head, refreshed here.
+    SELECT pg_catalog.array_agg(k) INTO v_stale
+    FROM pg_catalog.unnest(v_keys) AS k
+    WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
+    v_busy := NULL;
+    IF v_stale IS NOT NULL THEN
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NULL),
+                pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NOT NULL)
+         FROM unnest($1::bigint[], $2::text[]) AS c(id, key)
+         LEFT JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%3$s AND t.sent_at IS NULL
+           AND t.attempt_count < $4 AND t.leased_until > $5
+           AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= t.leased_until)
+         WHERE c.key = ANY ($3)',
+        v_table, p_q.partition_column, p_q.partition_type),
+        'bigint[], text[], text[], integer, timestamptz', 'TABLE(pgdrain_stale text[], pgdrain_busy text[])')
+        INTO v_stale, v_busy USING v_heads, v_keys, v_stale, p_q.max_attempts, v_now;
+      v_seen := v_seen || COALESCE(v_busy, '{}');
+    END IF;
+    IF v_stale IS NOT NULL THEN
+      PERFORM outbox._refresh_heads(p_q, v_stale);
+    END IF;
+    EXIT WHEN v_remaining <= 0;
+    -- From the front, fewer heads than asked for and nothing refreshed: there is nothing more.
+    EXIT WHEN v_front AND v_stale IS NULL AND pg_catalog.cardinality(v_keys) < v_asked;
+  END LOOP;
+  RETURN v_all;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Commit step of one partitioned queue for the current transaction (called by
 -- outbox._commit_partitions with the keys it wrote and their ids, repeats allowed; p_locked: the
 -- commit locks of their hashes are taken, step 1 is done): makes per-key delivery order equal
@@ -679,6 +952,49 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
+-- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_wakes w USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
+  DELETE FROM outbox.commit_notes n
+  WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
+  -- A SERIALIZABLE transaction's notes are in its hook (outbox._note_written).
+  UPDATE outbox.commit_hooks h
+  SET (table_oids, keys, ids) = (
+        SELECT pg_catalog.array_agg(u.table_oid ORDER BY u.n), pg_catalog.array_agg(u.k ORDER BY u.n),
+               pg_catalog.array_agg(u.id ORDER BY u.n)
+        FROM unnest(h.table_oids, h.keys, h.ids) WITH ORDINALITY AS u(table_oid, k, id, n)
+        WHERE u.table_oid <> TG_RELID)
+  WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND TG_RELID = ANY (h.table_oids);
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Registered partitioned queues get the heads trigger whose SERIALIZABLE branch notes in the hook.
 SELECT outbox._install_heads_trigger(q)
 FROM outbox.queues q
@@ -798,6 +1114,273 @@ GRANT EXECUTE ON FUNCTION
 -- +goose Down
 -- +goose StatementBegin
 ALTER TABLE outbox.commit_hooks DROP COLUMN table_oids, DROP COLUMN keys, DROP COLUMN ids;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The claim behind claim_batch (mode 'lease', partitioned queues; claim_batch leases unpartitioned
+-- rows in one statement of its own) and claim_locked (mode 'lock'). Returns the ids of the claimed
+-- rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free or expired,
+-- and on a partitioned queue the first deliverable row of its partition.
+--
+-- Partitioned queues claim through outbox.partition_heads (one row per partition with pending
+-- work), never through the pending rows themselves, so blocked successors, heads in backoff and
+-- poisoned rows cost nothing: a head backing off is "parked" until its time and woken (at most a
+-- bounded number per call) when that time has come; a head whose row is leased stays ready and is
+-- passed over with one probe. Heads are locked FOR NO KEY UPDATE SKIP LOCKED, which concurrent
+-- claimers skip and producers (who hold only advisory locks) do not wait for. Each candidate is
+-- still checked against the FIFO rule on the queue table, from the partition's floor (below it
+-- every row is sent or poisoned), so poisoned rows in front of a head are not walked again.
+CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_table regclass := p_q.table_oid::regclass;
+  -- Due and lease times against the clock, not now(): a claim in a transaction that began long ago
+  -- must neither miss what has become due since nor hand out a lease that has already run out.
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_due constant text := 't.sent_at IS NULL AND t.attempt_count < $2
+    AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= $now)
+    AND (t.leased_until IS NULL OR t.leased_until <= $now)';
+  v_all bigint[] := '{}';
+  v_ids bigint[];
+  v_keys text[];
+  v_heads bigint[];
+  v_floors bigint[];
+  v_claimed_keys text[];
+  v_stale text[];
+  v_remaining integer := p_batch_size;
+  v_until timestamptz;
+  -- Where this session's last claim of this queue stopped among fresh heads (attempt_count 0), in
+  -- head_id order, and when that run of claims started from the front (epoch seconds). Heads a claim
+  -- or result moved on leave dead index entries in front of the live ones until vacuum removes them,
+  -- which it can not while another session holds the xmin horizon: starting past them keeps a claim
+  -- from walking the whole drain's history. A per-session hint only: a claim that finds fewer heads
+  -- past it than it wants goes on from the front, and a cursor older than a second is not used.
+  -- Heads behind every cursor (a lease that ran out, a row given back, a claim rolled back) are
+  -- reached by the one claim per second per queue that searches from the front (the queue's shared
+  -- hints, below); a session without a cursor starts where that search stopped. Retried heads
+  -- (attempt_count > 0) are always searched from the front, after the fresh ones.
+  v_cursor constant text := 'pgdrain.claim_cursor_' || p_q.queue_id;
+  v_cursor_value constant text[] := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting(v_cursor, true), ''), ',');
+  v_run_started double precision := CASE
+    WHEN v_cursor_value[2]::double precision > pg_catalog.date_part('epoch', v_now) - 1
+    THEN v_cursor_value[2]::double precision END;
+  v_from_head bigint := CASE WHEN v_run_started IS NOT NULL THEN v_cursor_value[1]::bigint END;
+  v_last_fresh bigint;
+  v_front_duty boolean := false;
+  v_only_fresh boolean;
+  -- The queue's shared hints (outbox._install_claim_hints); NULL when the queue has none.
+  v_start constant regclass := pg_catalog.to_regclass('outbox.claim_start_q' || p_q.queue_id);
+  v_front_hint constant regclass := pg_catalog.to_regclass('outbox.claim_front_q' || p_q.queue_id);
+  v_now_ms constant bigint := (pg_catalog.date_part('epoch', v_now) * 1000)::bigint;
+  v_front_ms bigint;
+  v_seen text[] := '{}';
+  -- A head whose row is in flight (leased, the lease running) is passed over without a lock: a
+  -- claim that locked it would hold it until its commit (its WAL flush), and the result that moves
+  -- the head on would wait for that.
+  v_not_in_flight constant text := pg_catalog.format(
+    'NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = h.head_id AND t.leased_until > $5)', v_table);
+  v_busy text[];
+  v_front boolean;
+  v_asked integer;
+  -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
+  -- not skip our own locks, so without excluding them before the LIMIT they would take the places
+  -- of rows that can still be claimed.
+  v_held bigint[] := CASE WHEN p_mode = 'lock' THEN COALESCE(pg_catalog.string_to_array(NULLIF(
+    pg_catalog.current_setting('pgdrain.held_' || p_q.queue_id, true), ''), ',')::bigint[], '{}') ELSE '{}' END;
+BEGIN
+  IF p_q.partition_column IS NULL THEN  -- lock mode only (see above)
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'SELECT pg_catalog.array_agg(id) FROM (
+         SELECT t.id FROM %s t WHERE %s AND t.id <> ALL ($4)
+         ORDER BY t.attempt_count, t.id LIMIT $1 FOR UPDATE SKIP LOCKED) s',
+      v_table, pg_catalog.replace(v_due, '$now', '$3')),
+      'integer, integer, timestamptz, bigint[]', 'TABLE(pgdrain_ids bigint[])')
+      INTO v_all USING p_batch_size, p_q.max_attempts, v_now, v_held;
+    RETURN COALESCE(v_all, '{}');
+  END IF;
+
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._restore_heads(p_q);
+  END IF;
+  -- Keys this very transaction wrote get their heads at its commit; a claim in the same
+  -- transaction (a test, a script) makes them now.
+  IF EXISTS (SELECT 1 FROM outbox.commit_notes n
+             WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = p_q.table_oid) THEN
+    PERFORM outbox._refresh_heads(p_q, ARRAY(
+      SELECT DISTINCT u.k FROM outbox.commit_notes n CROSS JOIN LATERAL pg_catalog.unnest(n.keys) AS u(k)
+      WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = p_q.table_oid));
+  END IF;
+
+  -- What producers could not write to heads a claim held while they committed.
+  IF EXISTS (SELECT 1 FROM outbox.partition_wakes w WHERE w.queue_id = p_q.queue_id) THEN
+    PERFORM outbox._apply_wakes(p_q);
+  END IF;
+
+  -- Wake parked heads whose lease or backoff has ended, oldest first, a bounded number per call.
+  -- By ctid: a TID scan touches exactly these heads whatever the statistics say.
+  UPDATE outbox.partition_heads h SET parked_until = NULL
+  WHERE h.ctid = ANY (ARRAY(
+    SELECT w.ctid FROM outbox.partition_heads w
+    WHERE w.queue_id = p_q.queue_id AND w.parked_until <= v_now
+    ORDER BY w.parked_until
+    LIMIT GREATEST(4 * p_batch_size, 64)
+    FOR NO KEY UPDATE SKIP LOCKED));
+
+  -- No cursor of this session's own (a new session, or its run started over a second ago): only one
+  -- claim per second per queue searches from the front, the one that finds the last search a second
+  -- old, and leaves where it stopped as the queue's start; the others start there, past the dead
+  -- entries the drain left in front (which a held xmin keeps), and their run is as old as that search.
+  IF v_from_head IS NULL AND v_front_hint IS NOT NULL AND v_start IS NOT NULL THEN
+    v_front_ms := pg_catalog.pg_sequence_last_value(v_front_hint);
+    IF v_front_ms > v_now_ms - 1000 AND v_front_ms <= v_now_ms THEN
+      v_from_head := pg_catalog.pg_sequence_last_value(v_start);
+      v_run_started := v_front_ms / 1000.0;
+    ELSE
+      PERFORM pg_catalog.setval(v_front_hint, v_now_ms);
+      v_front_duty := true;
+    END IF;
+  END IF;
+
+  FOR pass IN 1..4 LOOP
+    v_front := v_from_head IS NULL;
+    v_asked := v_remaining;
+    IF NOT v_front THEN
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 AND h.attempt_count = 0 AND h.head_id > $2
+                 AND h.head_id <> ALL ($3) AND h.partition_key <> ALL ($4)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $6
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', v_not_in_flight),
+        'integer, bigint, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint)')
+        INTO v_keys, v_heads, v_floors, v_last_fresh
+        USING p_q.queue_id, v_from_head, v_all || v_held, v_seen, v_now, v_remaining;
+      -- Too few past the cursor: the next pass goes on from the front; otherwise past these heads
+      -- (a head in flight is not walked again by every pass).
+      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
+        v_from_head := NULL;
+      ELSE
+        v_from_head := v_last_fresh;
+      END IF;
+    ELSE
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0),
+                pg_catalog.bool_and(s.attempt_count = 0)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
+               WHERE h.queue_id = $1 AND h.parked_until IS NULL
+                 -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
+                 -- locks: without this a later pass would take them again.
+                 AND (h.head_id IS NULL OR h.head_id <> ALL ($2))
+                 AND h.partition_key <> ALL ($3)
+                 AND %s
+               ORDER BY h.attempt_count, h.head_id
+               LIMIT $5
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', pg_catalog.replace(v_not_in_flight, '$5', '$4')),
+        'integer, bigint[], text[], timestamptz, integer',
+        'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint, pgdrain_only_fresh boolean)')
+        INTO v_keys, v_heads, v_floors, v_last_fresh, v_only_fresh
+        USING p_q.queue_id, v_all || v_held, v_seen, v_now, v_remaining;
+      v_run_started := pg_catalog.date_part('epoch', v_now);
+      -- As many fresh heads as asked for: the next pass goes on past them as from a cursor.
+      IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_remaining THEN
+        v_from_head := v_last_fresh;
+      END IF;
+    END IF;
+    IF v_keys IS NULL THEN
+      EXIT WHEN v_front;
+      CONTINUE;
+    END IF;
+    IF v_last_fresh IS NOT NULL THEN
+      PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started, false);
+      IF v_front_duty AND v_front THEN
+        PERFORM pg_catalog.setval(v_start, v_last_fresh);
+      END IF;
+    END IF;
+
+    -- Lease mode leases what it locks in the same statement (one statement planned, not two).
+    v_until := pg_catalog.clock_timestamp() + p_lease;
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH picked AS (
+         SELECT t.id, t.%2$I AS key
+         FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
+         -- A head must point at a row of its own partition (heads of new keys come from settings a
+         -- producer could forge); one that does not is stale and refreshed below.
+         JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%4$s
+         WHERE %3$s
+           -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
+           -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
+           AND NOT EXISTS (SELECT 1 FROM %1$s p
+                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                             AND p.sent_at IS NULL AND p.attempt_count < $2
+                           OFFSET 0)
+         FOR UPDATE OF t SKIP LOCKED),
+       claimed AS (%5$s)
+       SELECT pg_catalog.array_agg(claimed.id), pg_catalog.array_agg(claimed.key::text) FROM claimed',
+      v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type,
+      CASE WHEN p_mode = 'lease'
+           THEN pg_catalog.format(
+             'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
+              FROM picked WHERE u.id = picked.id RETURNING u.id, picked.key', v_table)
+           ELSE 'SELECT picked.id, picked.key FROM picked' END),
+      'bigint[], integer, bigint[], text[], timestamptz, timestamptz', 'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
+      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;
+
+    IF v_ids IS NOT NULL THEN
+      v_all := v_all || v_ids;
+      v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
+    END IF;
+
+    -- Heads not claimed are in flight (their row is leased right now: nothing to refresh, their
+    -- result moves them on, and an expired lease makes the row claimable again through the same
+    -- head; this call looks at them no more) or stale: pointing at a row that is no longer (or not
+    -- yet) the partition's deliverable head, refreshed here.
+    SELECT pg_catalog.array_agg(k) INTO v_stale
+    FROM pg_catalog.unnest(v_keys) AS k
+    WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
+    v_busy := NULL;
+    IF v_stale IS NOT NULL THEN
+      EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+        'SELECT pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NULL),
+                pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NOT NULL)
+         FROM unnest($1::bigint[], $2::text[]) AS c(id, key)
+         LEFT JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%3$s AND t.sent_at IS NULL
+           AND t.attempt_count < $4 AND t.leased_until > $5
+           AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= t.leased_until)
+         WHERE c.key = ANY ($3)',
+        v_table, p_q.partition_column, p_q.partition_type),
+        'bigint[], text[], text[], integer, timestamptz', 'TABLE(pgdrain_stale text[], pgdrain_busy text[])')
+        INTO v_stale, v_busy USING v_heads, v_keys, v_stale, p_q.max_attempts, v_now;
+      v_seen := v_seen || COALESCE(v_busy, '{}');
+    END IF;
+    IF v_stale IS NOT NULL THEN
+      PERFORM outbox._refresh_heads(p_q, v_stale);
+    END IF;
+    EXIT WHEN v_remaining <= 0;
+    -- From the front, fewer heads than asked for and nothing refreshed: there is nothing more.
+    EXIT WHEN v_front AND v_stale IS NULL AND pg_catalog.cardinality(v_keys) < v_asked;
+  END LOOP;
+  RETURN v_all;
+END;
+$$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -1388,6 +1971,41 @@ BEGIN
       v_notified := outbox._commit_partitions(v_merged.q, v_merged.keys, v_merged.ids);
     END LOOP;
   END IF;
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
+-- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_wakes w USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
+  DELETE FROM outbox.commit_notes n
+  WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
   RETURN NULL;
 END;
 $$;

@@ -27,6 +27,14 @@ BEGIN
   WHERE q.table_oid = TG_RELID;
   DELETE FROM outbox.commit_notes n
   WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
+  -- A SERIALIZABLE transaction's notes are in its hook (outbox._note_written).
+  UPDATE outbox.commit_hooks h
+  SET (table_oids, keys, ids) = (
+        SELECT pg_catalog.array_agg(u.table_oid ORDER BY u.n), pg_catalog.array_agg(u.k ORDER BY u.n),
+               pg_catalog.array_agg(u.id ORDER BY u.n)
+        FROM unnest(h.table_oids, h.keys, h.ids) WITH ORDINALITY AS u(table_oid, k, id, n)
+        WHERE u.table_oid <> TG_RELID)
+  WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND TG_RELID = ANY (h.table_oids);
   RETURN NULL;
 END;
 $$;
