@@ -49,8 +49,10 @@ BEGIN
     RETURN NULL;
   END IF;
   DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid;
-  WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n.*)
-  SELECT pg_catalog.array_agg(t) INTO v_notes FROM taken t;
+  -- The whole row (RETURNING n), not its columns: an array of the CTE's own row type would be
+  -- converted to outbox.commit_notes[] through text, element by element (about 3 µs a commit).
+  WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n)
+  SELECT pg_catalog.array_agg(t.n) INTO v_notes FROM taken t;
   -- The transaction may have dropped a table it wrote: nothing of it is left to order.
   IF pg_catalog.cardinality(v_notes) = 1 THEN
     SELECT * INTO v_q FROM outbox.queues q
