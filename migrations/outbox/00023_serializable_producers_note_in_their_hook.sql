@@ -908,46 +908,40 @@ BEGIN
     ON CONFLICT (xid) DO UPDATE SET xid = EXCLUDED.xid
     RETURNING h.ctid, h.table_oids, h.keys, h.ids INTO v_hook, v_oids, v_keys, v_ids;
     DELETE FROM outbox.commit_hooks h WHERE h.ctid = v_hook;
-    FOR v_merged IN
-      SELECT q, m.keys, m.ids
-      FROM (SELECT u.table_oid, pg_catalog.array_agg(u.k) AS keys, pg_catalog.array_agg(u.id) AS ids
-            FROM unnest(v_oids, v_keys, v_ids) AS u(table_oid, k, id)
-            GROUP BY u.table_oid) m
-      JOIN outbox.queues q ON q.table_oid = m.table_oid
-      WHERE q.partition_column IS NOT NULL AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL
-      ORDER BY q.queue_id
-    LOOP
-      v_notified := outbox._commit_partitions(v_merged.q, v_merged.keys, v_merged.ids);
-    END LOOP;
-    RETURN NULL;
-  END IF;
-  DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid;
-  -- The whole row (RETURNING n), not its columns: an array of the CTE's own row type would be
-  -- converted to outbox.commit_notes[] through text, element by element (about 3 µs a commit).
-  WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n)
-  SELECT pg_catalog.array_agg(t.n) INTO v_notes FROM taken t;
-  -- The transaction may have dropped a table it wrote: nothing of it is left to order.
-  IF pg_catalog.cardinality(v_notes) = 1 THEN
-    SELECT * INTO v_q FROM outbox.queues q
-    WHERE q.table_oid = v_notes[1].table_oid AND q.partition_column IS NOT NULL
-      AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
-    IF FOUND THEN
-      v_notified := outbox._commit_partitions(v_q, v_notes[1].keys, v_notes[1].ids);
+  ELSE
+    DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid;
+    -- The whole row (RETURNING n), not its columns: an array of the CTE's own row type would be
+    -- converted to outbox.commit_notes[] through text, element by element (about 3 µs a commit).
+    WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n)
+    SELECT pg_catalog.array_agg(t.n) INTO v_notes FROM taken t;
+    -- One statement (the usual transaction): its queue, and its keys and ids as noted.
+    -- The transaction may have dropped a table it wrote: nothing of it is left to order.
+    IF pg_catalog.cardinality(v_notes) = 1 THEN
+      SELECT * INTO v_q FROM outbox.queues q
+      WHERE q.table_oid = v_notes[1].table_oid AND q.partition_column IS NOT NULL
+        AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
+      IF FOUND THEN
+        v_notified := outbox._commit_partitions(v_q, v_notes[1].keys, v_notes[1].ids);
+      END IF;
+      RETURN NULL;
     END IF;
-  ELSIF v_notes IS NOT NULL THEN
-    -- Many statements, maybe several queues: each queue's keys and ids, merged.
-    FOR v_merged IN
-      SELECT q, m.keys, m.ids
-      FROM (SELECT n.table_oid, pg_catalog.array_agg(u.k) AS keys, pg_catalog.array_agg(u.id) AS ids
-            FROM pg_catalog.unnest(v_notes) n CROSS JOIN LATERAL unnest(n.keys, n.ids) AS u(k, id)
-            GROUP BY n.table_oid) m
-      JOIN outbox.queues q ON q.table_oid = m.table_oid
-      WHERE q.partition_column IS NOT NULL AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL
-      ORDER BY q.queue_id
-    LOOP
-      v_notified := outbox._commit_partitions(v_merged.q, v_merged.keys, v_merged.ids);
-    END LOOP;
   END IF;
+  -- Many statements, maybe several queues (or a SERIALIZABLE transaction's hook): each queue's
+  -- keys and ids, merged.
+  FOR v_merged IN
+    SELECT q, m.keys, m.ids
+    FROM (SELECT u.table_oid, pg_catalog.array_agg(u.k) AS keys, pg_catalog.array_agg(u.id) AS ids
+          FROM (SELECT n.table_oid, x.k, x.id
+                FROM pg_catalog.unnest(v_notes) n CROSS JOIN LATERAL unnest(n.keys, n.ids) AS x(k, id)
+                UNION ALL
+                SELECT * FROM unnest(v_oids, v_keys, v_ids)) AS u(table_oid, k, id)
+          GROUP BY u.table_oid) m
+    JOIN outbox.queues q ON q.table_oid = m.table_oid
+    WHERE q.partition_column IS NOT NULL AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL
+    ORDER BY q.queue_id
+  LOOP
+    v_notified := outbox._commit_partitions(v_merged.q, v_merged.keys, v_merged.ids);
+  END LOOP;
   RETURN NULL;
 END;
 $$;
