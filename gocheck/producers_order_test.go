@@ -46,30 +46,47 @@ func insertEvent(t *testing.T, q interface {
 // they were delivered.
 func drainOnce(t *testing.T, pool *pgxpool.Pool) []int64 {
 	t.Helper()
-	ctx := context.Background()
 	var delivered []int64
 	for {
-		rows, err := pool.Query(ctx, `SELECT id, lease_token FROM outbox.claim_batch('public.events', 100)`)
-		require.NoError(t, err)
-		type lease struct {
-			id    int64
-			token [16]byte
-		}
-		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease, error) {
-			var l lease
-			return l, r.Scan(&l.id, &l.token)
-		})
+		batch, err := deliverClaimed(context.Background(), pool)
 		require.NoError(t, err)
 		if len(batch) == 0 {
 			return delivered
 		}
-		for _, l := range batch {
-			var ok bool
-			require.NoError(t, pool.QueryRow(ctx, `SELECT outbox.apply_result('public.events', $1, $2, 'sent')`, l.id, l.token).Scan(&ok))
-			require.True(t, ok)
-			delivered = append(delivered, l.id)
-		}
+		delivered = append(delivered, batch...)
 	}
+}
+
+// deliverClaimed claims one batch of public.events and records it as sent, returning its ids in
+// the order delivered; errors are returned, not failed on, so goroutines can use it.
+func deliverClaimed(ctx context.Context, pool *pgxpool.Pool) ([]int64, error) {
+	rows, err := pool.Query(ctx, `SELECT id, lease_token FROM outbox.claim_batch('public.events', 100)`)
+	if err != nil {
+		return nil, err
+	}
+	type lease struct {
+		id    int64
+		token [16]byte
+	}
+	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease, error) {
+		var l lease
+		return l, r.Scan(&l.id, &l.token)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var delivered []int64
+	for _, l := range batch {
+		var ok bool
+		if err := pool.QueryRow(ctx, `SELECT outbox.apply_result('public.events', $1, $2, 'sent')`, l.id, l.token).Scan(&ok); err != nil {
+			return delivered, err
+		}
+		if !ok {
+			return delivered, fmt.Errorf("apply_result of row %d with its fresh token changed nothing", l.id)
+		}
+		delivered = append(delivered, l.id)
+	}
+	return delivered, nil
 }
 
 // drainUntil drains until n rows were delivered (a head emptied while a producer was open may be

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -100,7 +99,7 @@ func TestProducers_SerializableProducersInMotionNeverFail(t *testing.T) {
 				if err != nil {
 					t.Errorf("drainer: %v", err)
 				}
-				n += sent
+				n += len(sent)
 			}
 		}
 	}()
@@ -144,30 +143,4 @@ func TestProducers_SerializableProducersInMotionNeverFail(t *testing.T) {
 		SELECT id < lag(id) OVER (PARTITION BY resource_id ORDER BY sent_at, id) AS behind FROM public.events) s
 		WHERE behind`).Scan(&violations))
 	require.Zero(t, violations)
-}
-
-// deliverClaimed claims one batch of public.events and records it as sent, as drainOnce does for
-// one batch, returning errors instead of failing the test (for goroutines).
-func deliverClaimed(ctx context.Context, pool *pgxpool.Pool) (int, error) {
-	rows, err := pool.Query(ctx, `SELECT id, lease_token FROM outbox.claim_batch('public.events', 100)`)
-	if err != nil {
-		return 0, err
-	}
-	type lease struct {
-		id    int64
-		token [16]byte
-	}
-	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease, error) {
-		var l lease
-		return l, r.Scan(&l.id, &l.token)
-	})
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range batch {
-		if _, err := pool.Exec(ctx, `SELECT outbox.apply_result('public.events', $1, $2, 'sent')`, l.id, l.token); err != nil {
-			return 0, err
-		}
-	}
-	return len(batch), nil
 }
