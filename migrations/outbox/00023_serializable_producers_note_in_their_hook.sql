@@ -117,10 +117,12 @@ BEGIN
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same
   -- transaction (a test, a script) makes them now. A SERIALIZABLE transaction noted them in its
   -- hook (outbox._note_written).
-  IF EXISTS (SELECT 1 FROM outbox.commit_notes n
-             WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = p_q.table_oid)
-     OR EXISTS (SELECT 1 FROM outbox.commit_hooks h
-                WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND p_q.table_oid = ANY (h.table_oids)) THEN
+  -- (A transaction that has written nothing has no xid, and looks no further.)
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL
+     AND (EXISTS (SELECT 1 FROM outbox.commit_notes n
+                  WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = p_q.table_oid)
+          OR EXISTS (SELECT 1 FROM outbox.commit_hooks h
+                     WHERE h.xid = pg_catalog.pg_current_xact_id() AND p_q.table_oid = ANY (h.table_oids))) THEN
     PERFORM outbox._refresh_heads(p_q, ARRAY(
       SELECT DISTINCT u.k FROM outbox.commit_notes n CROSS JOIN LATERAL pg_catalog.unnest(n.keys) AS u(k)
       WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = p_q.table_oid
@@ -696,23 +698,28 @@ $$;
 -- Arguments: the queue table, and its rows' keys and ids (aligned).
 CREATE OR REPLACE FUNCTION outbox._note_written(p_table oid, p_keys text[], p_ids bigint[])
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 AS $$
-  INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
-  SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]), p_keys, p_ids
-  WHERE pg_catalog.cardinality(p_ids) > 0 AND pg_catalog.current_setting('transaction_isolation') = 'serializable'
-  ON CONFLICT (xid) DO UPDATE
-    SET table_oids = h.table_oids || EXCLUDED.table_oids, keys = h.keys || EXCLUDED.keys, ids = h.ids || EXCLUDED.ids;
+BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
+    IF pg_catalog.cardinality(p_ids) > 0 THEN
+      INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+      VALUES (pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]),
+              p_keys, p_ids)
+      ON CONFLICT (xid) DO UPDATE
+        SET table_oids = h.table_oids || EXCLUDED.table_oids, keys = h.keys || EXCLUDED.keys, ids = h.ids || EXCLUDED.ids;
+    END IF;
+    RETURN;
+  END IF;
   WITH hook AS (
-    INSERT INTO outbox.commit_hooks AS h (xid)
-    SELECT pg_catalog.pg_current_xact_id()
-    WHERE pg_catalog.current_setting('transaction_isolation') <> 'serializable'
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
     ON CONFLICT (xid) DO NOTHING)
   INSERT INTO outbox.commit_notes (table_oid, keys, ids)
   SELECT p_table, p_keys, p_ids
-  WHERE pg_catalog.cardinality(p_ids) > 0 AND pg_catalog.current_setting('transaction_isolation') <> 'serializable';
+  WHERE pg_catalog.cardinality(p_ids) > 0;
+END;
 $$;
 -- +goose StatementEnd
 

@@ -99,10 +99,12 @@ BEGIN
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same
   -- transaction (a test, a script) makes them now. A SERIALIZABLE transaction noted them in its
   -- hook (outbox._note_written).
-  IF EXISTS (SELECT 1 FROM outbox.commit_notes n
-             WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = p_q.table_oid)
-     OR EXISTS (SELECT 1 FROM outbox.commit_hooks h
-                WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND p_q.table_oid = ANY (h.table_oids)) THEN
+  -- (A transaction that has written nothing has no xid, and looks no further.)
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL
+     AND (EXISTS (SELECT 1 FROM outbox.commit_notes n
+                  WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = p_q.table_oid)
+          OR EXISTS (SELECT 1 FROM outbox.commit_hooks h
+                     WHERE h.xid = pg_catalog.pg_current_xact_id() AND p_q.table_oid = ANY (h.table_oids))) THEN
     PERFORM outbox._refresh_heads(p_q, ARRAY(
       SELECT DISTINCT u.k FROM outbox.commit_notes n CROSS JOIN LATERAL pg_catalog.unnest(n.keys) AS u(k)
       WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = p_q.table_oid

@@ -15,21 +15,26 @@
 -- Arguments: the queue table, and its rows' keys and ids (aligned).
 CREATE OR REPLACE FUNCTION outbox._note_written(p_table oid, p_keys text[], p_ids bigint[])
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 AS $$
-  INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
-  SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]), p_keys, p_ids
-  WHERE pg_catalog.cardinality(p_ids) > 0 AND pg_catalog.current_setting('transaction_isolation') = 'serializable'
-  ON CONFLICT (xid) DO UPDATE
-    SET table_oids = h.table_oids || EXCLUDED.table_oids, keys = h.keys || EXCLUDED.keys, ids = h.ids || EXCLUDED.ids;
+BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
+    IF pg_catalog.cardinality(p_ids) > 0 THEN
+      INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+      VALUES (pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]),
+              p_keys, p_ids)
+      ON CONFLICT (xid) DO UPDATE
+        SET table_oids = h.table_oids || EXCLUDED.table_oids, keys = h.keys || EXCLUDED.keys, ids = h.ids || EXCLUDED.ids;
+    END IF;
+    RETURN;
+  END IF;
   WITH hook AS (
-    INSERT INTO outbox.commit_hooks AS h (xid)
-    SELECT pg_catalog.pg_current_xact_id()
-    WHERE pg_catalog.current_setting('transaction_isolation') <> 'serializable'
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
     ON CONFLICT (xid) DO NOTHING)
   INSERT INTO outbox.commit_notes (table_oid, keys, ids)
   SELECT p_table, p_keys, p_ids
-  WHERE pg_catalog.cardinality(p_ids) > 0 AND pg_catalog.current_setting('transaction_isolation') <> 'serializable';
+  WHERE pg_catalog.cardinality(p_ids) > 0;
+END;
 $$;
