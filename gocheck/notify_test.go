@@ -41,12 +41,14 @@ func notifications(t *testing.T, db *testdb.DB, channel string, statements ...st
 // NOTIFY takes a cluster-wide lock at commit, so a partitioned queue notifies only when a statement
 // makes a partition claimable (a key with no pending work); rows added behind an existing head wait
 // for the drainer that finishes the head. An unpartitioned queue notifies on every insert, and a
-// statement inserts at most one notification whatever its row count.
+// statement inserts at most one notification whatever its row count. (Queues that notify 'always':
+// the default, 'when_waiting', also needs a drainer that waits, see notify_when_waiting_test.go.)
 func TestNotify_OnlyWhenAPartitionBecomesClaimable(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	exec(t, db.Pool, `SELECT outbox.create_queue('public.parted', 'resource_id', channel => 'parted_wake');
-		SELECT outbox.create_queue('public.flat', channel => 'flat_wake')`)
+		SELECT outbox.create_queue('public.flat', channel => 'flat_wake');
+		SELECT outbox.set_notify('public.parted', 'always'); SELECT outbox.set_notify('public.flat', 'always')`)
 
 	require.Equal(t, []int{1, 0, 1, 1}, notifications(t, db, "parted_wake",
 		`INSERT INTO public.parted (event_type, payload, resource_id) SELECT 'e', '{}', 'k' || g FROM generate_series(1, 50) g`,

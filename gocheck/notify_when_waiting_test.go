@@ -179,3 +179,24 @@ func TestDrainer_WhenWaiting_WakesForEveryRow(t *testing.T) {
 		})
 	}
 }
+
+// A queue created since 00024 notifies only while a drainer waits (issue 29: 'always' cost eight
+// single-row producers of an unpartitioned queue half their rate); a queue registered before keeps
+// its setting when create_queue runs again, and set_notify still chooses 'always'.
+func TestNotify_NewQueuesNotifyWhenWaiting(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	exec(t, db.Pool, `SELECT outbox.create_queue('public.fresh');
+		SELECT outbox.create_queue('public.kept', 'resource_id');
+		SELECT outbox.set_notify('public.kept', 'always');
+		SELECT outbox.create_queue('public.kept', 'resource_id', max_attempts => 5)`)
+	var fresh, kept string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT notify FROM outbox.queues WHERE queue = 'public.fresh'),
+		(SELECT notify FROM outbox.queues WHERE queue = 'public.kept')`).Scan(&fresh, &kept))
+	require.Equal(t, "when_waiting", fresh, "a new queue notifies only while a drainer waits")
+	require.Equal(t, "always", kept, "a queue's choice survives create_queue")
+	require.Equal(t, []int{0}, notifications(t, db, "pgdrain_public_fresh",
+		`INSERT INTO public.fresh (event_type, payload) VALUES ('e', '{}')`),
+		"no drainer waits: no NOTIFY")
+}

@@ -43,8 +43,12 @@ BEGIN
         RETURN false;
       END IF;
       -- A new key (the other usual case): its head, made as outbox._commit_keys makes it. A head
-      -- that exists (a claim holds it, or it needs a fix) is left to outbox._commit_keys.
-      IF NOT FOUND THEN
+      -- that exists (a claim holds it, or it needs a fix) is left to outbox._commit_keys, also one
+      -- a claim's open transaction deleted: the probe above skips it (locked), this snapshot still
+      -- sees it, and an insert of the key would wait on that transaction's index entry (issue 29: a
+      -- lock-mode batch that delivered a key's last row held its producers at COMMIT).
+      IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                                   WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_key) THEN
         INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
         SELECT p_q.queue_id, v_key, v_id,
                CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)

@@ -1,7 +1,8 @@
 -- When a queue's producers NOTIFY its channel:
---   'always' (the default): every insert of an unpartitioned queue, every commit that made a
---     partition of a partitioned queue claimable. Any LISTENing client is woken.
---   'when_waiting': only while a drainer waits for a NOTIFY, which it says with outbox.drainer_waits
+--   'always': every insert of an unpartitioned queue, every commit that made a partition of a
+--     partitioned queue claimable. Any LISTENing client is woken.
+--   'when_waiting' (the default for queues created since 00024): only while a drainer waits for a
+--     NOTIFY, which it says with outbox.drainer_waits
 --     before it sleeps (and outbox.drainer_woke when a NOTIFY woke it). NOTIFY takes a cluster-wide
 --     lock from commit until the commit's WAL flush is done, so concurrent producers that notify
 --     commit one at a time; while the drainers are busy nobody needs one. The Go drainer does this

@@ -8,6 +8,8 @@ SELECT plan(14);
 SELECT test_helpers.new_queue('resource_id') AS q \gset
 SELECT split_part(:'q', '.', 2) AS t \gset
 SELECT test_helpers.new_queue() AS q2 \gset
+-- The trigger's arguments checked below are those of 'always' (new queues notify 'when_waiting').
+SELECT outbox.set_notify(:'q2', 'always') IS NULL AS _ \gset
 
 SELECT triggers_are('public', :'t', ARRAY['pgdrain_heads', 'pgdrain_truncate'],
                     'a partitioned queue has exactly the partition-head and truncate triggers');

@@ -14,6 +14,7 @@ SELECT throws_ok(format($$SELECT outbox.drainer_waits(%L, interval '0')$$, :'q')
 SELECT throws_ok(format($$SELECT outbox.drainer_waits(%L, NULL)$$, :'q'), '22023', NULL, 'a NULL wait is refused');
 SELECT throws_ok(format($$SELECT outbox.drainer_woke(%L, -1)$$, :'q'), '22023',
   'drainer_woke: mark must be a mark outbox.drainer_waits returned (0 or more), got -1', 'a negative mark is refused');
+SELECT outbox.set_notify(:'q', 'always') IS NULL AS _ \gset
 SELECT is(outbox.drainer_waits(:'q', interval '1 minute'), 0::bigint, 'a queue that notifies always: nothing to mark');
 
 SELECT outbox.set_notify(:'q', 'when_waiting') IS NULL AS _ \gset

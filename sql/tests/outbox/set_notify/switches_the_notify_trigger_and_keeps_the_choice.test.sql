@@ -13,8 +13,10 @@ SELECT throws_ok(format($$SELECT outbox.set_notify(%L, 'sometimes')$$, :'q'), '2
 SELECT throws_ok(format($$SELECT outbox.set_notify(%L, NULL)$$, :'q'), '22023',
   'set_notify: notify must be ''always'' or ''when_waiting'', got NULL', 'NULL is refused');
 SELECT throws_ok($$SELECT outbox.set_notify('public.no_such_queue', 'always')$$, '42P01', NULL, 'an unregistered queue is refused');
-SELECT is((SELECT notify FROM outbox.queues WHERE queue = :'q'), 'always', 'a refused call changed nothing');
+SELECT is((SELECT notify FROM outbox.queues WHERE queue = :'q'), 'when_waiting',
+          'a refused call changed nothing (a new queue notifies when_waiting, the default since 00024)');
 
+SELECT outbox.set_notify(:'q', 'always') IS NULL AS _ \gset
 SELECT outbox.set_notify(:'q', 'when_waiting') IS NULL AS _ \gset
 SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'),
           format('%s\000%s\000%s\000%s\000', (SELECT channel FROM outbox.queues WHERE queue = :'q'), :'q', :'qid',

@@ -1,0 +1,1 @@
+ALTER TABLE outbox.queues ALTER COLUMN notify SET DEFAULT 'always';
