@@ -9,11 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pgdrain/pgdrain/internal/errtext"
 )
 
 const (
-	// maxErrorText caps the error text stored in last_error.
-	maxErrorText = 4000
 	// overrunWarnAfter is how long past its deadline an apply may run before the drainer logs that
 	// it ignores its context (it still holds its apply slot).
 	overrunWarnAfter = time.Second
@@ -64,10 +64,9 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 		endSpan(span, j, err)
 	}
 	if err != nil {
-		j.errText = err.Error()
-		if len(j.errText) > maxErrorText {
-			j.errText = j.errText[:maxErrorText]
-		}
+		// The text is the Applier's, often a peer's words: made recordable here, once for every
+		// Applier, sink and claim mode (a text PostgreSQL refuses would fail the batch's record).
+		j.errText = errtext.Recordable(err.Error(), errtext.MaxBytes)
 		level := slog.LevelDebug
 		if j.disposition == DispositionPermanent && r.reg.permanentPolicy != RetryPermanent {
 			// The event will never be delivered unless someone requeues it: say so where it is seen.

@@ -51,6 +51,13 @@
 // never does, so the partition waits for its peer (watch it with WithWedgeObserver and the
 // pgdrain_outbox_oldest_pending_age_seconds gauge).
 //
+// The error's text becomes the row's last_error, made recordable whatever it holds (a peer's
+// words, often): valid UTF-8 (invalid bytes and NUL bytes become U+FFFD), at most 4000 bytes, cut
+// at a character boundary. Should PostgreSQL still refuse a batch of results with a data exception
+// (SQLSTATE class 22: a character the database's encoding lacks, a RetryAt time out of its range),
+// the drainer records the batch row by row, a refused result with its text escaped to ASCII and
+// the queue's backoff, and logs it: one bad result never costs the others their record.
+//
 // Database errors never stop Run once it is draining: they are logged and retried with backoff.
 // Those that mean no writable database is reachable now (a restart, a failover, a DSN that reaches
 // a standby: connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006) are logged at Warn and are

@@ -189,6 +189,17 @@ func translate(doing string, err error) error {
 // Run still fails fast on a misconfiguration.
 func unavailable(err error) string { return pgerr.Unavailable(err) }
 
+// dataException returns the server's error when err is a data exception (SQLSTATE class 22: a
+// value the server refuses, such as a text it cannot store in its encoding or a time out of its
+// range), or nil. A batch of results refused so is recorded row by row (recordEach).
+func dataException(err error) *pgconn.PgError {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		return pgErr
+	}
+	return nil
+}
+
 // logRetry logs a failed database call that the drainer retries after retryIn: at Warn with its
 // cause when the database is unavailable (see unavailable), otherwise at Error.
 func (d *Drainer[T]) logRetry(ctx context.Context, msg string, err error, retryIn time.Duration) {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -48,23 +50,53 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	// Settle and commit within the bound (at least LeaseMargin, when an overrun used it up).
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(txEnd, time.Now().Add(LeaseMargin)))
 	defer cancel()
+	var settled []*job
 	if len(done) > 0 {
-		settled, err := querySettleLocked(rctx, tx, r.reg.queue, done)
-		if err != nil {
+		if settled, err = r.settleLocked(rctx, tx, done); err != nil {
 			return len(jobs), r.lockTxEnded(err, len(done))
-		}
-		if settled != int64(len(done)) {
-			r.d.logger.WarnContext(ctx, "settle_locked recorded fewer rows than applied", "applied", len(done), "settled", settled)
 		}
 	}
 	// An empty claim may still have written (woken parked heads, refreshed stale ones): commit it.
 	if err := tx.Commit(rctx); err != nil {
 		return len(jobs), r.lockTxEnded(translate("committing batch", err), len(done))
 	}
-	for _, j := range done {
+	for _, j := range settled {
 		r.metrics.recorded(j.disposition)
 	}
 	return len(jobs), nil
+}
+
+// settleLocked records the results of done in tx (outbox.settle_locked) and returns the jobs it
+// recorded. A batch with a failed row carries what the Applier said (an error text, a retry
+// time), which the server may refuse: it is settled in a savepoint, so that a refusal (a data
+// exception) costs the claim transaction nothing and the rows are settled one by one
+// (recordEach). A batch of sent rows carries nothing but ids and outcomes and is settled without
+// one: the fast path takes no subtransaction.
+func (r *runner[T]) settleLocked(ctx context.Context, tx pgx.Tx, done []*job) ([]*job, error) {
+	settle := querySettleLocked
+	failed := slices.ContainsFunc(done, func(j *job) bool { return j.disposition != DispositionSent })
+	if failed {
+		settle = querySettleLockedInSavepoint
+	}
+	n, err := settle(ctx, tx, r.reg.queue, done)
+	if err == nil && n != int64(len(done)) {
+		r.d.logger.WarnContext(ctx, "settle_locked recorded fewer rows than applied", "applied", len(done), "settled", n)
+	}
+	switch {
+	case err == nil:
+		return done, nil
+	case !failed || dataException(err) == nil:
+		return nil, err
+	}
+	var settled []*job
+	_, err = r.recordEach(ctx, done, err, func(j *job) error {
+		n, err := querySettleLockedInSavepoint(ctx, tx, r.reg.queue, []*job{j})
+		if n == 1 {
+			settled = append(settled, j)
+		}
+		return err
+	})
+	return settled, err
 }
 
 func later(a, b time.Time) time.Time {

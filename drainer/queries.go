@@ -37,7 +37,13 @@ const (
 	sqlApplyResults = `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5, $6)`
 	sqlRelease      = `SELECT outbox.release($1, $2, $3)`
 	sqlSettleLocked = `SELECT outbox.settle_locked($1, $2, $3, $4, $5)`
-	sqlStats        = `
+	// A settle that may be refused runs in a savepoint (querySettleLockedInSavepoint), so that the
+	// claim transaction outlives the refusal.
+	sqlSavepoint           = `SAVEPOINT pgdrain_settle`
+	sqlReleaseSavepoint    = `RELEASE SAVEPOINT pgdrain_settle`
+	sqlRollbackToSavepoint = `ROLLBACK TO SAVEPOINT pgdrain_settle`
+
+	sqlStats = `
 		SELECT pending, poisoned, coalesce(extract(epoch FROM oldest_pending_age), 0)::float8
 		FROM outbox.stats($1)`
 	sqlWedgedPartitions = `
@@ -246,16 +252,53 @@ func queryRelease(ctx context.Context, db querier, queue string, jobs []*job) er
 // querySettleLocked records the outcomes of jobs in the claiming transaction tx
 // (outbox.settle_locked) and returns how many rows it recorded.
 func querySettleLocked(ctx context.Context, tx querier, queue string, jobs []*job) (int64, error) {
+	var settled int64
+	if err := tx.QueryRow(ctx, sqlSettleLocked, settleLockedArgs(queue, jobs)...).Scan(&settled); err != nil {
+		return 0, translate("settling batch", err)
+	}
+	return settled, nil
+}
+
+// querySettleLockedInSavepoint is querySettleLocked in a savepoint of tx, sent in the same round
+// trip. When the settle fails, the savepoint is rolled back and released, so tx goes on as if the
+// settle had not run; when that fails too, the error says so and tx is lost.
+func querySettleLockedInSavepoint(ctx context.Context, tx querier, queue string, jobs []*job) (int64, error) {
+	var b pgx.Batch
+	b.Queue(sqlSavepoint)
+	b.Queue(sqlSettleLocked, settleLockedArgs(queue, jobs)...)
+	b.Queue(sqlReleaseSavepoint)
+	res := tx.SendBatch(ctx, &b)
+	var settled int64
+	_, err := res.Exec()
+	if err == nil {
+		err = res.QueryRow().Scan(&settled)
+	}
+	if err == nil {
+		_, err = res.Exec()
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		return settled, nil
+	}
+	err = translate("settling batch", err)
+	// Both in one round trip, in the simple protocol (no arguments): a batch would prepare the
+	// RELEASE first, which an aborted transaction refuses (it takes only ROLLBACK TO).
+	if _, uerr := tx.Exec(ctx, sqlRollbackToSavepoint+"; "+sqlReleaseSavepoint); uerr != nil {
+		return 0, fmt.Errorf("%w (after %v)", translate("rolling back to the settle's savepoint", uerr), err)
+	}
+	return 0, err
+}
+
+// settleLockedArgs are the arguments of sqlSettleLocked for jobs.
+func settleLockedArgs(queue string, jobs []*job) []any {
 	ids := make([]int64, len(jobs))
 	outcomes := make([]string, len(jobs))
 	for i, j := range jobs {
 		ids[i], outcomes[i] = j.event.ID, j.disposition.String()
 	}
-	var settled int64
-	if err := tx.QueryRow(ctx, sqlSettleLocked, queue, ids, outcomes, textArray(jobs), retryAtArray(jobs)).Scan(&settled); err != nil {
-		return 0, translate("settling batch", err)
-	}
-	return settled, nil
+	return []any{queue, ids, outcomes, textArray(jobs), retryAtArray(jobs)}
 }
 
 // queueStats is the part of outbox.stats the gauges export.

@@ -101,7 +101,7 @@ func (rec *recorder[T]) run(ctx context.Context) {
 	for {
 		jobs, wait, closed := rec.due()
 		if len(jobs) > 0 {
-			recorded, err := rec.r.recordLeased(ctx, jobs)
+			recorded, rest, err := rec.r.recordLeased(ctx, jobs)
 			if recorded {
 				rec.r.signal()
 			}
@@ -110,7 +110,7 @@ func (rec *recorder[T]) run(ctx context.Context) {
 				continue
 			}
 			retryDelay = pgerr.Next(retryDelay)
-			rec.retry(ctx, jobs, err, retryDelay)
+			rec.retry(ctx, rest, err, retryDelay)
 			continue
 		}
 		if closed {
@@ -226,9 +226,10 @@ func (rec *recorder[T]) retry(ctx context.Context, jobs []*job, err error, delay
 
 // recordLeased writes the results of jobs in one apply_results round trip and reports whether any
 // counted. A row reported applied = false was no longer ours (its lease ran out and someone else
-// took it): it is counted, never retried from here. A failed round trip returns its error (the
-// recorder retries or drops it, see retry).
-func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded bool, err error) {
+// took it): it is counted, never retried from here. A batch the server refuses with a data
+// exception is recorded row by row (recordEach). A failed round trip returns its error and the
+// jobs not recorded (the recorder retries or drops them, see retry).
+func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded bool, rest []*job, err error) {
 	byID := make(map[int64]*job, len(jobs))
 	for _, j := range jobs {
 		byID[j.event.ID] = j
@@ -237,7 +238,7 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded boo
 	// outlive the leases of the results it carries and of those finishing meanwhile.
 	rctx, cancel := r.bounded(context.WithoutCancel(ctx))
 	defer cancel()
-	err = queryApplyResults(rctx, r.d.pool, r.reg.queue, jobs, func(id int64, applied bool) {
+	counted := func(id int64, applied bool) {
 		j := byID[id]
 		if applied {
 			recorded = true
@@ -247,6 +248,16 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded boo
 		r.metrics.leaseLost.Inc()
 		r.d.logger.DebugContext(ctx, "result refused: lease lost (the row was claimed again)",
 			"id", id, "outcome", j.disposition.String())
+	}
+	err = queryApplyResults(rctx, r.d.pool, r.reg.queue, jobs, counted)
+	switch {
+	case err == nil:
+		return recorded, nil, nil
+	case dataException(err) == nil:
+		return recorded, jobs, err
+	}
+	rest, err = r.recordEach(ctx, jobs, err, func(j *job) error {
+		return queryApplyResults(rctx, r.d.pool, r.reg.queue, []*job{j}, counted)
 	})
-	return recorded, err
+	return recorded, rest, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgdrain/pgdrain/internal/errtext"
 	"github.com/pgdrain/pgdrain/internal/pgerr"
 )
 
@@ -467,7 +468,9 @@ func (e *Engine) journal(ctx context.Context, s Step, deliveryErr error) error {
 	defer cancel()
 	var errText *string
 	if deliveryErr != nil {
-		t := deliveryErr.Error()
+		// A channel's error may carry anything its peer said; a text PostgreSQL refuses would
+		// cost the delivery its journal row.
+		t := errtext.Recordable(deliveryErr.Error(), errtext.MaxBytes)
 		errText = &t
 	}
 	if _, err := e.pool.Exec(ctx, sqlRecordDelivery, s.EscalationID, s.StepIdx, s.LeaseToken, errText); err != nil {

@@ -64,7 +64,18 @@ type drQueueOpts struct {
 
 func drNewQueue(t *testing.T, o drQueueOpts) *drQueue {
 	t.Helper()
-	db := testdb.New(t)
+	return drQueueIn(t, testdb.New(t), o)
+}
+
+// drNewEncodedQueue is drNewQueue in a database of another server encoding (testdb.NewEncoded).
+func drNewEncodedQueue(t *testing.T, encoding string, o drQueueOpts) *drQueue {
+	t.Helper()
+	return drQueueIn(t, testdb.NewEncoded(t, encoding), o)
+}
+
+// drQueueIn creates the check's queue, public.events, in db.
+func drQueueIn(t *testing.T, db *testdb.DB, o drQueueOpts) *drQueue {
+	t.Helper()
 	q := &drQueue{db: db, pool: db.Pool, table: "public.events"}
 	var partition *string
 	if o.partitionColumn != "" {

@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgdrain/pgdrain/drainer"
 	"github.com/pgdrain/pgdrain/relay"
+	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
 // rlSink is a relay.Sink that records what it is given and answers with decide (Sent when nil).
@@ -77,6 +79,17 @@ func rlStart(t *testing.T, pool *pgxpool.Pool, routes []relay.Route) (r *relay.R
 	})
 	t.Cleanup(func() { _ = stop() })
 	return r, reg, stop
+}
+
+// rlWebhookRoute is a route relaying q in mode, with q's check config, to a webhook at url signed
+// with rlSecret.
+func rlWebhookRoute(t *testing.T, q *drQueue, mode drainer.ClaimMode, url string) relay.Route {
+	t.Helper()
+	sink, err := webhook.New(webhook.Config{URL: url, Secrets: []string{rlSecret}})
+	require.NoError(t, err)
+	route := relay.Route{Queue: q.table, Sink: sink, SinkKind: "webhook", Drainer: q.config(mode)}
+	route.Drainer.Table = ""
+	return route
 }
 
 // rlPayload decodes an event's payload as the drainer checks' drEvent.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/pgdrain/pgdrain/drainer"
 	"github.com/pgdrain/pgdrain/relay"
-	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
 // A webhook peer that answers 429 with Retry-After: 120 gets the event again in 120 seconds, not
@@ -47,11 +46,7 @@ func TestRelay_RetryAfterIsTheRowsNextAttempt(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}))
 		defer srv.Close()
-		sink, err := webhook.New(webhook.Config{URL: srv.URL, Secrets: []string{rlSecret}})
-		require.NoError(t, err)
-		route := relay.Route{Queue: q.table, Sink: sink, SinkKind: "webhook", Drainer: q.config(mode)}
-		route.Drainer.Table = ""
-		_, reg, stop := rlStart(t, loginPool(t, q.db, "pgdrain_worker"), []relay.Route{route})
+		_, reg, stop := rlStart(t, loginPool(t, q.db, "pgdrain_worker"), []relay.Route{rlWebhookRoute(t, q, mode, srv.URL)})
 		drWaitFor(t, 30*time.Second, "the 429 recorded", func() bool {
 			return q.count(t, `SELECT count(*) FROM public.events WHERE attempt_count = 1`) == 1
 		})

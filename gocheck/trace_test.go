@@ -21,7 +21,6 @@ import (
 
 	"github.com/pgdrain/pgdrain/drainer"
 	"github.com/pgdrain/pgdrain/relay"
-	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
 // The producer's transaction: trace 4bf92f35..., span 00f067aa..., sampled, with vendor state.
@@ -155,10 +154,7 @@ func TestRelay_PropagatesTheDeliverySpanToTheSink(t *testing.T) {
 				w.WriteHeader(http.StatusNoContent)
 			}))
 			defer srv.Close()
-			sink, err := webhook.New(webhook.Config{URL: srv.URL, Secrets: []string{rlSecret}})
-			require.NoError(t, err)
-			route := relay.Route{Queue: q.table, Sink: sink, SinkKind: "webhook", Drainer: q.config(drainer.ClaimLease)}
-			route.Drainer.Table = ""
+			route := rlWebhookRoute(t, q, drainer.ClaimLease, srv.URL)
 			tp, rec := trRecorder()
 			var opts []relay.Option
 			if traced {

@@ -87,14 +87,40 @@ func NewEmpty(t testing.TB) *DB {
 	return fromTemplate(t, "template0")
 }
 
+// NewEncoded creates a migrated database for t whose server encoding is encoding, with the C
+// locale, and whose sessions use client_encoding UTF8 (as a Go client means it: the server
+// converts every text, and refuses one with a character the encoding lacks, SQLSTATE 22P05);
+// dropped when t ends. It is migrated on creation (a template of another encoding cannot be
+// cloned), so it costs more than New.
+func NewEncoded(t testing.TB, encoding string) *DB {
+	t.Helper()
+	db := create(t, fmt.Sprintf("TEMPLATE template0 ENCODING %s LOCALE 'C'", pgx.Identifier{encoding}.Sanitize()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := MigrateUp(ctx, db.URL); err != nil {
+		t.Fatalf("migrating %s test database: %v", encoding, err)
+	}
+	if _, err := db.Pool.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s SET client_encoding = 'UTF8'", pgx.Identifier{db.Name}.Sanitize())); err != nil {
+		t.Fatalf("setting the client encoding of the %s test database: %v", encoding, err)
+	}
+	db.Pool.Reset() // the setting applies to new sessions
+	return db
+}
+
 func fromTemplate(t testing.TB, template string) *DB {
+	t.Helper()
+	return create(t, "TEMPLATE "+pgx.Identifier{template}.Sanitize())
+}
+
+// create runs CREATE DATABASE <a fresh name> <options> and connects to it.
+func create(t testing.TB, options string) *DB {
 	t.Helper()
 	server := ServerURL(t)
 	name := "t_" + randomHex(6)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := admin(ctx, server, func(c *pgx.Conn) error {
-		_, err := c.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", pgx.Identifier{name}.Sanitize(), pgx.Identifier{template}.Sanitize()))
+		_, err := c.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s %s", pgx.Identifier{name}.Sanitize(), options))
 		return err
 	}); err != nil {
 		t.Fatalf("creating test database: %v", err)

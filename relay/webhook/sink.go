@@ -13,11 +13,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"github.com/pgdrain/pgdrain/internal/errtext"
 	"github.com/pgdrain/pgdrain/relay"
 )
 
-// errorBodyBytes is how much of a refusal's body goes into the row's last_error.
+// errorBodyBytes is how much of a refusal's body goes into the row's last_error, at most.
 const errorBodyBytes = 256
 
 // Sink POSTs events to one endpoint. It is safe for concurrent use.
@@ -108,7 +110,8 @@ func (s *Sink) post(ctx context.Context, e relay.Event) relay.Result {
 		return relay.TransientResult(fmt.Errorf("POST %s: %w", redact(s.cfg.URL), unwrapURLError(err)))
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
+	// A few bytes more than kept, so that the excerpt ends before a character the limit splits.
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes+utf8.UTFMax))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
 	return classify(resp, snippet, s.now())
 }
@@ -121,7 +124,8 @@ func classify(resp *http.Response, snippet []byte, now time.Time) relay.Result {
 		return relay.SentResult()
 	}
 	err := fmt.Errorf("peer answered %s", resp.Status)
-	if text := strings.TrimSpace(string(snippet)); text != "" {
+	// The peer's bytes may be anything (a NUL, invalid UTF-8): the excerpt is recordable text.
+	if text := strings.TrimSpace(errtext.Recordable(string(snippet), errorBodyBytes)); text != "" {
 		err = fmt.Errorf("%w: %s", err, text)
 	}
 	switch {

@@ -198,6 +198,33 @@ func TestSink_ClassifiesAnswers(t *testing.T) {
 	}
 }
 
+// The peer's body goes into the error as a recordable excerpt of at most 256 bytes: ending before
+// a character the limit splits, invalid UTF-8 and NUL bytes as U+FFFD (issue 31: PostgreSQL
+// refuses such bytes, and with them the whole batch of results).
+func TestSink_ErrorExcerptIsRecordableText(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct{ body, want string }{
+		"two-byte character across byte 256":  {strings.Repeat("a", 255) + "é", strings.Repeat("a", 255)},
+		"four-byte character across byte 256": {strings.Repeat("a", 254) + "😀 more", strings.Repeat("a", 254)},
+		"NUL byte":                            {"bad\x00request", "bad\uFFFDrequest"},
+		"invalid UTF-8":                       {"\xff\xfe not JSON", "\uFFFD not JSON"},
+		"a megabyte of text":                  {strings.Repeat("日", 1<<20), strings.Repeat("日", 85)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, srv := newPeer(t, []string{oldSecret}, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = io.WriteString(w, tc.body)
+			})
+			s, err := webhook.New(webhook.Config{URL: srv.URL, Secrets: []string{oldSecret}})
+			require.NoError(t, err)
+			res := deliver(t, s, event(7, "k"))[0]
+			require.Equal(t, relay.Permanent, res.Outcome)
+			require.EqualError(t, res.Err, "peer answered 400 Bad Request: "+tc.want)
+		})
+	}
+}
+
 // A peer slower than the delivery's deadline, and a peer that is not there, are transient.
 func TestSink_TimeoutsAndConnectionErrorsAreTransient(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,39 @@
+package gocheck
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/escalation"
+	"github.com/pgdrain/pgdrain/internal/testdb"
+)
+
+// A channel's error is journaled whatever its text holds (NUL bytes, invalid UTF-8, megabytes):
+// the failed delivery gets its journal row, with a recordable text of at most 4000 bytes. Before,
+// the journal insert failed (SQLSTATE 22021) and the delivery went unjournaled.
+func TestEscalation_UnrecordableChannelErrorIsJournaled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	_, ladder := firingAlert(t, db.Pool, "disk full", ladderPolicy(t, db.Pool, "pager", "0s"), time.Second)
+	pager := escalation.NotifierFunc(func(context.Context, escalation.Step) error {
+		return errors.New("pager said bad\x00request \xff" + strings.Repeat("日", 1<<20))
+	})
+	engine := newEngine(t, db.Pool, map[string]escalation.Notifier{"pager": pager}, escalation.Config{})
+	res, err := engine.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, escalation.TickResult{Taken: 1, Failed: 1}, res)
+
+	var outcome, text string
+	require.NoError(t, db.Pool.QueryRow(ctx,
+		`SELECT outcome, error FROM alr.delivery_journal WHERE escalation_id = $1::uuid AND step_idx = 0`, ladder).
+		Scan(&outcome, &text))
+	require.Equal(t, "failed", outcome)
+	prefix := "pager said bad\uFFFDrequest \uFFFD"
+	require.Equal(t, prefix+strings.Repeat("日", (4000-len(prefix))/3), text)
+}
