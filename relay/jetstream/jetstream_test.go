@@ -114,9 +114,9 @@ func TestSink_PublishesWithTheIdentityAsMsgID(t *testing.T) {
 	}
 }
 
-// SubjectField routes by payload; a missing field or a wildcard subject is permanent; a subject
-// no stream listens on is transient (an operator can add the stream); a message above the
-// server's max_payload is permanent.
+// SubjectField routes by payload; a missing field or a wildcard subject is permanent; so is a
+// subject no stream captures, told apart from other failures (the server would never store the
+// event); a message above the server's max_payload is permanent.
 func TestSink_SubjectsAndFailures(t *testing.T) {
 	t.Parallel()
 	srv, js := natsServer(t, 2048)
@@ -135,11 +135,91 @@ func TestSink_SubjectsAndFailures(t *testing.T) {
 	require.Equal(t, relay.Permanent, res[1].Outcome)
 	require.EqualError(t, res[1].Err, `the payload has no string field "subject" to take the subject from`)
 	require.Equal(t, relay.Permanent, res[2].Outcome)
-	require.Equal(t, relay.Transient, res[3].Outcome, "%v", res[3].Err)
+	require.Equal(t, relay.Permanent, res[3].Outcome, "%v", res[3].Err)
+	require.EqualError(t, res[3].Err, "publishing to elsewhere.x: no JetStream stream captures the subject, so the server "+
+		"would never store the event (add the subject to a stream, then requeue the event)")
 	require.Equal(t, relay.Permanent, res[4].Outcome, "%v", res[4].Err)
 	msgs := stored(t, js)
 	require.Len(t, msgs, 1)
 	require.Equal(t, "events.eu", msgs[0].Subject())
+}
+
+// A payload cannot make the relay publish to a system subject ($JS.API..., $KV..., $SYS...,
+// _INBOX...): the event is refused for good and nothing is published, so the stream a payload
+// names for deletion is still there. allowed_subjects narrows the subjects further, and lets a
+// system subject through only when a pattern names it literally.
+func TestSink_RefusesSubjectsOutsideWhatTheConfigAllows(t *testing.T) {
+	t.Parallel()
+	srv, js := natsServer(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := js.CreateKeyValue(ctx, njs.KeyValueConfig{Bucket: "settings"})
+	require.NoError(t, err)
+	s, err := jetstream.New(jetstream.Config{URL: srv.ClientURL(), SubjectField: "subject"})
+	require.NoError(t, err)
+	defer s.Close()
+	system := []string{"$JS.API.STREAM.DELETE.EVENTS", "$JS.API.STREAM.PURGE.EVENTS", "$KV.settings.admin",
+		"$SYS.REQ.SERVER.PING", "$O.files.x", "_INBOX.abc"}
+	for i, subject := range system {
+		res := deliver(t, s, event(int64(i+1), "k", fmt.Sprintf(`{"subject":%q}`, subject)))[0]
+		require.Equal(t, relay.Permanent, res.Outcome, "%s: %v", subject, res.Err)
+		require.EqualError(t, res.Err, fmt.Sprintf(`the payload's field "subject" names the system subject %q `+
+			`(the server's or JetStream's API, or a request's reply): the relay never publishes there for a producer `+
+			`unless allowed_subjects names it`, subject))
+	}
+	st, err := js.Stream(ctx, "EVENTS")
+	require.NoError(t, err, "the stream a payload asked to delete is still there")
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs)
+	kv, err := js.KeyValue(ctx, "settings")
+	require.NoError(t, err)
+	_, err = kv.Get(ctx, "admin")
+	require.ErrorIs(t, err, njs.ErrKeyNotFound, "nothing was written to the bucket")
+
+	narrow, err := jetstream.New(jetstream.Config{URL: srv.ClientURL(), SubjectField: "subject",
+		AllowedSubjects: []string{"events.eu.>", "events.*.audit", "$KV.settings.>"}})
+	require.NoError(t, err)
+	defer narrow.Close()
+	res := deliver(t, narrow,
+		event(11, "a", `{"subject":"events.eu.created"}`),
+		event(12, "b", `{"subject":"events.us.audit"}`),
+		event(13, "c", `{"subject":"events.us.created"}`),
+		event(14, "d", `{"subject":"$KV.settings.theme"}`),
+		event(15, "e", `{"subject":"$JS.API.STREAM.DELETE.EVENTS"}`),
+	)
+	require.Equal(t, relay.Sent, res[0].Outcome, "%v", res[0].Err)
+	require.Equal(t, relay.Sent, res[1].Outcome, "%v", res[1].Err)
+	require.Equal(t, relay.Permanent, res[2].Outcome)
+	require.EqualError(t, res[2].Err, `the payload's field "subject" names the subject "events.us.created", which `+
+		`allowed_subjects (events.eu.>, events.*.audit, $KV.settings.>) does not allow`)
+	require.Equal(t, relay.Sent, res[3].Outcome, "a pattern naming $KV literally lets it through: %v", res[3].Err)
+	require.Equal(t, relay.Permanent, res[4].Outcome)
+	entry, err := kv.Get(ctx, "theme")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"subject":"$KV.settings.theme"}`, string(entry.Value()))
+	require.Len(t, stored(t, js), 2)
+}
+
+// The configured Subject must be captured by a stream: New says so when the server answers at
+// start, and a stream removed later makes the events wait, with an error that says why (not
+// "no response from stream").
+func TestSink_AMissingStreamIsToldApart(t *testing.T) {
+	t.Parallel()
+	srv, js := natsServer(t, 0)
+	_, err := jetstream.New(jetstream.Config{URL: srv.ClientURL(), Subject: "nowhere.x"})
+	require.EqualError(t, err, `no JetStream stream captures Subject "nowhere.x": add it to a stream first`)
+
+	s, err := jetstream.New(jetstream.Config{URL: srv.ClientURL(), Subject: "events.x"})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, js.DeleteStream(ctx, "EVENTS"))
+	res := deliver(t, s, event(1, "a", `{}`))[0]
+	require.Equal(t, relay.Transient, res.Outcome)
+	require.EqualError(t, res.Err, "publishing to events.x: no JetStream stream captures the subject: add it to a stream; "+
+		"the events wait until one does")
 }
 
 // A server that is not there yet does not fail New; the publish is transient.
@@ -164,6 +244,14 @@ func TestConfig_Validate(t *testing.T) {
 		`Subject must not hold a wildcard to publish to, got "a.>"`)
 	require.EqualError(t, jetstream.Config{URL: "nats://x", Subject: "a", SubjectField: "s"}.Validate(),
 		"Subject must be empty when SubjectField is set: the subject comes from one place")
+	require.EqualError(t, jetstream.Config{URL: "nats://x", Subject: "a", AllowedSubjects: []string{"a"}}.Validate(),
+		"AllowedSubjects must be empty unless SubjectField is set: they limit the subjects payloads name")
+	require.EqualError(t, jetstream.Config{URL: "nats://x", SubjectField: "s",
+		AllowedSubjects: []string{"a.>", "a..b", "a.>.b", "a.b*", "a b"}}.Validate(),
+		`AllowedSubjects[1] must be dot-separated non-empty tokens, got "a..b"`+"\n"+
+			`AllowedSubjects[2] may hold ">" only as its last token, got "a.>.b"`+"\n"+
+			`AllowedSubjects[3] must hold a wildcard as a whole token ("a.*.c", "a.>"), got "a.b*"`+"\n"+
+			`AllowedSubjects[4] must not hold whitespace, got "a b"`)
 }
 
 // The event's headers go with the message; Nats-* (JetStream's own: the identity, expectations,
