@@ -4,8 +4,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -37,8 +39,17 @@ type Config struct {
 	Secrets []string `yaml:"secrets"`
 	// Headers are sent with every request (an API key, a tenant), over any event header of the
 	// same name. They may not set Content-Type, the webhook-* headers or those HTTP controls
-	// (Content-Length, Host, Connection, ...). Defaults to none.
+	// (Content-Length, Host, Connection, Expect, ...), in any case, "_" read as "-". Defaults to
+	// none.
 	Headers map[string]string `yaml:"headers"`
+	// EventHeaders are the headers a producer may send with its events (the row's headers): names,
+	// or prefixes ending in "*" ("x-acme-*"), compared without case and with "_" read as "-"; the
+	// event's other headers are left out. A prefix never matches a credential or a header proxies
+	// and frameworks trust (Authorization, Proxy-Authorization, Cookie, Forwarded, X-Forwarded-*,
+	// X-Real-IP, X-HTTP-Method-Override, ...): list such a name exactly to let producers set it.
+	// Content-Type, webhook-* and the headers HTTP controls are never an event's. An empty list
+	// sends none. Defaults to x-*, traceparent, tracestate and baggage (DefaultEventHeaders).
+	EventHeaders []string `yaml:"event_headers"`
 	// Body is BodyEnvelope or BodyPayload. Defaults to BodyEnvelope.
 	Body string `yaml:"body"`
 	// Client sends the requests; it must not follow redirects (New's default client does not).
@@ -64,12 +75,24 @@ func (c Config) Validate() error {
 			bad("Secrets[%d] %v", i, err)
 		}
 	}
-	for name := range c.Headers {
-		switch canon := http.CanonicalHeaderKey(name); {
-		case reserved(canon):
-			bad("Headers may not set %s: the sink or HTTP sets it", name)
-		case name == "" || strings.ContainsAny(name, " \t\r\n:"):
+	for _, name := range slices.Sorted(maps.Keys(c.Headers)) {
+		switch {
+		case !validName(name):
 			bad("Headers has an invalid header name %q", name)
+		case reserved(name):
+			bad("Headers may not set %s: the sink or HTTP sets it", name)
+		case !validValue(c.Headers[name]):
+			bad("Headers has a value with a control character for %s", name)
+		}
+	}
+	for i, e := range c.EventHeaders {
+		name, wildcard := strings.CutSuffix(e, "*")
+		switch {
+		case name == "" && wildcard:
+		case !validName(name) || strings.Contains(name, "*"):
+			bad("EventHeaders[%d] must be a header name, or a prefix ending in \"*\", got %q", i, e)
+		case reserved(name):
+			bad("EventHeaders[%d] may not let events set %s: the sink or HTTP sets it", i, e)
 		}
 	}
 	switch c.Body {
@@ -96,11 +119,28 @@ func decodeSecret(s string) ([]byte, error) {
 	return key, nil
 }
 
-// redact hides a password in a URL for error messages.
+// redact hides a password in a URL for error messages; a URL that does not parse is shown as it
+// is, but for what may be a password (whatever lies between the scheme's "://" and the last "@"
+// before the path, after its first ":").
 func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
 	}
-	return u.Redacted()
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	authority, path := rest, ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority, path = rest[:i], rest[i:]
+	}
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPassword := strings.Cut(authority[:at], ":")
+	if !hasPassword {
+		return raw
+	}
+	return scheme + "://" + user + ":xxxxx" + authority[at:] + path
 }

@@ -5,6 +5,10 @@
 // spaces, so a secret can be rotated: sign with the old and the new one until every receiver has
 // the new one).
 //
+// A producer's event headers go with the request only as Config.EventHeaders allows (by default
+// x-* and the W3C trace context; never a credential, a proxy's header, the sink's own or what HTTP
+// controls unless named exactly, where that is allowed at all).
+//
 // A 2xx answer is sent. 408 and 429 are transient, as are 5xx, 3xx (a redirect is not followed:
 // the URL is wrong, and an operator can fix it without poisoning events), timeouts and
 // connection errors; every other 4xx is permanent. A Retry-After header (seconds or an HTTP date)

@@ -24,9 +24,10 @@ const errorBodyBytes = 256
 
 // Sink POSTs events to one endpoint. It is safe for concurrent use.
 type Sink struct {
-	cfg    Config
-	client *http.Client
-	now    func() time.Time
+	cfg     Config
+	headers headerPolicy // cfg.EventHeaders
+	client  *http.Client
+	now     func() time.Time
 }
 
 var _ relay.Sink = (*Sink)(nil)
@@ -43,7 +44,10 @@ func New(cfg Config) (*Sink, error) {
 	if client == nil {
 		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	return &Sink{cfg: cfg, client: client, now: time.Now}, nil
+	if cfg.EventHeaders == nil {
+		cfg.EventHeaders = DefaultEventHeaders
+	}
+	return &Sink{cfg: cfg, headers: newHeaderPolicy(cfg.EventHeaders), client: client, now: time.Now}, nil
 }
 
 // Deliver POSTs every event at once (they belong to different keys) and waits for all answers.
@@ -92,9 +96,9 @@ func (s *Sink) post(ctx context.Context, e relay.Event) relay.Result {
 	if err != nil {
 		return relay.PermanentResult(fmt.Errorf("building the request: %w", err))
 	}
-	// The event's headers first, so the operator's (Config.Headers: an API key) win over a
-	// producer's, and the sink's own (identity, signature) over both.
-	if err := setEventHeaders(req.Header, e.Headers); err != nil {
+	// The event's headers that Config.EventHeaders allows first, so the operator's (Config.Headers:
+	// an API key) win over a producer's, and the sink's own (identity, signature) over both.
+	if err := setEventHeaders(req.Header, e.Headers, s.headers); err != nil {
 		return relay.PermanentResult(err)
 	}
 	for k, v := range s.cfg.Headers {

@@ -339,3 +339,92 @@ func TestSink_SendsTheEventsHeadersButNotOverTheReservedOnes(t *testing.T) {
 	}
 	require.Len(t, p.requests, 1, "nothing was sent for the bad headers")
 }
+
+// By default a producer sends its x-* headers and the trace context, nothing else: not a
+// credential (Authorization, Cookie), not what proxies trust (X-Forwarded-For), not what changes
+// the request (Expect, Host) and not the sink's own under another spelling (Webhook_signature,
+// Content_Type). EventHeaders widens or narrows that, and lets a sensitive header through only when
+// it names it exactly.
+func TestSink_EventHeadersAllowList(t *testing.T) {
+	t.Parallel()
+	p, srv := newPeer(t, []string{oldSecret}, nil)
+	produced := map[string]string{
+		"Authorization": "Bearer producer", "Cookie": "session=stolen", "X-Forwarded-For": "10.0.0.1",
+		"Expect": "100-continue", "Webhook_signature": "v1,forged", "Content_Type": "text/plain", "Host": "evil.example",
+		"Proxy-Authorization": "Basic x", "X-HTTP-Method-Override": "DELETE", "X-Real-IP": "10.0.0.2",
+		"Accept": "text/html", "X-Tenant": "acme", "x_region": "eu", "X-Acme-Region": "eu",
+		"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v",
+	}
+	send := func(cfg webhook.Config) http.Header {
+		t.Helper()
+		cfg.URL, cfg.Secrets = srv.URL, []string{oldSecret}
+		s, err := webhook.New(cfg)
+		require.NoError(t, err)
+		defer s.Close()
+		before := len(p.requests)
+		e := event(1, "a")
+		e.Headers = produced
+		require.Equal(t, relay.SentResult(), deliver(t, s, e)[0])
+		require.Len(t, p.requests, before+1)
+		return p.requests[before].header
+	}
+
+	h := send(webhook.Config{})
+	for _, name := range []string{"Authorization", "Cookie", "X-Forwarded-For", "Expect", "Webhook_signature",
+		"Content_Type", "Proxy-Authorization", "X-HTTP-Method-Override", "X-Real-IP", "Accept"} {
+		require.Empty(t, h.Values(name), "%s must not come from a producer by default", name)
+	}
+	require.Equal(t, "application/json", h.Get("Content-Type"))
+	require.Equal(t, "acme", h.Get("X-Tenant"))
+	require.Equal(t, "eu", h.Get("X_region"))
+	require.Equal(t, "eu", h.Get("X-Acme-Region"))
+	require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", h.Get("Traceparent"))
+	require.Equal(t, "k=v", h.Get("Tracestate"))
+
+	h = send(webhook.Config{EventHeaders: []string{"authorization", "X_Forwarded_For", "x-acme-*", "accept", "*",
+		"traceparent"}})
+	require.Equal(t, "Bearer producer", h.Get("Authorization"), "named exactly, a sensitive header goes")
+	require.Equal(t, "10.0.0.1", h.Get("X-Forwarded-For"))
+	require.Equal(t, "eu", h.Get("X-Acme-Region"))
+	require.Equal(t, "text/html", h.Get("Accept"))
+	require.Equal(t, "acme", h.Get("X-Tenant"), `"*" matches what is not sensitive`)
+	for _, name := range []string{"Cookie", "Proxy-Authorization", "X-HTTP-Method-Override", "X-Real-IP", "Expect",
+		"Webhook_signature", "Content_Type"} {
+		require.Empty(t, h.Values(name), "%s: a prefix never matches it", name)
+	}
+
+	h = send(webhook.Config{EventHeaders: []string{}})
+	require.Empty(t, h.Get("X-Tenant"), "an empty list sends none")
+	require.Empty(t, h.Get("Traceparent"))
+}
+
+func TestConfig_ValidateHeaders(t *testing.T) {
+	t.Parallel()
+	err := webhook.Config{URL: "http://x/", Secrets: []string{oldSecret},
+		Headers: map[string]string{"Webhook_Signature": "x", "Expect": "100-continue", "bad name": "x", "X-Ok": "a\nb"},
+		EventHeaders: []string{"x-*", "*", "webhook-*", "Content_Type", "host", "bad name", "a*b*", ""}}.Validate()
+	require.Error(t, err)
+	require.Equal(t, []string{
+		`Headers may not set Expect: the sink or HTTP sets it`,
+		`Headers may not set Webhook_Signature: the sink or HTTP sets it`,
+		`Headers has a value with a control character for X-Ok`,
+		`Headers has an invalid header name "bad name"`,
+		`EventHeaders[2] may not let events set webhook-*: the sink or HTTP sets it`,
+		`EventHeaders[3] may not let events set Content_Type: the sink or HTTP sets it`,
+		`EventHeaders[4] may not let events set host: the sink or HTTP sets it`,
+		`EventHeaders[5] must be a header name, or a prefix ending in "*", got "bad name"`,
+		`EventHeaders[6] must be a header name, or a prefix ending in "*", got "a*b*"`,
+		`EventHeaders[7] must be a header name, or a prefix ending in "*", got ""`,
+	}, strings.Split(err.Error(), "\n"))
+}
+
+// A URL that does not parse is shown as written, but for its password.
+func TestConfig_ValidateShowsABadURLWithoutItsPassword(t *testing.T) {
+	t.Parallel()
+	err := webhook.Config{URL: "https://hook:s3cret@exa mple.com/in?x=1", Secrets: []string{oldSecret}}.Validate()
+	require.EqualError(t, err, `URL must be an absolute http:// or https:// URL, got "https://hook:xxxxx@exa mple.com/in?x=1"`)
+	err = webhook.Config{URL: "hooks.example.com/in", Secrets: []string{oldSecret}}.Validate()
+	require.EqualError(t, err, `URL must be an absolute http:// or https:// URL, got "hooks.example.com/in"`)
+	err = webhook.Config{URL: "https://hook:s3cret@hooks.example.com:port/in", Secrets: []string{oldSecret}}.Validate()
+	require.EqualError(t, err, `URL must be an absolute http:// or https:// URL, got "https://hook:xxxxx@hooks.example.com:port/in"`)
+}
