@@ -401,7 +401,7 @@ func TestSink_EventHeadersAllowList(t *testing.T) {
 func TestConfig_ValidateHeaders(t *testing.T) {
 	t.Parallel()
 	err := webhook.Config{URL: "http://x/", Secrets: []string{oldSecret},
-		Headers: map[string]string{"Webhook_Signature": "x", "Expect": "100-continue", "bad name": "x", "X-Ok": "a\nb"},
+		Headers:      map[string]string{"Webhook_Signature": "x", "Expect": "100-continue", "bad name": "x", "X-Ok": "a\nb"},
 		EventHeaders: []string{"x-*", "*", "webhook-*", "Content_Type", "host", "bad name", "a*b*", ""}}.Validate()
 	require.Error(t, err)
 	require.Equal(t, []string{
