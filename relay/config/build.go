@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 
 	"github.com/pgdrain/pgdrain/relay"
 	"github.com/pgdrain/pgdrain/relay/jetstream"
@@ -19,12 +20,12 @@ import (
 func (f *File) Routes(ctx context.Context) ([]relay.Route, error) {
 	var routes []relay.Route
 	for i, q := range f.Queues {
-		sink, kind, err := q.Sink.build(ctx)
+		sink, kind, t, err := q.Sink.build(ctx)
 		if err != nil {
 			for _, r := range routes {
 				_ = r.Sink.Close()
 			}
-			return nil, fmt.Errorf("%s: queues[%d] (%s): building the %s sink: %w", f.name, i, q.Queue, kind, err)
+			return nil, fmt.Errorf("%s (%s): building the %s sink: %s", f.Where(i), q.Queue, kind, inFileWords(t, err.Error()))
 		}
 		mode, _ := q.claimMode() // validated
 		routes = append(routes, q.route(mode, sink, kind))
@@ -32,19 +33,20 @@ func (f *File) Routes(ctx context.Context) ([]relay.Route, error) {
 	return routes, nil
 }
 
-func (s Sink) build(context.Context) (relay.Sink, string, error) {
+// build returns the sink, its kind and its config's type (whose Go field names its errors use).
+func (s Sink) build(context.Context) (relay.Sink, string, reflect.Type, error) {
 	switch {
 	case s.Webhook != nil:
 		sink, err := webhook.New(*s.Webhook)
-		return sink, "webhook", err
+		return sink, "webhook", reflect.TypeFor[webhook.Config](), err
 	case s.Kafka != nil:
 		sink, err := kafka.New(*s.Kafka)
-		return sink, "kafka", err
+		return sink, "kafka", reflect.TypeFor[kafka.Config](), err
 	case s.JetStream != nil:
 		sink, err := jetstream.New(*s.JetStream)
-		return sink, "jetstream", err
+		return sink, "jetstream", reflect.TypeFor[jetstream.Config](), err
 	}
-	return nil, "", errors.New("no sink") // validate makes this unreachable
+	return nil, "", reflect.TypeFor[Sink](), errors.New("no sink") // validate makes this unreachable
 }
 
 // Logger returns the logger the file asks for, writing to w.

@@ -114,11 +114,12 @@ func TestParse_UnknownFieldsTypesAndEnvironment(t *testing.T) {
 		"r.yaml:5: queues[0].sink.webhok is not a known field (known: jetstream, kafka, webhook)")
 
 	_, err = config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrency: many\n    timeout: soon\n"), env(nil))
-	require.ErrorContains(t, err, "r.yaml:3: cannot unmarshal !!str `many` into int")
-	require.ErrorContains(t, err, "r.yaml:4: cannot unmarshal !!str `soon` into time.Duration")
+	require.ErrorContains(t, err, `r.yaml:3: queues[0].concurrency must be a whole number, got "many"`)
+	require.ErrorContains(t, err, `r.yaml:4: queues[0].timeout must be a duration with a unit (250ms, 5s, 1m30s), got "soon"`)
 
 	_, err = config.Parse("r.yaml", []byte("dsn: ${NOPE}\nqueues: []\n"), env(nil))
-	require.EqualError(t, err, "r.yaml:1: ${NOPE} is not set in the environment")
+	require.EqualError(t, err, "r.yaml:1: ${NOPE} is not set in the environment\n"+
+		"r.yaml:2: queues must list at least one queue and its sink")
 
 	_, err = config.Parse("r.yaml", []byte("queues: [\n"), env(nil))
 	require.EqualError(t, err, "r.yaml:1: did not find expected node content")
@@ -139,5 +140,79 @@ func TestParse_TwoSinksOrAKafkaProblem(t *testing.T) {
         topic_field: topic
 `), env(nil))
 	require.EqualError(t, err, "r.yaml:3: queues[0].sink must name one sink, got webhook and kafka\n"+
-		"r.yaml:7: queues[0].sink.kafka.topic must be empty when TopicField is set: the topic comes from one place")
+		"r.yaml:7: queues[0].sink.kafka.topic must be empty when topic_field is set: the topic comes from one place")
+}
+
+// A value of the wrong type names its field and hides nothing: every other problem of the file is
+// reported with it, and nothing that only follows from it.
+func TestParse_AWrongTypeNamesItsFieldAndHidesNothing(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse("r.yaml", []byte(`log: {level: loud, format: [json]}
+queues:
+  - queue: public.orders
+    timeout: 3
+    concurrency: many
+    claim_mode: fast
+    batch_size: [1]
+    sink:
+      webhook: {url: ftp://x, secrets: whsec_x, body: xml}
+  - queue: public.shipments
+    lease: 1s
+    sink: kafka
+`), env(nil))
+	require.Error(t, err)
+	require.Equal(t, []string{
+		`r.yaml:1: log.format must be a single value, got a list`,
+		`r.yaml:4: queues[0].timeout must be a duration with a unit (250ms, 5s, 1m30s), got "3"`,
+		`r.yaml:5: queues[0].concurrency must be a whole number, got "many"`,
+		`r.yaml:7: queues[0].batch_size must be a whole number, got a list`,
+		`r.yaml:9: queues[0].sink.webhook.secrets must be a list ([a, b]), got "whsec_x"`,
+		`r.yaml:12: queues[1].sink must be a mapping (key: value), got "kafka"`,
+		`r.yaml:1: log.level must be debug, info, warn or error, got "loud"`,
+		`r.yaml:6: queues[0].claim_mode must be lease or lock, got "fast"`,
+		`r.yaml:9: queues[0].sink.webhook.url must be an absolute http:// or https:// URL, got "ftp://x"`,
+		`r.yaml:9: queues[0].sink.webhook.body must be "envelope" or "payload", got "xml"`,
+		`r.yaml:11: queues[1].lease must be longer than timeout (5s) plus LeaseMargin (1s), got 1s`,
+	}, strings.Split(err.Error(), "\n"))
+}
+
+// An unset ${NAME} hides nothing either: the file's other problems are reported with it, but not
+// those of the fields it left empty.
+func TestParse_AnUnsetVariableHidesNothingElse(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse("r.yaml", []byte(`dsn: ${RELAY_DSN}
+queues:
+  - queue: public.orders
+    claim_mode: fast
+    timeout: "${TIMEOUT}"
+    sink:
+      webhook:
+        url: ${HOOK_URL}
+        secrets: ["${HOOK_SECRET}", nope]
+`), env(nil))
+	require.Error(t, err)
+	require.Equal(t, []string{
+		`r.yaml:1: ${RELAY_DSN} is not set in the environment`,
+		`r.yaml:5: ${TIMEOUT} is not set in the environment`,
+		`r.yaml:8: ${HOOK_URL} is not set in the environment`,
+		`r.yaml:9: ${HOOK_SECRET} is not set in the environment`,
+		`r.yaml:4: queues[0].claim_mode must be lease or lock, got "fast"`,
+		`r.yaml:9: queues[0].sink.webhook.secrets[1] must start with "whsec_"`,
+	}, strings.Split(err.Error(), "\n"))
+}
+
+// A sink's problems are in the file's words: its keys, never the Go fields behind them.
+func TestParse_SinkProblemsNameTheFilesKeys(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse("r.yaml", []byte(`queues:
+  - queue: a
+    sink: {kafka: {brokers: [k:9092]}}
+  - queue: b
+    sink: {jetstream: {url: "nats://n", subject: x, allowed_subjects: [x]}}
+  - queue: c
+    sink: {jetstream: {url: "nats://n"}}
+`), env(nil))
+	require.EqualError(t, err, "r.yaml:3: queues[0].sink.kafka.topic must be set, or topic_field to take each event's topic from its payload\n"+
+		"r.yaml:5: queues[1].sink.jetstream.allowed_subjects must be empty unless subject_field is set: they limit the subjects payloads name\n"+
+		"r.yaml:7: queues[2].sink.jetstream.subject must be set, or subject_field to take each event's subject from its payload")
 }

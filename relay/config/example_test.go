@@ -18,5 +18,5 @@ func ExampleParse() {
 	fmt.Println(err)
 	// Output:
 	// relay.yaml:3: queues[0].claim_mode must be lease or lock, got "fast"
-	// relay.yaml:5: queues[0].sink.kafka.topic must be set, or TopicField to take each event's topic from its payload
+	// relay.yaml:5: queues[0].sink.kafka.topic must be set, or topic_field to take each event's topic from its payload
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/pgdrain/pgdrain/relay/jetstream"
@@ -21,7 +22,18 @@ type File struct {
 	// Queues maps each queue to its sink. At least one.
 	Queues []Queue `yaml:"queues"`
 
-	name string // the file's name, for errors
+	name       string // the file's name, for errors
+	queueLines []int  // the line of each queue's queue field
+}
+
+// Where says where queue i of the file is, as problems are reported: "relay.yaml:4:
+// queues[0].queue".
+func (f *File) Where(i int) string {
+	line := 0
+	if i >= 0 && i < len(f.queueLines) {
+		line = f.queueLines[i]
+	}
+	return fmt.Sprintf("%s:%d: queues[%d].queue", f.name, line, i)
 }
 
 // Log configures the log.

@@ -42,11 +42,11 @@ func Parse(name string, data []byte, lookupEnv func(string) (string, bool)) (*Fi
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		doc = doc.Content[0]
 	}
+	// Every problem is collected before any is reported: an unset variable, an unknown field or a
+	// value of the wrong type is reported where it is and left out (as if the field were not
+	// there), so the rest of the file is still decoded and validated.
 	p.expandEnv(doc, lookupEnv)
 	p.checkFields(doc, reflect.TypeFor[File](), nil)
-	if err := p.err(); err != nil {
-		return nil, err
-	}
 	f := &File{name: name}
 	if err := doc.Decode(f); err != nil {
 		var te *yaml.TypeError
@@ -63,6 +63,9 @@ func Parse(name string, data []byte, lookupEnv func(string) (string, bool)) (*Fi
 	if err := p.err(); err != nil {
 		return nil, err
 	}
+	for i := range f.Queues {
+		f.queueLines = append(f.queueLines, p.lineOf([]string{"queues", strconv.Itoa(i), "queue"}))
+	}
 	return f, nil
 }
 
@@ -72,6 +75,22 @@ type parser struct {
 	root *yaml.Node
 	doc  *yaml.Node // the top mapping, once decoded
 	errs []string
+	// unsetNodes are the values that named an unset ${NAME}.
+	unsetNodes map[*yaml.Node]bool
+	// reported are the fields (as display writes them) already reported for a value that was left
+	// out (an unset variable, a value of the wrong type): their other problems, and those of what
+	// they hold, follow from it and are not reported. incomplete are the mappings that hold an
+	// unknown field: what they miss follows from the typo.
+	reported   map[string]bool
+	incomplete map[string]bool
+}
+
+// leftOut notes that the value of the field at path was reported and left out.
+func (p *parser) leftOut(path []string) {
+	if p.reported == nil {
+		p.reported = map[string]bool{}
+	}
+	p.reported[display(path)] = true
 }
 
 func (p *parser) err() error {
@@ -95,6 +114,14 @@ func (p *parser) addRaw(msg string) {
 // at records a problem of the field at path ("queues", "0", "sink", ...), at the line of its value
 // or, when it is missing, of its nearest enclosing value.
 func (p *parser) at(path []string, format string, args ...any) {
+	if p.incomplete[display(path)] {
+		return
+	}
+	for i := len(path); i > 0; i-- {
+		if p.reported[display(path[:i])] {
+			return
+		}
+	}
 	p.errs = append(p.errs, fmt.Sprintf("%s:%d: %s %s", p.name, p.lineOf(path), display(path), fmt.Sprintf(format, args...)))
 }
 
@@ -156,6 +183,10 @@ func (p *parser) expandEnv(n *yaml.Node, lookupEnv func(string) (string, bool)) 
 			v, ok := lookupEnv(name)
 			if !ok {
 				p.errs = append(p.errs, fmt.Sprintf("%s:%d: ${%s} is not set in the environment", p.name, n.Line, name))
+				if p.unsetNodes == nil {
+					p.unsetNodes = map[*yaml.Node]bool{}
+				}
+				p.unsetNodes[n] = true
 			}
 			return v
 		})
@@ -171,10 +202,32 @@ func (p *parser) expandEnv(n *yaml.Node, lookupEnv func(string) (string, bool)) 
 var durationType = reflect.TypeFor[time.Duration]()
 
 // checkFields reports every mapping key that t has no yaml field for, with the line and the
-// fields it does have, so that a typo is never silently a default.
+// fields it does have, so that a typo is never silently a default; and every value that is not of
+// its field's type, naming the field. Such a key or value is removed from the tree, so that the
+// file decodes and the rest of it is validated.
 func (p *parser) checkFields(n *yaml.Node, t reflect.Type, path []string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if p.unsetNodes[n] {
+		p.leftOut(path)
+		if n.Decode(reflect.New(t).Interface()) != nil {
+			nullify(n)
+		}
+		return
+	}
+	if n.Kind == yaml.AliasNode || n.ShortTag() == "!!null" {
+		return
+	}
+	if msg := p.typeProblem(n, t); msg != "" {
+		field := display(path)
+		if field == "" {
+			field = "the file"
+		}
+		p.errs = append(p.errs, fmt.Sprintf("%s:%d: %s %s", p.name, n.Line, field, msg))
+		p.leftOut(path)
+		nullify(n)
+		return
 	}
 	switch {
 	case t.Kind() == reflect.Struct && t != durationType && n.Kind == yaml.MappingNode:
@@ -190,6 +243,10 @@ func (p *parser) checkFields(n *yaml.Node, t reflect.Type, path []string) {
 				slices.Sort(known)
 				p.errs = append(p.errs, fmt.Sprintf("%s:%d: %s is not a known field (known: %s)",
 					p.name, k.Line, display(append(slices.Clone(path), k.Value)), strings.Join(known, ", ")))
+				if p.incomplete == nil {
+					p.incomplete = map[string]bool{}
+				}
+				p.incomplete[display(path)] = true
 				continue
 			}
 			p.checkFields(v, f.Type, append(slices.Clone(path), k.Value))
@@ -198,7 +255,55 @@ func (p *parser) checkFields(n *yaml.Node, t reflect.Type, path []string) {
 		for i, c := range n.Content {
 			p.checkFields(c, t.Elem(), append(slices.Clone(path), strconv.Itoa(i)))
 		}
+	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			p.checkFields(n.Content[i+1], t.Elem(), append(slices.Clone(path), n.Content[i].Value))
+		}
 	}
+}
+
+// typeProblem says, in the file's words, why n cannot be a value of type t ("" when it can). A
+// mapping, list or value is checked for its shape only; its contents are checked one by one.
+func (p *parser) typeProblem(n *yaml.Node, t reflect.Type) string {
+	got := func() string {
+		switch n.Kind {
+		case yaml.MappingNode:
+			return "a mapping"
+		case yaml.SequenceNode:
+			return "a list"
+		}
+		return strconv.Quote(n.Value)
+	}
+	switch {
+	case t == durationType:
+		if n.Kind != yaml.ScalarNode || n.Decode(new(time.Duration)) != nil {
+			return fmt.Sprintf("must be a duration with a unit (250ms, 5s, 1m30s), got %s", got())
+		}
+	case t.Kind() == reflect.Struct || t.Kind() == reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return fmt.Sprintf("must be a mapping (key: value), got %s", got())
+		}
+	case t.Kind() == reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return fmt.Sprintf("must be a list ([a, b]), got %s", got())
+		}
+	case n.Kind != yaml.ScalarNode || n.Decode(reflect.New(t).Interface()) != nil:
+		want := "a single value"
+		switch t.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			want = "a whole number"
+		case reflect.Bool:
+			want = "true or false"
+		}
+		return fmt.Sprintf("must be %s, got %s", want, got())
+	}
+	return ""
+}
+
+// nullify makes n a null value: the field is left at its zero value (its default).
+func nullify(n *yaml.Node) {
+	*n = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
 }
 
 // yamlFields maps the yaml keys of struct t to its fields (fields tagged "-" have none).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -103,22 +104,37 @@ func (q Queue) validate(p *parser, path []string) {
 }
 
 // sinkErrors places each line of a sink's Validate error (each starting with a Go field name,
-// possibly indexed: "Secrets[1] must ...") at the line of that field.
+// possibly indexed: "Secrets[1] must ...") at the line of that field, with the Go field names it
+// mentions in the file's words.
 func sinkErrors(p *parser, path []string, t reflect.Type, err error) {
 	for _, line := range splitLines(err) {
 		field, msg, _ := strings.Cut(line, " ")
 		name, index, _ := strings.Cut(field, "[")
 		key := yamlKey(t, name)
 		if key == "" {
-			p.at(path, "%s", line)
+			p.at(path, "%s", inFileWords(t, line))
 			continue
 		}
 		at := append(append([]string(nil), path...), key)
 		if index != "" {
 			at = append(at, strings.TrimSuffix(index, "]"))
 		}
-		p.at(at, "%s", msg)
+		p.at(at, "%s", inFileWords(t, msg))
 	}
+}
+
+// inFileWords replaces the Go field names of struct t that msg mentions ("TopicField") with their
+// yaml keys ("topic_field"); a name is replaced only as a whole word, so Topic is not read inside
+// TopicField, and only when its key is not the name in lower case (URL, Topic read the same).
+func inFileWords(t reflect.Type, msg string) string {
+	for f := range t.Fields() {
+		key := yamlKey(t, f.Name)
+		if key == "" || key == strings.ToLower(f.Name) || !f.IsExported() || !strings.Contains(msg, f.Name) {
+			continue
+		}
+		msg = regexp.MustCompile(`\b`+regexp.QuoteMeta(f.Name)+`\b`).ReplaceAllLiteralString(msg, key)
+	}
+	return msg
 }
 
 // sinkKinds are the sinks a file can name.
