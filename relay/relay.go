@@ -68,10 +68,11 @@ type Relay struct {
 // route is a Route at run time.
 type route struct {
 	Route
-	drainer *drainer.Drainer[json.RawMessage]
-	batcher *batcher
-	logger  *slog.Logger
-	tracing bool // put each delivery span's trace context into the event's headers
+	drainer  *drainer.Drainer[json.RawMessage]
+	batcher  *batcher
+	logger   *slog.Logger
+	failures *failureLog
+	tracing  bool // put each delivery span's trace context into the event's headers
 
 	mu    sync.Mutex
 	state string // "idle", "running", "stopped", "failed"
@@ -117,6 +118,7 @@ func New(pool *pgxpool.Pool, routes []Route, opts ...Option) (*Relay, error) {
 		x := &route{Route: rt, state: "idle", logger: r.logger.With("queue", rt.Queue, "sink", rt.SinkKind),
 			tracing: r.tracerProvider != nil}
 		x.batcher = newBatcher(rt.Sink, rt.BatchSize, rt.BatchLinger, m.observer(rt.Queue, rt.SinkKind))
+		x.failures = newFailureLog(x.logger, rt.FailureLogInterval, rt.WedgeWarnAfter)
 		dopts := []drainer.Option[json.RawMessage]{drainer.WithLogger[json.RawMessage](r.logger)}
 		if r.registerer != nil {
 			dopts = append(dopts, drainer.WithMetrics[json.RawMessage](r.registerer))
@@ -155,7 +157,7 @@ func (x *route) apply(ctx context.Context, eventType string, payload json.RawMes
 	if x.tracing {
 		headers = drainer.InjectTraceContext(ctx, headers) // ctx holds the drainer's delivery span
 	}
-	res := x.batcher.deliver(ctx, Event{
+	e := Event{
 		Queue:        de.Table,
 		ID:           de.ID,
 		Identity:     EventIdentity(de),
@@ -165,7 +167,9 @@ func (x *route) apply(ctx context.Context, eventType string, payload json.RawMes
 		Attempts:     de.Attempts,
 		CreatedAt:    de.CreatedAt,
 		Payload:      payload,
-	})
+	}
+	res := x.batcher.deliver(ctx, e)
+	x.failures.observe(ctx, e, res)
 	switch res.Outcome {
 	case Sent:
 		return nil

@@ -43,12 +43,25 @@ type Route struct {
 	// BatchLinger is how long a batch that is not full waits for more events. Only used when
 	// BatchSize is above 1. Defaults to 5ms (DefaultBatchLinger).
 	BatchLinger time.Duration
+	// FailureLogInterval is how often a key's transient failures are logged (at Info), at most: its
+	// first failure at once, then one line per interval with its last error and how many failed
+	// since. A key is the event's partition key, or on an unpartitioned queue the event. Negative:
+	// off. Defaults to 1m (DefaultFailureLogInterval).
+	FailureLogInterval time.Duration
+	// WedgeWarnAfter logs a key whose deliveries have failed for longer than this at Warn, once
+	// (until it is delivered or refused for good), with its last error: its later events wait
+	// behind it. Each replica measures from the key's first failure it saw. It is the relay's
+	// counterpart of drainer.Config.WedgeWarnAfter, which queries the queue and needs a wedge
+	// observer; leave that one zero. Negative: off. Defaults to 5m (DefaultWedgeWarnAfter).
+	WedgeWarnAfter time.Duration
 }
 
 func (r Route) withDefaults() Route {
 	r.Drainer.Table = cmp.Or(r.Drainer.Table, r.Queue)
 	r.BatchSize = cmp.Or(r.BatchSize, DefaultBatchSize)
 	r.BatchLinger = cmp.Or(r.BatchLinger, DefaultBatchLinger)
+	r.FailureLogInterval = cmp.Or(r.FailureLogInterval, DefaultFailureLogInterval)
+	r.WedgeWarnAfter = cmp.Or(r.WedgeWarnAfter, DefaultWedgeWarnAfter)
 	return r
 }
 

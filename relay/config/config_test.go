@@ -29,6 +29,8 @@ queues:
     concurrency: ${WORKERS}
     batch_size: 4
     timeout: 2s
+    failure_log_interval: 30s
+    wedge_warn_after: 2m
     sink:
       webhook:
         url: https://hooks.example.com/orders
@@ -64,6 +66,8 @@ func TestParse_AGoodFileBuildsItsRoutes(t *testing.T) {
 	require.Equal(t, 8, routes[0].Drainer.ApplyConcurrency)
 	require.Equal(t, 4, routes[0].BatchSize)
 	require.Equal(t, 2*time.Second, routes[0].Drainer.ApplyTimeout)
+	require.Equal(t, 30*time.Second, routes[0].FailureLogInterval)
+	require.Equal(t, 2*time.Minute, routes[0].WedgeWarnAfter)
 	require.Equal(t, "kafka", routes[1].SinkKind)
 	require.Equal(t, 16, routes[1].BatchSize)
 	require.Equal(t, "jetstream", routes[2].SinkKind)
@@ -110,7 +114,8 @@ func TestParse_UnknownFieldsTypesAndEnvironment(t *testing.T) {
 	t.Parallel()
 	_, err := config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrenc: 4\n    sink:\n      webhok: {}\n"), env(nil))
 	require.EqualError(t, err, "r.yaml:3: queues[0].concurrenc is not a known field (known: batch_linger, batch_size, claim_mode, "+
-		"concurrency, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, sink, timeout)\n"+
+		"concurrency, failure_log_interval, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, sink, timeout, "+
+		"wedge_warn_after)\n"+
 		"r.yaml:5: queues[0].sink.webhok is not a known field (known: jetstream, kafka, webhook)")
 
 	_, err = config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrency: many\n    timeout: soon\n"), env(nil))

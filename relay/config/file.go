@@ -68,6 +68,12 @@ type Queue struct {
 	PollFallback time.Duration `yaml:"poll_fallback"`
 	// RepairInterval is how often the repair pass runs (negative: off). Defaults to 1m.
 	RepairInterval time.Duration `yaml:"repair_interval"`
+	// FailureLogInterval is how often a key's transient failures are logged, at most
+	// (relay.Route.FailureLogInterval; negative: off). Defaults to 1m.
+	FailureLogInterval time.Duration `yaml:"failure_log_interval"`
+	// WedgeWarnAfter logs a key failing for longer than this at Warn, once, with its last error
+	// (relay.Route.WedgeWarnAfter; negative: off). Defaults to 5m.
+	WedgeWarnAfter time.Duration `yaml:"wedge_warn_after"`
 	// Sink names exactly one sink.
 	Sink Sink `yaml:"sink"`
 }

@@ -28,6 +28,8 @@ var routeFields = map[string]string{
 	"Drainer.PollFallback":           "poll_fallback",
 	"Drainer.RepairInterval":         "repair_interval",
 	"Drainer.ClaimMode":              "claim_mode",
+	"FailureLogInterval":             "failure_log_interval",
+	"WedgeWarnAfter":                 "wedge_warn_after",
 }
 
 // inMessage renames the Go fields a message mentions to the file's keys (longest names first,
@@ -168,11 +170,13 @@ func (q Queue) claimMode() (drainer.ClaimMode, error) {
 // route is the relay.Route of q with sink.
 func (q Queue) route(mode drainer.ClaimMode, sink relay.Sink, kind string) relay.Route {
 	return relay.Route{
-		Queue:       q.Queue,
-		Sink:        sink,
-		SinkKind:    kind,
-		BatchSize:   q.BatchSize,
-		BatchLinger: q.BatchLinger,
+		Queue:              q.Queue,
+		Sink:               sink,
+		SinkKind:           kind,
+		BatchSize:          q.BatchSize,
+		BatchLinger:        q.BatchLinger,
+		FailureLogInterval: q.FailureLogInterval,
+		WedgeWarnAfter:     q.WedgeWarnAfter,
 		Drainer: drainer.Config{
 			ClaimMode:              mode,
 			ApplyConcurrency:       q.Concurrency,
