@@ -269,8 +269,8 @@ func TestCLI_ExitCodes(t *testing.T) {
 		{"bad limit", []string{"--dsn", db.URL, "wedged", "public.cli_events", "--limit", "0"}, cli.ExitUsage, "--limit must be between 1 and 10000, got 0"},
 		{"unknown flag", []string{"--dsn", db.URL, "stats", "q", "--frob"}, cli.ExitUsage, "flag provided but not defined: -frob"},
 		{"unknown queue", []string{"--dsn", db.URL, "stats", "public.nope"}, cli.ExitUsage, "queue public.nope is not registered (call outbox.create_queue first) (SQLSTATE 42P01)"},
-		{"requeue without ids", []string{"--dsn", db.URL, "requeue", "public.cli_events"}, cli.ExitUsage, "give the ids to requeue, or --all"},
-		{"requeue ids and --all", []string{"--dsn", db.URL, "requeue", "public.cli_events", "3", "--all"}, cli.ExitUsage, "give ids or --all, not both"},
+		{"requeue without ids", []string{"--dsn", db.URL, "requeue", "public.cli_events"}, cli.ExitUsage, "give the ids to requeue, --key K for the poisoned rows of a key, or --all"},
+		{"requeue ids and --all", []string{"--dsn", db.URL, "requeue", "public.cli_events", "3", "--all"}, cli.ExitUsage, "give ids, --key or --all, only one of them"},
 		{"wedged on unpartitioned", []string{"--dsn", db.URL, "wedged", "public.cli_jobs"}, cli.ExitDatabase, "queue public.cli_jobs has no partition column (SQLSTATE 22023)"},
 		{"unreachable server", []string{"--dsn", "postgres://nobody@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", "queues"}, cli.ExitDatabase, "connecting to database"},
 	} {

@@ -27,14 +27,16 @@ import (
 // consoleBundle is a database with what the console shows: a partitioned queue with a wedged key
 // (its head backing off), two poisoned rows of one key (with HTML in the error and the payload),
 // sent rows old enough to purge, and a firing alert on a three-step ladder. The console's two
-// login roles are the ones docs/security.md names: the reader is a member of pgdrain_operator
-// with SELECT on the queue table (to list poisoned rows), the operator a member of
-// pgdrain_operator and pgdrain_producer (resolve_alert is granted to producers).
+// login roles have exactly what docs/security.md ("The console") grants: the reader is a member of
+// pgdrain_reader with SELECT (payload) on the queue table (for previews), the operator a member of
+// pgdrain_operator with SELECT (id, account_id, attempt_count, sent_at) (for "requeue all of a key").
 type consoleBundle struct {
 	db          *testdb.DB
 	queue       string
 	readerURL   string
 	operatorURL string
+	readerLogin string // the logins behind readerURL and operatorURL
+	opLogin     string
 	reader      *pgxpool.Pool
 	operator    *pgxpool.Pool
 	poisoned    []int64 // ids, key acct-3
@@ -67,11 +69,15 @@ func newConsoleBundle(t *testing.T) *consoleBundle {
 	_, err = db.Pool.Exec(ctx, `SELECT alr.start_escalation($1::uuid, $2::uuid)`, b.alertID, policy)
 	require.NoError(t, err)
 
-	reader := consoleLogin(t, db, "pgdrain_operator")
-	_, err = db.Pool.Exec(ctx, fmt.Sprintf("GRANT SELECT ON public.events TO %s", pgx.Identifier{reader}.Sanitize()))
+	reader := consoleLogin(t, db, "pgdrain_reader")
+	_, err = db.Pool.Exec(ctx, fmt.Sprintf("GRANT SELECT (payload) ON public.events TO %s", pgx.Identifier{reader}.Sanitize()))
 	require.NoError(t, err)
-	b.readerURL = consoleURL(db, reader)
-	b.operatorURL = consoleURL(db, consoleLogin(t, db, "pgdrain_operator", "pgdrain_producer"))
+	b.readerURL, b.readerLogin = consoleURL(db, reader), reader
+	operator := consoleLogin(t, db, "pgdrain_operator")
+	_, err = db.Pool.Exec(ctx, fmt.Sprintf("GRANT SELECT (id, account_id, attempt_count, sent_at) ON public.events TO %s",
+		pgx.Identifier{operator}.Sanitize()))
+	require.NoError(t, err)
+	b.operatorURL, b.opLogin = consoleURL(db, operator), operator
 	b.reader = consolePool(t, b.readerURL)
 	b.operator = consolePool(t, b.operatorURL)
 	return b
@@ -155,15 +161,26 @@ func (c *consoleClient) get(path string) (int, string) {
 	return c.do(req)
 }
 
+// post sends form as the console's forms do: the CSRF token ("csrf") in the address, the rest
+// URL-encoded in the body.
 func (c *consoleClient) post(path string, form url.Values) (int, string) {
 	c.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
+	body := url.Values{}
+	for k, v := range form {
+		if k != "csrf" {
+			body[k] = v
+		}
+	}
+	if token := form.Get("csrf"); token != "" {
+		path += "?csrf=" + url.QueryEscape(token)
+	}
+	req, err := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(body.Encode()))
 	require.NoError(c.t, err)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	return c.do(req)
 }
 
-var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+var csrfField = regexp.MustCompile(`action="/actions/[a-z]+\?csrf=([0-9a-f]+)"`)
 
 // csrf reads the token from a page's forms (GET first: it also sets the cookie).
 func (c *consoleClient) csrf(page string) string {

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // CheckListen refuses to serve a non-loopback address without authentication: the pages show
@@ -85,28 +87,33 @@ func (s *Server) access(h http.Handler) http.Handler {
 
 // authenticate accepts basic auth (when configured) or the token (when configured): as a bearer
 // header, as the cookie set on the first visit, or as ?token= on a GET, which sets that cookie and
-// redirects to the same page without the token in its address.
+// redirects to the same page without the token in its address. Every comparison with a secret is
+// constant-time over SHA-256 digests (secretEqual), and basic auth compares the password whether or
+// not the user name matched, so the time an answer takes says nothing about either.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if s.cfg.BasicUser != "" {
-		if u, p, ok := r.BasicAuth(); ok && equal(u, s.cfg.BasicUser) && equal(p, s.cfg.BasicPassword) {
+		u, p, ok := r.BasicAuth()
+		userOK := secretEqual(u, s.cfg.BasicUser)
+		passwordOK := secretEqual(p, s.cfg.BasicPassword)
+		if ok && userOK&passwordOK == 1 {
 			return u, true
 		}
 	}
 	if s.cfg.Token != "" {
-		if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(b, s.cfg.Token) {
+		if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && secretEqual(b, s.cfg.Token) == 1 {
 			return "token", true
 		}
-		if c, err := r.Cookie(authCookie); err == nil && equal(c.Value, s.mac("auth", s.cfg.Token)) {
+		if c, err := r.Cookie(authCookie); err == nil && s.validAuthCookie(c.Value, time.Now()) {
 			return "token", true
 		}
-		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && equal(t, s.cfg.Token) {
-			http.SetCookie(w, &http.Cookie{Name: authCookie, Value: s.mac("auth", s.cfg.Token), Path: "/",
-				HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && secretEqual(t, s.cfg.Token) == 1 {
+			expires := time.Now().Add(s.cfg.SessionTTL)
+			http.SetCookie(w, &http.Cookie{Name: authCookie, Value: s.authCookieValue(expires), Path: "/",
+				Expires: expires, MaxAge: int(s.cfg.SessionTTL / time.Second),
+				HttpOnly: true, Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 			q := r.URL.Query()
 			q.Del("token")
-			u := *r.URL
-			u.RawQuery = q.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			http.Redirect(w, r, sameOriginPath(r.URL.EscapedPath(), q.Encode()), http.StatusSeeOther)
 			return "", false
 		}
 	}
@@ -115,6 +122,49 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (string, b
 	}
 	http.Error(w, "authentication required: basic auth, or the token (open /?token=... once, or send Authorization: Bearer ...)", http.StatusUnauthorized)
 	return "", false
+}
+
+// authCookieValue is "<expiry, unix seconds>.<HMAC of the token and the expiry>": the cookie proves
+// that its holder gave the token to this process, and until when that counts. The browser forgets
+// it at the same time (Expires, Max-Age); the server does not rely on that.
+func (s *Server) authCookieValue(expires time.Time) string {
+	exp := strconv.FormatInt(expires.Unix(), 10)
+	return exp + "." + s.mac("auth", s.cfg.Token+"\x00"+exp)
+}
+
+func (s *Server) validAuthCookie(v string, now time.Time) bool {
+	exp, mac, ok := strings.Cut(v, ".")
+	if !ok {
+		return false
+	}
+	unix, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil || !hmac.Equal([]byte(mac), []byte(s.mac("auth", s.cfg.Token+"\x00"+exp))) {
+		return false
+	}
+	return now.Unix() < unix
+}
+
+// sameOriginPath is the address to redirect to after the token became a cookie: always a path on
+// this server. A request for //evil.example/ (or /\evil.example/, which browsers read alike) must
+// not become a redirect to another site, so leading slashes and backslashes collapse to one "/".
+func sameOriginPath(escapedPath, rawQuery string) string {
+	p := "/" + strings.TrimLeft(escapedPath, "/\\")
+	if rawQuery != "" {
+		p += "?" + rawQuery
+	}
+	return p
+}
+
+// servedOverTLS reports whether the browser reached the console over HTTPS: directly (r.TLS), or
+// through a reverse proxy that terminates TLS and says so (X-Forwarded-Proto: https). Cookies are
+// then Secure, so a browser never sends them over plain HTTP. A client that claims HTTPS falsely
+// only gets cookies its browser will not send back over HTTP.
+func servedOverTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ",")
+	return strings.EqualFold(strings.TrimSpace(proto), "https")
 }
 
 // mac is HMAC-SHA256 under the server's per-process key, hex: cookies minted by one run of
@@ -127,4 +177,13 @@ func (s *Server) mac(purpose, v string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+// constantTimeEqual compares two byte slices of equal length in time independent of their
+// contents (a variable so that a test can watch what is compared).
+var constantTimeEqual = subtle.ConstantTimeCompare
+
+// secretEqual returns 1 when a equals b, else 0, in time that depends on neither: it compares the
+// SHA-256 digests (always 32 bytes), so not even the lengths show.
+func secretEqual(a, b string) int {
+	da, db := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return constantTimeEqual(da[:], db[:])
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgdrain/pgdrain/internal/age"
 )
 
@@ -41,17 +43,26 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, title string, b
 // and redirects there.
 func (s *Server) done(w http.ResponseWriter, r *http.Request, back, msg string, attrs ...any) {
 	s.cfg.Logger.Info("console action", append([]any{"who", who(r), "remote", r.RemoteAddr, "action", r.URL.Path}, attrs...)...)
-	setFlash(w, msg)
+	s.setFlash(w, r, msg)
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }
 
 func (s *Server) failed(w http.ResponseWriter, r *http.Request, back string, err error, attrs ...any) {
+	s.failedNote(w, r, back, err, "", attrs...)
+}
+
+// failedNote is failed with a sentence after the error saying what to do about it.
+func (s *Server) failedNote(w http.ResponseWriter, r *http.Request, back string, err error, note string, attrs ...any) {
 	s.cfg.Logger.Warn("console action failed", append([]any{"who", who(r), "remote", r.RemoteAddr, "action", r.URL.Path, "err", err}, attrs...)...)
 	status := http.StatusInternalServerError
 	if st := sqlState(err); st == "42P01" || st == "22023" || st == "P0002" {
 		status = http.StatusBadRequest
 	}
-	s.message(w, r, status, "Action failed", describe(err), back)
+	text := describe(err)
+	if note != "" {
+		text += " " + note
+	}
+	s.message(w, r, status, "Action failed", text, back)
 }
 
 func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
@@ -81,9 +92,16 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 	case all:
 		what = "every poisoned row of " + queue
 	case key != "":
-		found, err := poisonedIDsOfKey(ctx, s.cfg.Reader, reg, key)
+		// Through the operator's login, the one that acts: docs/security.md grants it the columns
+		// this reads; the reader's login needs nothing of the queue table.
+		found, err := poisonedIDsOfKey(ctx, s.cfg.Operator, reg, key)
 		if err != nil {
-			s.failed(w, r, back, err, "queue", queue, "key", key)
+			note := ""
+			if sqlState(err) == "42501" && reg.PartitionColumn != nil {
+				note = fmt.Sprintf("Requeueing all of a key reads its poisoned ids through the operator's login (--operator-dsn): GRANT SELECT (id, %s, attempt_count, sent_at) ON %s TO that login.",
+					quoteIdent(*reg.PartitionColumn), reg.Table)
+			}
+			s.failedNote(w, r, back, err, note, "queue", queue, "key", key)
 			return
 		}
 		if len(found) == 0 {
@@ -200,6 +218,17 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 		msg = fmt.Sprintf("row %d of %s was not leased any more: nothing changed", id, queue)
 	}
 	s.done(w, r, back, msg, "queue", queue, "id", id, "released", released)
+}
+
+var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// quoteIdent quotes a name as PostgreSQL's quote_ident does (only when it must), for SQL shown to
+// a person.
+func quoteIdent(name string) string {
+	if plainIdent.MatchString(name) {
+		return name
+	}
+	return pgx.Identifier{name}.Sanitize()
 }
 
 var uuidText = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)

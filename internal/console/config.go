@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +20,11 @@ const (
 	DefaultWedgedAfter = time.Minute
 	// DefaultHistory is how much sampler history is kept for the throughput figures.
 	DefaultHistory = 15 * time.Minute
+	// DefaultSessionTTL is how long the cookie that a ?token= visit sets stays valid: a working day
+	// or an on-call night, after which the browser must show the token again.
+	DefaultSessionTTL = 12 * time.Hour
+	// MinSessionTTL is the shortest SessionTTL accepted.
+	MinSessionTTL = time.Minute
 	// listLimit bounds every list a page shows (wedged partitions, poisoned rows, ladders).
 	listLimit = 50
 	// purgeChunk and purgeMaxRows bound one purge action: chunks of purgeChunk rows, each its own
@@ -39,9 +45,14 @@ type Config struct {
 	Operator *pgxpool.Pool
 	// ReadOnly serves the pages without any action, and refuses every POST with 403.
 	ReadOnly bool
-	// Token, when set, is required from every request: once as ?token=... (which sets a cookie),
-	// or as "Authorization: Bearer ...".
+	// Token, when set, is required from every request: once as ?token=... (which sets a cookie
+	// valid for SessionTTL), or as "Authorization: Bearer ...". It must not be blank or begin or
+	// end with white space (a header could not carry it).
 	Token string
+	// SessionTTL is how long the cookie set by a ?token= visit is valid (the browser is told the
+	// same, and the server checks the expiry signed into the cookie). Defaults to 12h
+	// (DefaultSessionTTL); at least 1m (MinSessionTTL).
+	SessionTTL time.Duration
 	// BasicUser and BasicPassword, when set, require HTTP basic auth.
 	BasicUser, BasicPassword string
 	// Refresh is how often the sampler reads the gauges and the pages refresh. Defaults to 5s
@@ -61,6 +72,7 @@ func (c Config) withDefaults() Config {
 	c.Refresh = cmp.Or(c.Refresh, DefaultRefresh)
 	c.WedgedAfter = cmp.Or(c.WedgedAfter, DefaultWedgedAfter)
 	c.History = cmp.Or(c.History, DefaultHistory)
+	c.SessionTTL = cmp.Or(c.SessionTTL, DefaultSessionTTL)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -86,6 +98,12 @@ func (c Config) Validate() error {
 	}
 	if c.History < 2*c.Refresh {
 		errs = append(errs, fmt.Errorf("History must be at least two Refresh intervals (%s), got %s", 2*c.Refresh, c.History))
+	}
+	if c.Token != "" && (strings.TrimSpace(c.Token) == "" || strings.TrimSpace(c.Token) != c.Token) {
+		errs = append(errs, errors.New("Token must not be blank or begin or end with white space"))
+	}
+	if c.SessionTTL < MinSessionTTL {
+		errs = append(errs, fmt.Errorf("SessionTTL must be at least %s, got %s", MinSessionTTL, c.SessionTTL))
 	}
 	if (c.BasicUser == "") != (c.BasicPassword == "") {
 		errs = append(errs, errors.New("BasicUser and BasicPassword must be set together"))

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
 
 // Every statement the console sends is in this file. Pages read through existing SQL functions
@@ -99,6 +101,7 @@ func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan t
 		var w Wedged
 		err := r.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttemptCount, &w.HeadLastError, &w.OldestPendingAt, &w.Pending, &w.Reason)
 		w.Leased = strings.HasPrefix(w.Reason, "leased")
+		w.Reason = timetext.Rewrite(w.Reason)
 		return w, err
 	})
 	if err != nil {
@@ -158,6 +161,8 @@ const maxKeyRequeue = 10000
 
 // poisonedIDsOfKey reads the poisoned ids of one key through the partition index (key, id)
 // WHERE sent_at IS NULL. The key is compared in the column's own type so that the index applies.
+// db is the operator's pool: the action's login is the one granted SELECT (id, <partition column>,
+// attempt_count, sent_at) on the queue table (docs/security.md, "The console").
 func poisonedIDsOfKey(ctx context.Context, db *pgxpool.Pool, q queueReg, key string) ([]int64, error) {
 	if q.PartitionColumn == nil || q.PartitionType == nil {
 		return nil, fmt.Errorf("queue %s has no partition column", q.Name)

@@ -2,14 +2,19 @@ package console
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"embed"
+	"encoding/base64"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
 
 //go:embed web/*.html
@@ -60,11 +65,41 @@ type pageData struct {
 
 const flashCookie = "pgdrain_console_flash"
 
+// flashTTL is how long an action's result waits for the page it redirects to.
+const flashTTL = time.Minute
+
 // setFlash leaves a one-line result for the page the action redirects to (POST, redirect, GET:
-// reloading that page does not repeat the action).
-func setFlash(w http.ResponseWriter, msg string) {
-	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: url.QueryEscape(msg), Path: "/", MaxAge: 60,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode})
+// reloading that page does not repeat the action). The cookie is signed with the server's key
+// (flashValue): cookies do not isolate ports, so another local origin can set a cookie this
+// console receives, but not one it shows.
+func (s *Server) setFlash(w http.ResponseWriter, r *http.Request, msg string) {
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: s.flashValue(msg, time.Now().Add(flashTTL)), Path: "/",
+		MaxAge: int(flashTTL / time.Second), HttpOnly: true, Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
+}
+
+// flashValue is "<message, base64url>.<expiry, unix seconds>.<HMAC of both>".
+func (s *Server) flashValue(msg string, expires time.Time) string {
+	body := base64.RawURLEncoding.EncodeToString([]byte(msg)) + "." + strconv.FormatInt(expires.Unix(), 10)
+	return body + "." + s.mac("flash", body)
+}
+
+// readFlash returns the message of a flash cookie this process signed and that has not expired,
+// or "" for anything else.
+func (s *Server) readFlash(v string, now time.Time) string {
+	i := strings.LastIndexByte(v, '.')
+	if i < 0 || !hmac.Equal([]byte(v[i+1:]), []byte(s.mac("flash", v[:i]))) {
+		return ""
+	}
+	enc, exp, _ := strings.Cut(v[:i], ".")
+	unix, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil || now.Unix() >= unix {
+		return ""
+	}
+	msg, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return ""
+	}
+	return string(msg)
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, d pageData) {
@@ -74,8 +109,9 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	d.Who = who(r)
 	fragment := r.Header.Get("X-Pgdrain-Fragment") != ""
 	if c, err := r.Cookie(flashCookie); err == nil && !fragment {
-		d.Flash, _ = url.QueryUnescape(c.Value)
-		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1})
+		d.Flash = s.readFlash(c.Value, time.Now())
+		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true,
+			Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 	}
 	tmpl := "layout.html"
 	if fragment {
@@ -113,12 +149,12 @@ var funcs = template.FuncMap{
 	"ts": func(t any) string {
 		switch v := t.(type) {
 		case time.Time:
-			return v.UTC().Format("2006-01-02 15:04:05Z")
+			return timetext.Format(v)
 		case *time.Time:
 			if v == nil {
 				return "–"
 			}
-			return v.UTC().Format("2006-01-02 15:04:05Z")
+			return timetext.Format(*v)
 		}
 		return fmt.Sprint(t)
 	},
@@ -148,7 +184,7 @@ var funcs = template.FuncMap{
 	"add":   func(a, b int) int { return a + b },
 }
 
-// human rounds a duration for a person: 850ms, 42s, 3m12s, 5m, 2h5m, 3d4h.
+// human rounds a duration for a person: 850ms, 42s, 3m12s, 5m, 2h5m, 3d4h, 7d.
 func human(d time.Duration) string {
 	switch {
 	case d < time.Second:
@@ -170,6 +206,9 @@ func human(d time.Duration) string {
 		return s + "m"
 	default:
 		days := int(d / (24 * time.Hour))
-		return fmt.Sprintf("%dd%dh", days, int((d%(24*time.Hour))/time.Hour))
+		if hours := int((d % (24 * time.Hour)) / time.Hour); hours > 0 {
+			return fmt.Sprintf("%dd%dh", days, hours)
+		}
+		return fmt.Sprintf("%dd", days)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
 
 // finding is one problem found by check.
@@ -98,6 +100,7 @@ func checkIndexes(ctx context.Context, conn *pgx.Conn, queue string) ([]finding,
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (finding, error) {
 		f := finding{Check: "indexes"}
 		err := r.Scan(&f.Problem, &f.Name, &f.Detail)
+		f.Detail = timetext.Rewrite(f.Detail)
 		return f, err
 	})
 	if err != nil {
@@ -127,7 +130,7 @@ func checkRepair(ctx context.Context, conn *pgx.Conn, table string) ([]finding, 
 			head = "head " + strconv.FormatInt(*headID, 10)
 		}
 		f.Detail = fmt.Sprintf("%s (%s): no claim reaches it; a drainer's repair pass fixes it, or "+
-			"SELECT * FROM outbox.repair('%s'); please report it as a pgdrain bug", orDash(detail), head, table)
+			"SELECT * FROM outbox.repair('%s'); please report it as a pgdrain bug", timetext.Rewrite(orDash(detail)), head, table)
 		return f, err
 	})
 	if err != nil {

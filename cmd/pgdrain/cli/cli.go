@@ -21,8 +21,8 @@ import (
 const (
 	// ExitOK means the command did what it was asked and found nothing wrong.
 	ExitOK = 0
-	// ExitProblems means the command ran but found problems: check found one, or wedged found a
-	// wedged partition.
+	// ExitProblems means the command ran but found problems: check found one, wedged found a
+	// wedged partition, or poisoned listed a poisoned row.
 	ExitProblems = 1
 	// ExitUsage means the arguments were wrong; nothing was sent to the database.
 	ExitUsage = 2
@@ -39,8 +39,12 @@ commands:
   wedged QUEUE [--older-than 1m] [--limit 10]
                                   partitions whose oldest pending row is older than --older-than,
                                   with the reason their head does not move (exit 1 if any)
-  requeue QUEUE (ID... | --all)   give poisoned rows (the given ids, or all with --all) a fresh
-                                  start, each at the tail of its key
+  poisoned QUEUE [--key K] [--limit 50]
+                                  the poisoned rows, newest first: id, key, type, attempts,
+                                  created, event id, last error (exit 1 if any)
+  requeue QUEUE (ID... | --key K | --all)
+                                  give poisoned rows (the given ids, those of key K, or all with
+                                  --all) a fresh start, each at the tail of its key
   purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000] [--dry-run]
                                   delete rows sent more than --older-than ago, --chunk rows per
                                   short transaction, at most --max-rows in all (0 = no limit);
@@ -49,7 +53,7 @@ commands:
                                   pending rows no claim can reach (outbox.repair dry run; changes
                                   nothing) (exit 1 if any problem)
   web [--listen 127.0.0.1:8080] [--read-only] [--operator-dsn URL] [--token T | --basic-auth U:P]
-      [--refresh 5s] [--wedged-after 1m]
+      [--refresh 5s] [--wedged-after 1m] [--session-ttl 12h]
                                   the operator console in the browser (docs/console.md); runs
                                   until interrupted
   relay --config FILE [--check]   relay queues to webhooks, Kafka or NATS JetStream as FILE says
@@ -109,7 +113,7 @@ func noFlags(run action) func(*flag.FlagSet) (func() error, action) {
 	return func(*flag.FlagSet) (func() error, action) { return func() error { return nil }, run }
 }
 
-var commands = []command{queuesCommand, statsCommand, wedgedCommand, requeueCommand, purgeCommand, checkCommand, webCommand, relayCommand}
+var commands = []command{queuesCommand, statsCommand, wedgedCommand, poisonedCommand, requeueCommand, purgeCommand, checkCommand, webCommand, relayCommand}
 
 // Run runs the pgdrain command with args (without the program name), writing results to stdout
 // and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or
@@ -292,6 +296,7 @@ func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 		return nil, usagef("--dsn (or DATABASE_URL, or the PG* environment) is not a valid PostgreSQL connection string: %v", err)
 	}
 	cfg.RuntimeParams["application_name"] = "pgdrain-cli"
+	textTimesInUTC(cfg.RuntimeParams)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg)
@@ -299,6 +304,21 @@ func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
 	return conn, nil
+}
+
+// textTimesInUTC asks the server to write times into texts (reasons, details) as ISO in UTC
+// unless the connection string says otherwise; timetext.Rewrite then gives them the one format
+// pgdrain prints (RFC 3339, UTC) whatever the server's defaults.
+func textTimesInUTC(params map[string]string) {
+next:
+	for k, v := range map[string]string{"DateStyle": "ISO, YMD", "TimeZone": "UTC"} {
+		for given := range params {
+			if strings.EqualFold(given, k) {
+				continue next
+			}
+		}
+		params[k] = v
+	}
 }
 
 // isUnknownQueue: the outbox functions name a queue that is not registered (or whose table is gone)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
 
 // writeJSON writes v as indented JSON followed by a newline.
@@ -34,14 +36,25 @@ func orDash(s *string) string {
 	return *s
 }
 
+// timeOrDash writes a time for a table: RFC 3339 in UTC, to the second (timetext.Format).
 func timeOrDash(t *time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return t.UTC().Format(time.RFC3339)
+	return timetext.Format(*t)
 }
 
-// seconds renders a duration for tables, rounded for a human.
+// utc is t in UTC (nil stays nil): JSON fields then read 2026-03-01T12:00:05.123456Z whatever the
+// local time zone, RFC 3339 in UTC as the tables, with the database's microseconds kept.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// humanDuration renders a duration for tables, rounded for a human.
 func humanDuration(d *time.Duration) string {
 	if d == nil {
 		return "-"

@@ -45,9 +45,10 @@ func purge(ctx context.Context, e env, queue string, olderThan time.Duration, ma
 	}
 	if e.json {
 		return writeJSON(e.out, map[string]any{
-			"queue": queue, "deleted": total, "chunks": chunks, "older_than_seconds": olderThan.Seconds()})
+			"queue": queue, "deleted": total, "chunks": chunks, "older_than": ageText(olderThan),
+			"older_than_seconds": olderThan.Seconds()})
 	}
-	fmt.Fprintf(e.out, "deleted %d sent row(s) of %s older than %s in %d chunk(s)\n", total, queue, olderThan, chunks)
+	fmt.Fprintf(e.out, "deleted %d sent row(s) of %s older than %s in %d chunk(s)\n", total, queue, ageText(olderThan), chunks)
 	return nil
 }
 
@@ -70,10 +71,10 @@ func purgeDryRun(ctx context.Context, e env, queue string, olderThan time.Durati
 	}
 	if e.json {
 		return writeJSON(e.out, map[string]any{"queue": queue, "dry_run": true, "would_delete": total,
-			"chunks": chunks, "older_than_seconds": olderThan.Seconds()})
+			"chunks": chunks, "older_than": ageText(olderThan), "older_than_seconds": olderThan.Seconds()})
 	}
 	fmt.Fprintf(e.out, "would delete %d sent row(s) of %s older than %s in %d chunk(s) (dry run: nothing deleted)\n",
-		total, queue, olderThan, chunks)
+		total, queue, ageText(olderThan), chunks)
 	return nil
 }
 

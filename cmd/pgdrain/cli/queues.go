@@ -36,6 +36,7 @@ var queuesCommand = command{
 			var q queueInfo
 			err := r.Scan(&q.Queue, &q.PartitionColumn, &q.MaxAttempts, &q.BackoffMinSeconds,
 				&q.BackoffMaxSeconds, &q.PermanentPolicy, &q.Channel, &q.CreatedAt)
+			q.CreatedAt = q.CreatedAt.UTC()
 			return q, err
 		})
 		if err != nil {
@@ -58,5 +59,5 @@ var queuesCommand = command{
 }
 
 func secondsText(s float64) string {
-	return (time.Duration(s * float64(time.Second))).String()
+	return ageText(time.Duration(s * float64(time.Second)))
 }

@@ -32,6 +32,7 @@ var statsCommand = command{
 		if err != nil {
 			return fmt.Errorf("reading stats: %w", err)
 		}
+		s.OldestPendingAt = utc(s.OldestPendingAt)
 		if e.json {
 			return writeJSON(e.out, s)
 		}

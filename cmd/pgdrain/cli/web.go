@@ -30,8 +30,20 @@ var webCommand = command{
 		fs.Var(&refresh, "refresh", "how often to sample outbox.stats and refresh the pages")
 		wedgedAfter := ageFlag{console.DefaultWedgedAfter}
 		fs.Var(&wedgedAfter, "wedged-after", "list partitions whose oldest pending row is older than this")
+		sessionTTL := ageFlag{console.DefaultSessionTTL}
+		fs.Var(&sessionTTL, "session-ttl", "how long the cookie a ?token= visit sets stays valid")
 		var user, password string
 		validate := func() error {
+			// An empty --token (given, or $PGDRAIN_WEB_TOKEN set to white space) must not quietly
+			// mean "no authentication", nor a token nobody can send in a header.
+			tokenGiven := false
+			fs.Visit(func(f *flag.Flag) { tokenGiven = tokenGiven || f.Name == "token" })
+			if (tokenGiven || *token != "") && (strings.TrimSpace(*token) == "" || strings.TrimSpace(*token) != *token) {
+				return usagef("web: --token (or $PGDRAIN_WEB_TOKEN) must not be empty, blank, or begin or end with white space")
+			}
+			if sessionTTL.d < console.MinSessionTTL {
+				return usagef("web: --session-ttl must be at least %s, got %s", ageText(console.MinSessionTTL), ageText(sessionTTL.d))
+			}
 			if *basic != "" {
 				var ok bool
 				user, password, ok = strings.Cut(*basic, ":")
@@ -40,7 +52,7 @@ var webCommand = command{
 				}
 			}
 			if refresh.d < console.MinRefresh {
-				return usagef("web: --refresh must be at least %s, got %s", console.MinRefresh, refresh.d)
+				return usagef("web: --refresh must be at least %s, got %s", ageText(console.MinRefresh), ageText(refresh.d))
 			}
 			if err := console.CheckListen(*listen, *token != "" || *basic != ""); err != nil {
 				return usagef("web: %v", err)
@@ -49,7 +61,7 @@ var webCommand = command{
 		}
 		return validate, func(ctx context.Context, e env, _ []string) error {
 			cfg := console.Config{ReadOnly: *readOnly, Token: *token, BasicUser: user, BasicPassword: password,
-				Refresh: refresh.d, WedgedAfter: wedgedAfter.d}
+				Refresh: refresh.d, WedgedAfter: wedgedAfter.d, SessionTTL: sessionTTL.d}
 			return web(ctx, e, *listen, cmp.Or(*operatorDSN, e.dsn), cfg)
 		}
 	},
@@ -89,7 +101,7 @@ func web(ctx context.Context, e env, listen, operatorDSN string, cfg console.Con
 	}
 	fmt.Fprintf(e.out, "pgdrain web: serving http://%s/ (%s)\n", ln.Addr(), mode)
 	cfg.Logger.Info("console started", "addr", ln.Addr().String(), "read_only", cfg.ReadOnly,
-		"auth", cfg.Token != "" || cfg.BasicUser != "", "refresh", cfg.Refresh.String())
+		"auth", cfg.Token != "" || cfg.BasicUser != "", "refresh", ageText(cfg.Refresh))
 	return srv.Run(ctx, ln)
 }
 
@@ -102,6 +114,7 @@ func openPool(ctx context.Context, dsn, flagName string, maxConns int32) (*pgxpo
 	}
 	cfg.MaxConns = maxConns
 	cfg.ConnConfig.RuntimeParams["application_name"] = "pgdrain-web"
+	textTimesInUTC(cfg.ConnConfig.RuntimeParams)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to database (%s): %w", flagName, err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
 
 // wedgedPartition is one row of outbox.wedged_partitions.
@@ -52,6 +54,8 @@ func wedged(ctx context.Context, e env, queue string, olderThan time.Duration, l
 		var w wedgedPartition
 		err := r.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttemptCount, &w.HeadLastError,
 			&w.OldestPendingAt, &w.Pending, &w.Reason)
+		w.OldestPendingAt = w.OldestPendingAt.UTC()
+		w.Reason = timetext.Rewrite(w.Reason)
 		return w, err
 	})
 	if err != nil {
@@ -65,7 +69,7 @@ func wedged(ctx context.Context, e env, queue string, olderThan time.Duration, l
 			return err
 		}
 	} else if len(list) == 0 {
-		fmt.Fprintf(e.out, "no partition of %s has pending work older than %s\n", queue, olderThan)
+		fmt.Fprintf(e.out, "no partition of %s has pending work older than %s\n", queue, ageText(olderThan))
 	} else {
 		table := make([][]string, len(list))
 		for i, w := range list {
