@@ -11,13 +11,13 @@ import (
 	"github.com/pgdrain/pgdrain/internal/testdb"
 )
 
-// An open lock-mode batch that has just deleted key rk's head (delivered its last row) or parked it
-// (a transient failure) never makes a producer of rk wait: single-row, two-key and SERIALIZABLE
-// producers, as pgdrain_producer with lock_timeout = 1s (any lock wait fails them with 55P03),
-// commit while the batch is open. Afterwards every row is delivered, rk's in commit order (issue
-// 29, item 1: the single-row commit step's head insert waited on the batch's uncommitted delete).
-// A batch that made rk's head (from a wake note, or rebuilding heads after a crash reset) still
-// holds a new-key producer of rk until it ends: not covered here, see docs/ordering.md.
+// An open lock-mode batch that has just deleted key rk's head (delivered its last row), parked it
+// (a transient failure), made it (applying a SERIALIZABLE producer's wake note) or rebuilt it (the
+// first claim after a crash reset of the unlogged state) never makes a producer of rk wait:
+// single-row, two-key and SERIALIZABLE producers, as pgdrain_producer with lock_timeout = 1s (any
+// lock wait fails them with 55P03), commit while the batch is open. Afterwards every row is
+// delivered, rk's in commit order (issue 29, item 1: the commit step's head insert waited on the
+// batch's uncommitted delete (until 00024) or on its uncommitted insert (until 00025)).
 func TestProducers_NeverWaitBesideAnOpenLockModeBatch(t *testing.T) {
 	t.Parallel()
 	scenarios := []struct {
@@ -31,6 +31,12 @@ func TestProducers_NeverWaitBesideAnOpenLockModeBatch(t *testing.T) {
 		}},
 		{"parked its head", commitRow, func(t *testing.T, db *testdb.DB, batch pgx.Tx) {
 			settleClaimed(t, batch, claimLocked(t, batch, 1), "transient")
+		}},
+		{"made its head from a wake note", commitSerializableRow, func(t *testing.T, db *testdb.DB, batch pgx.Tx) {
+			require.NotEmpty(t, claimLocked(t, batch, 1))
+		}},
+		{"rebuilt the heads after a crash reset", crashReset, func(t *testing.T, db *testdb.DB, batch pgx.Tx) {
+			require.NotEmpty(t, claimLocked(t, batch, 1))
 		}},
 	}
 	for _, sc := range scenarios {
@@ -81,6 +87,28 @@ func TestProducers_NeverWaitBesideAnOpenLockModeBatch(t *testing.T) {
 func commitRow(t *testing.T, db *testdb.DB) {
 	t.Helper()
 	insertEvent(t, db.Pool, "rk")
+}
+
+// commitSerializableRow commits a row of a new key rk in a SERIALIZABLE transaction, whose commit
+// step leaves a wake note instead of making the head: the next claim makes it.
+func commitSerializableRow(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	require.NoError(t, err)
+	insertEvent(t, tx, "rk")
+	require.NoError(t, tx.Commit(ctx))
+	var heads int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox.partition_heads`).Scan(&heads))
+	require.Zero(t, heads, "the claim makes rk's head")
+}
+
+// crashReset commits a row of rk, then empties what crash recovery empties (the UNLOGGED state):
+// the next claim rebuilds every head.
+func crashReset(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	commitRow(t, db)
+	exec(t, db.Pool, `TRUNCATE outbox.partition_heads, outbox.partition_heads_built, outbox.partition_clocks, outbox.partition_wakes`)
 }
 
 func claimLocked(t *testing.T, batch pgx.Tx, n int) []int64 {

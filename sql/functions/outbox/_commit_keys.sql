@@ -192,33 +192,9 @@ BEGIN
   -- session holds or made meanwhile is left to a wake note. NOTIFY when anything was written: a
   -- partition became (or may have become) claimable.
   IF v_new IS NOT NULL THEN
-    -- A new head's floor is our smallest id (poisoned rows before it are not walked again) only
-    -- while the queue's heads are complete and no wake note waits for the key: after a crash "no
-    -- head" may mean the heads were lost while older rows of the key are still pending, and a note
-    -- means a producer before us committed rows of the key while a claim was deleting its head
-    -- (the note is applied by a later claim, which a claim of our row must not overtake). Then the
-    -- floor is 0 until a claim raises it. So it is under REPEATABLE READ and SERIALIZABLE: their
-    -- snapshot may miss a note, and not reading the notes keeps a SERIALIZABLE producer's predicate
-    -- locks off the page other producers' wake notes go to (two producers that each made a new head
-    -- and a wake note failed as a read/write cycle).
-    WITH made AS (
-      INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
-      SELECT p_q.queue_id, u.k, u.lo,
-             CASE WHEN v_read_committed
-                       AND EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
-                       AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
-                                       WHERE w.queue_id = p_q.queue_id AND w.partition_key = u.k)
-                  THEN u.lo ELSE 0 END
-      -- Filtered on the aligned state, not with u.k = ANY (v_new): that compares every key with
-      -- every new key (a 192,000-row bulk load of 32,000 new keys spent 9.6 s here).
-      FROM unnest(v_keys, v_mins, v_states) AS u(k, lo, state)
-      WHERE u.state = 'new'
-      ORDER BY u.k
-      ON CONFLICT (queue_id, partition_key) DO NOTHING
-      RETURNING h.partition_key)
-    SELECT pg_catalog.array_agg(k) INTO v_raced_now FROM pg_catalog.unnest(v_new) AS k
-    WHERE k NOT IN (SELECT made.partition_key FROM made);
-    v_raced := v_raced || v_raced_now;
+    -- Never waits for a claim's open transaction making the same head (outbox._make_heads): the
+    -- keys it did not make get wake notes.
+    v_raced := v_raced || outbox._make_heads(p_q, v_keys, v_mins, v_states);
     v_wrote := true;
   END IF;
   IF v_fix IS NOT NULL THEN

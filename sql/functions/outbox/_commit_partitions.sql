@@ -49,19 +49,14 @@ BEGIN
       -- lock-mode batch that delivered a key's last row held its producers at COMMIT).
       IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
                                    WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_key) THEN
-        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
-        SELECT p_q.queue_id, v_key, v_id,
-               CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
-                         AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
-                                         WHERE w.queue_id = p_q.queue_id AND w.partition_key = v_key)
-                    THEN v_id ELSE 0 END
-        ON CONFLICT (queue_id, partition_key) DO NOTHING;
-        IF FOUND THEN
-          IF outbox._drainer_waits(p_q) THEN
-            PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
-          END IF;
-          RETURN true;
+        IF outbox._make_heads(p_q, p_keys, p_ids, '{new}') IS NOT NULL THEN
+          -- Made meanwhile by another session, maybe a claim's open transaction: a wake note.
+          INSERT INTO outbox.partition_wakes (queue_id, partition_key, low_id) VALUES (p_q.queue_id, v_key, v_id);
         END IF;
+        IF outbox._drainer_waits(p_q) THEN
+          PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
+        END IF;
+        RETURN true;
       END IF;
     END IF;
     RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);

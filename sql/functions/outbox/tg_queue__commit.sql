@@ -4,8 +4,13 @@
 -- the transaction and hands each partitioned queue's keys and ids to outbox._commit_partitions in
 -- queue_id order: the commit locks of all transactions are taken in one global order, and
 -- committing transactions never deadlock.
--- SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE runs it earlier (its locks are then held until
--- the transaction ends); rows written after that are noted, and queue it, again.
+-- Immediate constraints (SET CONSTRAINTS ALL IMMEDIATE, which ORMs and migration tools issue) fire
+-- it inside the producing statement that queued it (trigger depth above 1): it then defers itself
+-- to COMMIT (sets its own constraint DEFERRED and queues itself again) and takes no lock. Run there,
+-- it would hold its commit locks until the transaction ends, and two producers writing two keys in
+-- opposite order would deadlock (issue 29). SET CONSTRAINTS ... IMMEDIATE after rows were written
+-- still runs it at once, at depth 1 (its locks are then held until the transaction ends); rows
+-- written after that queue it again, for COMMIT.
 -- Few statements, each simple, by index (these tables churn, and their statistics say they are
 -- empty): every one is an executor start on the producer's write path.
 CREATE OR REPLACE FUNCTION outbox.tg_queue__commit()
@@ -25,7 +30,18 @@ DECLARE
   v_oids oid[];
   v_keys text[];
   v_ids bigint[];
+  v_requeued outbox.commit_hooks;
 BEGIN
+  IF pg_catalog.pg_trigger_depth() > 1 THEN
+    SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
+    -- Found by the arbiter and moved by ctid, as below: no predicate lock in SERIALIZABLE.
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (NEW.xid)
+    ON CONFLICT (xid) DO UPDATE SET xid = EXCLUDED.xid
+    RETURNING h.ctid INTO v_hook;
+    DELETE FROM outbox.commit_hooks h WHERE h.ctid = v_hook RETURNING h.* INTO v_requeued;
+    INSERT INTO outbox.commit_hooks VALUES (v_requeued.*);
+    RETURN NULL;
+  END IF;
   IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
     -- The notes are in the hook (outbox._note_written), which is found by the arbiter of its
     -- primary key and deleted by ctid: neither takes a predicate lock (an index scan would lock
