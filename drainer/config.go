@@ -34,6 +34,11 @@ const (
 	DefaultApplyConcurrency = 1
 	// DefaultRepairInterval is how often the repair pass runs (outbox.repair).
 	DefaultRepairInterval = time.Minute
+	// DefaultBusyPoll is how long a drainer that just found rows polls before it asks producers
+	// to NOTIFY it (Config.BusyPoll).
+	DefaultBusyPoll = 50 * time.Millisecond
+	// MaxBusyPoll is the longest BusyPoll Validate accepts.
+	MaxBusyPoll = 10 * time.Second
 	// MinRepairInterval is the shortest RepairInterval Validate accepts: each pass costs a walk
 	// over the queue's partitions.
 	MinRepairInterval = 100 * time.Millisecond
@@ -211,6 +216,16 @@ type Config struct {
 	// starts. Negative turns the pass off; a positive value must be at least MinRepairInterval.
 	// Defaults to 1m (DefaultRepairInterval).
 	RepairInterval time.Duration
+	// BusyPoll is how long after a claim that found rows the drainer keeps claiming on a timer
+	// (after 1 ms, then after as long as it has been idle, at most 10 ms apart) before it marks
+	// itself waiting for a NOTIFY (a queue that notifies 'when_waiting', outbox.set_notify). A
+	// NOTIFY serialises the commits of every transaction that sends one, through their WAL
+	// flushes: a drainer that asks for one after every row it drains makes each producer's commit
+	// notify, and producers beside running drainers slowed down 3-4x (issue 29). While rows keep
+	// coming, polling finds them within milliseconds and producers send none; an idle queue costs
+	// about ten empty claims per BusyPoll, then one NOTIFY per wake-up as before. Negative turns it
+	// off; at most MaxBusyPoll. Defaults to 50ms (DefaultBusyPoll).
+	BusyPoll time.Duration
 
 	// ExpectPartitionColumn, when set, makes Run fail unless the queue is registered with this
 	// partition_column: a row is then claimed only when no deliverable row with a smaller id exists
@@ -252,6 +267,7 @@ func (c Config) withDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, DefaultLease(c.ApplyTimeout))
 	c.LockTransactionTimeout = cmp.Or(c.LockTransactionTimeout, c.lockTransactionFloor())
 	c.RepairInterval = cmp.Or(c.RepairInterval, DefaultRepairInterval)
+	c.BusyPoll = cmp.Or(c.BusyPoll, DefaultBusyPoll)
 	if c.ClaimTimeout == 0 {
 		c.ClaimTimeout = DefaultClaimTimeout
 		if bound := c.claimTimeoutBound(); bound > 0 { // a bad bound is reported by its own field
@@ -355,6 +371,9 @@ func (c Config) Validate() error {
 			name = "LockTransactionTimeout"
 		}
 		bad("ClaimTimeout must be at most %s (%s), got %s", name, bound, c.ClaimTimeout)
+	}
+	if c.BusyPoll > MaxBusyPoll {
+		bad("BusyPoll must be at most MaxBusyPoll (%s), or negative to turn it off, got %s", MaxBusyPoll, c.BusyPoll)
 	}
 	if c.RepairInterval > 0 && c.RepairInterval < MinRepairInterval {
 		bad("RepairInterval must be at least MinRepairInterval (%s), or negative to turn the repair pass off, got %s",

@@ -102,6 +102,9 @@
 // and claims once more; the NOTIFY that wakes it clears the mark (outbox.drainer_woke). While
 // producers are committing it can not mark itself, and claims again after 10–200 ms instead of
 // sleeping. On other queues the mark is 0 and the drainer asks again only after each sleep.
+// A drainer that found rows within the last Config.BusyPoll (50ms) does not mark itself: it claims
+// again after 1–10 ms. A NOTIFY serialises the commits of all transactions that send one (a lock
+// held through each one's WAL flush), so producers beside busy drainers send none (issue 29).
 //
 // Behind a transaction pooler (PgBouncer's pool_mode=transaction) a LISTEN hears nothing: give the
 // drainers a small direct pool for it with WithListenPool (they then share its one LISTEN

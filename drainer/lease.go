@@ -118,6 +118,7 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 					wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
 				case len(jobs) > 0:
 					errDelay = errorDelayMin
+					r.lastFound = time.Now()
 					p.dispatch(jobs)
 					// A full claim: with fast applies the next one gathers the window (see gatherRatio).
 					if a := p.slotAverage(); len(jobs) == n && a > 0 && gatherRatio*a < claimAvg {

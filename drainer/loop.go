@@ -27,6 +27,8 @@ type runner[T any] struct {
 	runCtx  context.Context // Run's ctx
 	metrics *metrics        // this Run's handle on its queue's series
 	waiting waiting         // whether producers know this drainer waits for a NOTIFY (waiting.go)
+	// lastFound is when a claim last found rows: the drainer busy-polls for BusyPoll after it.
+	lastFound time.Time
 }
 
 // bounded returns ctx bounded by ClaimTimeout, for one short database call: a connection that
@@ -77,6 +79,7 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 			// Claim again at once: a full batch may have left rows behind, and a recorded head
 			// unblocks its partition's successor, which no NOTIFY announces.
 			errDelay = errorDelayMin
+			r.lastFound = time.Now()
 			continue
 		default:
 			errDelay = errorDelayMin
@@ -93,10 +96,13 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 	}
 }
 
-// nextWake is how long to sleep: PollFallback, or less when a lease or backoff that parks work
-// ends sooner (outbox.next_due: the parked heads of a partitioned queue, the first pending rows in
+// nextWake is how long to sleep: a few milliseconds while busy-polling (Config.BusyPoll), else
+// PollFallback, or less when a lease or backoff that parks work ends sooner (outbox.next_due: the parked heads of a partitioned queue, the first pending rows in
 // claim order of an unpartitioned one).
 func (r *runner[T]) nextWake(ctx context.Context) time.Duration {
+	if d := r.busyPoll(); d > 0 {
+		return d
+	}
 	wait := r.cfg.PollFallback
 	cctx, cancel := r.bounded(ctx)
 	due, err := queryNextDue(cctx, r.d.pool, r.reg.queue)

@@ -21,7 +21,21 @@ const (
 	gateRetryMax = 200 * time.Millisecond
 	// markSlack is added to the wait a mark covers, so the mark outlives the sleep it announces.
 	markSlack = time.Second
+	// busyPollMin and busyPollMax bound the pause between claims while the drainer busy-polls
+	// (Config.BusyPoll): it grows with the time since the last rows were found.
+	busyPollMin = time.Millisecond
+	busyPollMax = 10 * time.Millisecond
 )
+
+// busyPoll is how long to pause before claiming again while rows were found less than BusyPoll ago
+// (no mark, no NOTIFY asked for), or 0 when the drainer should wait as usual.
+func (r *runner[T]) busyPoll() time.Duration {
+	idle := time.Since(r.lastFound)
+	if r.cfg.BusyPoll <= 0 || idle >= r.cfg.BusyPoll {
+		return 0
+	}
+	return min(max(idle, busyPollMin), busyPollMax, r.cfg.BusyPoll-idle)
+}
 
 // waiting is what this runner told the queue about its waiting.
 type waiting struct {

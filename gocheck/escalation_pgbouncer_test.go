@@ -53,11 +53,14 @@ func TestPgBouncer_EscalationEngine(t *testing.T) {
 				require.NoError(t, err)
 				wg.Go(func() { runErrs <- e.Run(ctx) })
 			}
+			// A ladder is completed when its last step is recorded, before that step is delivered
+			// and journaled (at most once: record first): wait for the journal too.
 			require.Eventually(t, func() bool {
-				var n int
+				var n, journaled int
 				_ = db.Pool.QueryRow(context.Background(),
-					`SELECT count(*) FROM alr.alert_escalations WHERE stop_reason = 'completed'`).Scan(&n)
-				return n == ladders
+					`SELECT (SELECT count(*) FROM alr.alert_escalations WHERE stop_reason = 'completed'),
+					        (SELECT count(*) FROM alr.delivery_journal)`).Scan(&n, &journaled)
+				return n == ladders && journaled == ladders*steps
 			}, time.Minute, 25*time.Millisecond)
 			counts := peer.counts()
 			require.Len(t, counts, ladders*steps)
