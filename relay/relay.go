@@ -203,6 +203,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	defer r.running.Store(false)
+	shutdown := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(r.routes))
@@ -211,7 +212,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() {
 			x.setState("running", nil)
 			x.logger.InfoContext(ctx, "relaying", "mode", x.Drainer.ClaimMode.String())
-			if err := x.drainer.Run(ctx); err != nil {
+			// A drainer still starting (waiting for the database) when the relay is told to stop
+			// returns its last start error: that is a clean shutdown, not a failure.
+			if err := x.drainer.Run(ctx); err != nil && shutdown.Err() == nil {
 				x.setState("failed", err)
 				errs[i] = fmt.Errorf("queue %s: %w", x.Queue, err)
 				x.logger.ErrorContext(ctx, "relay of the queue failed; stopping the relay", "err", err)

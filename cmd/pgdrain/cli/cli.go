@@ -74,6 +74,21 @@ const noCommand = "no command given"
 // usageError is a problem with the arguments, reported with exit code 2.
 type usageError struct{ msg string }
 
+// fileError is a usage error about what a file says (every problem on its own line, each naming
+// the file, line and field): it exits like one, but does not point at the usage text, which
+// would not help.
+type fileError struct{ msg string }
+
+func (e fileError) Error() string { return e.msg }
+
+// relayFailure is the relay stopping on an error once it ran (a queue that is not registered, a
+// sink that can not start): ExitDatabase, in the relay's words (which queue, what went wrong)
+// rather than those of the SQL function that refused.
+type relayFailure struct{ err error }
+
+func (e relayFailure) Error() string { return e.err.Error() }
+func (e relayFailure) Unwrap() error { return e.err }
+
 func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error {
@@ -137,7 +152,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return rep.ExitCode
 	}
 	switch {
-	case rep.Code != codeUsage:
+	case rep.Code != codeUsage, isFileError(err):
 		fmt.Fprintf(stderr, "pgdrain: %s\n", rep.Error)
 	case rep.Error == noCommand:
 		fmt.Fprintf(stderr, "pgdrain: %s\n\n%s\n", rep.Error, Usage)
@@ -164,10 +179,28 @@ type errorReport struct {
 	SQLState string `json:"sqlstate,omitempty"`
 }
 
+func isFileError(err error) bool {
+	var fe fileError
+	return errors.As(err, &fe)
+}
+
 func report(err error) errorReport {
 	var ue usageError
 	if errors.As(err, &ue) {
 		return errorReport{Error: ue.msg, Code: codeUsage, ExitCode: ExitUsage}
+	}
+	var fe fileError
+	if errors.As(err, &fe) {
+		return errorReport{Error: fe.msg, Code: codeUsage, ExitCode: ExitUsage}
+	}
+	var rf relayFailure
+	if errors.As(err, &rf) {
+		rep := errorReport{Error: rf.Error(), Code: codeDatabase, ExitCode: ExitDatabase}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			rep.SQLState = pgErr.Code
+		}
+		return rep
 	}
 	rep := errorReport{Error: describe(err), Code: codeDatabase, ExitCode: ExitDatabase}
 	var pgErr *pgconn.PgError

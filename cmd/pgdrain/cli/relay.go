@@ -36,7 +36,7 @@ var relayCommand = command{
 			f, err := config.Load(*path)
 			if err != nil {
 				// Every problem on its own line, each naming the file, line and field.
-				return usageError{"relay: invalid config:\n" + err.Error()}
+				return fileError{"relay: invalid config:\n" + err.Error()}
 			}
 			file = f
 			return nil
@@ -106,7 +106,10 @@ func runRelay(ctx context.Context, e env, file *config.File) error {
 	logger.Info("relay starting", "queues", len(routes))
 	err = r.Run(ctx)
 	logger.Log(ctx, levelOf(err), "relay stopped", "err", err)
-	return err
+	if err != nil {
+		return relayFailure{fmt.Errorf("relay: %w", err)}
+	}
+	return nil
 }
 
 func levelOf(err error) slog.Level {
