@@ -15,7 +15,8 @@ import (
 // The markdown a reader walks: README.md, CONTRIBUTING.md, examples/README.md and every page of
 // docs/. TestDocs_LinksResolve checks that every relative link in them (outside code) names a file
 // or folder that exists and, for a link into a markdown page with a #fragment, a heading (or an
-// <a id> / <a name>) of that page.
+// <a id> / <a name>) of that page; TestDocs_IndexListsEveryPage that docs/README.md links every
+// page of docs/.
 
 // docsPages returns the markdown files whose links are checked, relative to the repository root.
 func docsPages(t *testing.T) []string {
@@ -201,4 +202,24 @@ func TestDocs_LinksResolve(t *testing.T) {
 		}
 	}
 	require.Empty(t, broken, "relative links that do not resolve:\n%s", strings.Join(broken, "\n"))
+}
+
+func TestDocs_IndexListsEveryPage(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../docs/README.md")
+	require.NoError(t, err, "docs/README.md is the index of the docs pages")
+	linked := map[string]bool{}
+	for _, target := range mdLinks(string(b)) {
+		file, _, _ := strings.Cut(target, "#")
+		linked[filepath.Clean(file)] = true
+	}
+	pages, err := filepath.Glob("../docs/*.md")
+	require.NoError(t, err)
+	var missing []string
+	for _, p := range pages {
+		if base := filepath.Base(p); base != "README.md" && !linked[base] {
+			missing = append(missing, "docs/"+base)
+		}
+	}
+	require.Empty(t, missing, "docs/README.md must list every page of docs/, one line each (what it covers, who it is for): %v", missing)
 }
