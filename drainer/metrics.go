@@ -24,8 +24,8 @@ func (m *metrics) observeClaim(mode ClaimMode, d time.Duration) {
 	m.claims[mode].Observe(d.Seconds())
 }
 
-// Metric names: the public contract of WithMetrics (README "Metrics to alert on"; dashboards are
-// built against them). Every one starts with pgdrain_ and labels the queue "queue".
+// Metric names: the public contract of WithMetrics (docs/operations.md, "Metrics to alert on";
+// dashboards are built against them). Every one starts with pgdrain_ and labels the queue "queue".
 const (
 	metricResults       = "pgdrain_outbox_results_total"
 	metricLeaseLost     = "pgdrain_outbox_lease_lost_total"

@@ -16,8 +16,9 @@ import (
 
 // Every code sample in the docs is run by a test. The SQL samples live in docs/examples/*.sql:
 // TestDocs_SQLExamplesRun runs them with psql, in file order, on one fresh database, and checks
-// the state each one leaves; TestDocs_ReadmeQuotesEverySample checks that README.md quotes each of
-// them, and the Go example (docs/examples/godrain, run by go test as an Example), verbatim.
+// the state each one leaves; TestDocs_QuotesEverySample checks that README.md or a page of docs/
+// quotes each of them, and the Go example (docs/examples/godrain, run by go test as an Example),
+// verbatim. TestDocs_RelayConfigsAreValidAndQuoted does the same for docs/examples/relay/*.yaml.
 
 // docsExampleChecks holds, per sample file, what the database must look like after it ran.
 var docsExampleChecks = map[string]func(t *testing.T, pool *pgxpool.Pool, out string){
@@ -100,29 +101,78 @@ func TestDocs_SQLExamplesRun(t *testing.T) {
 	require.Len(t, files, len(docsExampleChecks), "a check without its sample file")
 }
 
-// readmeQuote is the part of a Go sample file the README quotes.
-func readmeQuote(t *testing.T, path string) string {
+// docsQuoters returns the markdown files (README.md and docs/*.md, relative to the repository root)
+// that contain block verbatim.
+func docsQuoters(t *testing.T, block string) []string {
+	t.Helper()
+	pages, err := filepath.Glob("../docs/*.md")
+	require.NoError(t, err)
+	var quoters []string
+	for _, p := range append([]string{"../README.md"}, pages...) {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		if strings.Contains(string(b), block) {
+			quoters = append(quoters, strings.TrimPrefix(p, "../"))
+		}
+	}
+	return quoters
+}
+
+// requireQuoted fails unless README.md or a page of docs/ quotes text verbatim in a ```lang block,
+// and returns the files that do.
+func requireQuoted(t *testing.T, lang, text, what string) []string {
+	t.Helper()
+	quoters := docsQuoters(t, "```"+lang+"\n"+text+"\n```")
+	require.NotEmpty(t, quoters, "README.md or a page of docs/ must quote %s verbatim in a ```%s block (copy its text)", what, lang)
+	return quoters
+}
+
+// goSampleQuotes returns the parts of a Go sample file the docs quote: the program between the lines
+// "// quote:begin" and "// quote:end" (the excerpt markers left out), and the excerpt between
+// "// quote:excerpt:begin" and "// quote:excerpt:end" with one tab of indentation removed.
+func goSampleQuotes(t *testing.T, path string) (program, excerpt string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	s := string(b)
-	begin := strings.Index(s, "// readme:begin\n")
-	end := strings.Index(s, "// readme:end")
-	require.True(t, begin >= 0 && end > begin, "%s must mark the quoted part with // readme:begin and // readme:end", path)
-	return strings.TrimSpace(s[begin+len("// readme:begin\n") : end])
+	var prog, exc []string
+	inProg, inExc, sawExc := false, false, false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch strings.TrimSpace(line) {
+		case "// quote:begin":
+			inProg = true
+			continue
+		case "// quote:end":
+			inProg = false
+			continue
+		case "// quote:excerpt:begin":
+			inExc, sawExc = true, true
+			continue
+		case "// quote:excerpt:end":
+			inExc = false
+			continue
+		}
+		if inProg {
+			prog = append(prog, line)
+		}
+		if inExc {
+			exc = append(exc, strings.TrimPrefix(line, "\t"))
+		}
+	}
+	require.NotEmpty(t, prog, "%s must mark the quoted program with // quote:begin and // quote:end", path)
+	require.True(t, sawExc && len(exc) > 0, "%s must mark the README's excerpt with // quote:excerpt:begin and // quote:excerpt:end", path)
+	return strings.TrimSpace(strings.Join(prog, "\n")), strings.TrimSpace(strings.Join(exc, "\n"))
 }
 
-func TestDocs_ReadmeQuotesEverySample(t *testing.T) {
+func TestDocs_QuotesEverySample(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
-	require.NoError(t, err)
 	for _, f := range docsSQLExamples(t) {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
-		require.Contains(t, string(readme), "```sql\n"+strings.TrimSpace(string(b))+"\n```",
-			"README.md must quote %s verbatim in a ```sql block (copy the file's text)", f)
+		requireQuoted(t, "sql", strings.TrimSpace(string(b)), strings.TrimPrefix(f, "../"))
 	}
-	goSample := readmeQuote(t, "../docs/examples/godrain/readme_test.go")
-	require.Contains(t, string(readme), "```go\n"+goSample+"\n```",
-		"README.md must quote docs/examples/godrain/readme_test.go (between the markers) verbatim in a ```go block")
+	program, excerpt := goSampleQuotes(t, "../docs/examples/godrain/readme_test.go")
+	requireQuoted(t, "go", program, "docs/examples/godrain/readme_test.go (between // quote:begin and // quote:end)")
+	require.Contains(t, requireQuoted(t, "go", excerpt,
+		"docs/examples/godrain/readme_test.go (between // quote:excerpt:begin and // quote:excerpt:end, one tab less)"),
+		"README.md", "the README's Go quick start quotes the excerpt")
 }

@@ -10,7 +10,8 @@ import (
 	"github.com/pgdrain/pgdrain/internal/testdb"
 )
 
-// Example runs the README's Go example against a fresh database with pgdrain's migrations.
+// Example runs the Go example that docs/go.md and the README quote against a fresh database with
+// pgdrain's migrations.
 func Example() {
 	ctx := context.Background()
 	dsn, cleanup := freshDatabase(ctx)

@@ -1,6 +1,6 @@
 package godrain_test
 
-// readme:begin
+// quote:begin
 import (
 	"bytes"
 	"context"
@@ -34,6 +34,19 @@ func run(ctx context.Context, dsn string) error {
 		return err
 	}
 
+	// Producers: each event commits with the business change it announces (here, just the event).
+	for _, e := range []AccountEvent{{"alice", "alice@example.com"}, {"bob", "bob@example.com"}} {
+		payload, _ := json.Marshal(e)
+		if _, err := pool.Exec(ctx, `INSERT INTO public.account_events (event_type, payload, account_id)
+			VALUES ('account.created', $1, $2)`, payload, e.Account); err != nil {
+			return err
+		}
+	}
+	if _, err := pool.Exec(ctx, `SELECT outbox.enqueue('public.account_events', 'account.email_changed',
+		'{"account": "alice", "email": "alice@example.org"}', 'alice')`); err != nil {
+		return err
+	}
+
 	// A webhook peer that answers its very first call with 503.
 	var mu sync.Mutex
 	calls, done := 0, make(chan struct{})
@@ -55,6 +68,7 @@ func run(ctx context.Context, dsn string) error {
 	}))
 	defer peer.Close()
 
+	// quote:excerpt:begin
 	// The Applier: 2xx = sent; 4xx = permanent (the row is poisoned); anything else is transient
 	// (retried with backoff, and later events of the same account wait).
 	apply := func(ctx context.Context, eventType string, e AccountEvent) error {
@@ -85,19 +99,6 @@ func run(ctx context.Context, dsn string) error {
 		return e, json.Unmarshal(payload, &e)
 	}
 
-	// Producers: each event commits with the business change it announces (here, just the event).
-	for _, e := range []AccountEvent{{"alice", "alice@example.com"}, {"bob", "bob@example.com"}} {
-		payload, _ := json.Marshal(e)
-		if _, err := pool.Exec(ctx, `INSERT INTO public.account_events (event_type, payload, account_id)
-			VALUES ('account.created', $1, $2)`, payload, e.Account); err != nil {
-			return err
-		}
-	}
-	if _, err := pool.Exec(ctx, `SELECT outbox.enqueue('public.account_events', 'account.email_changed',
-		'{"account": "alice", "email": "alice@example.org"}', 'alice')`); err != nil {
-		return err
-	}
-
 	d, err := drainer.New(pool, drainer.Config{Table: "public.account_events", ApplyTimeout: 2 * time.Second},
 		decode, apply)
 	if err != nil {
@@ -108,10 +109,11 @@ func run(ctx context.Context, dsn string) error {
 	if err := d.Run(runCtx); err != nil {
 		return err
 	}
+	// quote:excerpt:end
 	var sent int
 	err = pool.QueryRow(ctx, `SELECT count(*) FROM public.account_events WHERE sent_at IS NOT NULL`).Scan(&sent)
 	fmt.Println("sent:", sent)
 	return err
 }
 
-// readme:end
+// quote:end
