@@ -371,6 +371,83 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Records outcomes for rows, the common core of apply_result(s) (p_tokens given: only rows whose
+-- lease_token still matches) and settle_locked (p_tokens NULL: the caller checked it holds the
+-- row locks). A row that does not qualify is not touched at all. Every outcome clears lease and
+-- token together. 'transient' adds an attempt with backoff; on a partitioned queue it is capped
+-- at max_attempts - 1 so a partition head is never poisoned by a transient failure. 'permanent'
+-- poisons (attempt_count = max_attempts) unless the queue's policy is 'retry'.
+-- A backoff is counted from the clock when the outcome is recorded, not from now() (the
+-- transaction start): in lock mode the claiming transaction has been open for the whole delivery,
+-- and a backoff counted from its start could be over before it is written. sent_at is a record,
+-- not a deadline: it stays now(), the time of the transaction that made the row sent. A sent row's
+-- last_error is cleared (its attempt_count still says how many attempts failed before): a delivered
+-- row showing an old error read as a failure (issue 32).
+-- p_retry_at (NULL, or aligned with p_ids; NULL elements = backoff) sets a transient row's next
+-- attempt to a time the caller chose (a peer's Retry-After), never earlier than the clock.
+CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
+                                          p_outcomes text[], p_errors text[], p_retry_at timestamptz[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_done bigint[];
+  v_keys text[];
+  v_cap integer := CASE WHEN p_q.partition_column IS NULL THEN p_q.max_attempts ELSE p_q.max_attempts - 1 END;
+  v_clock timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH input AS (
+       SELECT u.id, u.token, u.outcome, u.err, u.retry_at
+       FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $11::timestamptz[])
+         AS u(id, token, outcome, err, retry_at)),
+     decided AS (
+       SELECT i.*, CASE
+                WHEN i.outcome = ''sent'' THEN NULL
+                WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
+                -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts
+                -- while it was leased stays poisoned.
+                ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END AS attempts
+       FROM input i JOIN %1$s t ON t.id = i.id),
+     upd AS (
+       UPDATE %1$s t SET
+         sent_at = CASE WHEN d.outcome = ''sent'' THEN pg_catalog.now() END,
+         attempt_count = COALESCE(d.attempts, t.attempt_count),
+         next_attempt_at = CASE
+           WHEN d.outcome = ''sent'' THEN t.next_attempt_at
+           WHEN d.attempts >= $6 THEN NULL
+           WHEN d.retry_at IS NOT NULL THEN GREATEST(d.retry_at, $10)
+           ELSE $10 + outbox._backoff(d.attempts, $8, $9) END,
+         last_error = CASE WHEN d.outcome = ''sent'' THEN NULL ELSE d.err END,
+         leased_until = NULL,
+         lease_token = NULL
+       FROM decided d
+       WHERE t.id = d.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = d.token)
+       RETURNING t.id, %2$s AS key)
+     SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
+    p_q.table_oid::regclass,
+    CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END),
+    'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
+    'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
+    INTO v_done, v_keys
+    USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
+          p_q.backoff_min, p_q.backoff_max, v_clock, p_retry_at;
+
+  IF p_q.partition_column IS NOT NULL AND v_keys IS NOT NULL THEN
+    PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
+  END IF;
+  RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- The commit step of producers: the constraint trigger pgdrain_commit on outbox.commit_hooks
 -- (DEFERRABLE INITIALLY DEFERRED), queued by the first note of a transaction (see
 -- outbox._note_written and the generated heads triggers), fires at COMMIT. It takes every note of
@@ -907,6 +984,81 @@ BEGIN
   END IF;
 
   RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, false);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Records outcomes for rows, the common core of apply_result(s) (p_tokens given: only rows whose
+-- lease_token still matches) and settle_locked (p_tokens NULL: the caller checked it holds the
+-- row locks). A row that does not qualify is not touched at all. Every outcome clears lease and
+-- token together. 'transient' adds an attempt with backoff; on a partitioned queue it is capped
+-- at max_attempts - 1 so a partition head is never poisoned by a transient failure. 'permanent'
+-- poisons (attempt_count = max_attempts) unless the queue's policy is 'retry'.
+-- A backoff is counted from the clock when the outcome is recorded, not from now() (the
+-- transaction start): in lock mode the claiming transaction has been open for the whole delivery,
+-- and a backoff counted from its start could be over before it is written. sent_at is a record,
+-- not a deadline: it stays now(), the time of the transaction that made the row sent.
+-- p_retry_at (NULL, or aligned with p_ids; NULL elements = backoff) sets a transient row's next
+-- attempt to a time the caller chose (a peer's Retry-After), never earlier than the clock.
+CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
+                                          p_outcomes text[], p_errors text[], p_retry_at timestamptz[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_done bigint[];
+  v_keys text[];
+  v_cap integer := CASE WHEN p_q.partition_column IS NULL THEN p_q.max_attempts ELSE p_q.max_attempts - 1 END;
+  v_clock timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH input AS (
+       SELECT u.id, u.token, u.outcome, u.err, u.retry_at
+       FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $11::timestamptz[])
+         AS u(id, token, outcome, err, retry_at)),
+     decided AS (
+       SELECT i.*, CASE
+                WHEN i.outcome = ''sent'' THEN NULL
+                WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
+                -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts
+                -- while it was leased stays poisoned.
+                ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END AS attempts
+       FROM input i JOIN %1$s t ON t.id = i.id),
+     upd AS (
+       UPDATE %1$s t SET
+         sent_at = CASE WHEN d.outcome = ''sent'' THEN pg_catalog.now() END,
+         attempt_count = COALESCE(d.attempts, t.attempt_count),
+         next_attempt_at = CASE
+           WHEN d.outcome = ''sent'' THEN t.next_attempt_at
+           WHEN d.attempts >= $6 THEN NULL
+           WHEN d.retry_at IS NOT NULL THEN GREATEST(d.retry_at, $10)
+           ELSE $10 + outbox._backoff(d.attempts, $8, $9) END,
+         last_error = CASE WHEN d.outcome = ''sent'' THEN t.last_error ELSE d.err END,
+         leased_until = NULL,
+         lease_token = NULL
+       FROM decided d
+       WHERE t.id = d.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = d.token)
+       RETURNING t.id, %2$s AS key)
+     SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
+    p_q.table_oid::regclass,
+    CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END),
+    'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
+    'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
+    INTO v_done, v_keys
+    USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
+          p_q.backoff_min, p_q.backoff_max, v_clock, p_retry_at;
+
+  IF p_q.partition_column IS NOT NULL AND v_keys IS NOT NULL THEN
+    PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
+  END IF;
+  RETURN COALESCE(v_done, '{}');
 END;
 $$;
 -- +goose StatementEnd

@@ -7,7 +7,9 @@
 -- A backoff is counted from the clock when the outcome is recorded, not from now() (the
 -- transaction start): in lock mode the claiming transaction has been open for the whole delivery,
 -- and a backoff counted from its start could be over before it is written. sent_at is a record,
--- not a deadline: it stays now(), the time of the transaction that made the row sent.
+-- not a deadline: it stays now(), the time of the transaction that made the row sent. A sent row's
+-- last_error is cleared (its attempt_count still says how many attempts failed before): a delivered
+-- row showing an old error read as a failure (issue 32).
 -- p_retry_at (NULL, or aligned with p_ids; NULL elements = backoff) sets a transient row's next
 -- attempt to a time the caller chose (a peer's Retry-After), never earlier than the clock.
 CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
@@ -48,7 +50,7 @@ BEGIN
            WHEN d.attempts >= $6 THEN NULL
            WHEN d.retry_at IS NOT NULL THEN GREATEST(d.retry_at, $10)
            ELSE $10 + outbox._backoff(d.attempts, $8, $9) END,
-         last_error = CASE WHEN d.outcome = ''sent'' THEN t.last_error ELSE d.err END,
+         last_error = CASE WHEN d.outcome = ''sent'' THEN NULL ELSE d.err END,
          leased_until = NULL,
          lease_token = NULL
        FROM decided d
