@@ -27,6 +27,13 @@ const (
 	unservedLogEvery = time.Minute
 )
 
+// ApplicationName starts the application_name of the connections of an escalation engine as
+// `pgdrain escalate` sets it ("pgdrain-escalate host:pid"). The console (`pgdrain web`) shows an
+// engine as running while a session whose application_name starts with it is connected to the
+// database (pg_stat_activity shows every role that column), so an engine run from your own program
+// is seen when its pool's application_name starts with ApplicationName too.
+const ApplicationName = "pgdrain-escalate"
+
 // Engine takes due escalation steps and delivers each at most once: record (apply_escalation with
 // the step's token), then deliver, then journal. Several engines may run against one database.
 // A step whose channel no Notifier serves is never recorded: it is given back unapplied.

@@ -127,7 +127,7 @@ func TestCookies_SecureWhenServedOverTLS(t *testing.T) {
 	rec := httptest.NewRecorder()
 	tlsReq := httptest.NewRequest(http.MethodGet, "https://127.0.0.1/", nil)
 	tlsReq.TLS = &tls.ConnectionState{}
-	s.setFlash(rec, tlsReq, "done")
+	s.setFlash(rec, tlsReq, outcome{Changed: true, Text: "done"})
 	flash := cookieNamed(rec.Result(), flashCookie)
 	require.NotNil(t, flash)
 	require.True(t, flash.Secure, "the flash cookie over TLS")
@@ -230,15 +230,21 @@ func TestFlash_OnlyASignedFreshMessageIsShown(t *testing.T) {
 		return string(body)
 	}
 	rec := httptest.NewRecorder()
-	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/purge", nil), "deleted 2 sent row(s)")
+	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/purge", nil),
+		outcome{Changed: true, Text: "deleted 2 sent row(s).", Lines: []string{"<b>x</b> 2 → 0"}})
 	signed := cookieNamed(rec.Result(), flashCookie)
-	require.Contains(t, page(signed.Value), `<p class="flash" role="status">deleted 2 sent row(s)</p>`)
+	require.Contains(t, page(signed.Value), `<div class="flash changed" role="status" id="outcome"><p><strong>Done:</strong> deleted 2 sent row(s).</p><ul><li>&lt;b&gt;x&lt;/b&gt; 2 → 0</li></ul></div>`)
+	rec = httptest.NewRecorder()
+	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/release", nil), outcome{Text: "row 7 was not leased any more."})
+	require.Contains(t, page(cookieNamed(rec.Result(), flashCookie).Value),
+		`<div class="flash unchanged" role="status" id="outcome"><p><strong>Nothing changed:</strong> row 7 was not leased any more.</p></div>`,
+		"an action that changed nothing does not look like one that worked")
 
 	for name, forged := range map[string]string{
 		"as the old console wrote it": url.QueryEscape("everything is fine, go back to sleep"),
-		"signed by another process":   newTestServer(t, Config{ReadOnly: true}).flashValue("everything is fine", time.Now().Add(time.Minute)),
+		"signed by another process":   newTestServer(t, Config{ReadOnly: true}).flashValue(`{"changed":true,"text":"everything is fine"}`, time.Now().Add(time.Minute)),
 		"a signed message altered":    strings.Replace(signed.Value, signed.Value[:4], "ZXZl", 1),
-		"expired":                     s.flashValue("an old message", time.Now().Add(-time.Second)),
+		"expired":                     s.flashValue(`{"changed":true,"text":"an old message"}`, time.Now().Add(-time.Second)),
 	} {
 		body := page(forged)
 		require.NotContains(t, body, `class="flash"`, name)

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"embed"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -56,9 +57,9 @@ type pageData struct {
 	Nav      string // "queues" or "escalations": the highlighted tab
 	ReadOnly bool
 	CSRF     string
-	Flash    string
-	Refresh  int  // seconds between live refreshes
-	Live     bool // refresh this page (not a confirmation or a result)
+	Flash    *outcome // the result of the action that redirected here
+	Refresh  int      // seconds between live refreshes
+	Live     bool     // refresh this page (not a confirmation or a result)
 	Who      string
 	Body     any
 }
@@ -68,12 +69,21 @@ const flashCookie = "pgdrain_console_flash"
 // flashTTL is how long an action's result waits for the page it redirects to.
 const flashTTL = time.Minute
 
-// setFlash leaves a one-line result for the page the action redirects to (POST, redirect, GET:
+// outcome is what an action did, as the page it redirects to shows it: whether it changed
+// anything, a sentence saying what (or why nothing), and the figures that moved.
+type outcome struct {
+	Changed bool     `json:"changed"`
+	Text    string   `json:"text"`
+	Lines   []string `json:"lines,omitempty"`
+}
+
+// setFlash leaves an action's outcome for the page the action redirects to (POST, redirect, GET:
 // reloading that page does not repeat the action). The cookie is signed with the server's key
 // (flashValue): cookies do not isolate ports, so another local origin can set a cookie this
 // console receives, but not one it shows.
-func (s *Server) setFlash(w http.ResponseWriter, r *http.Request, msg string) {
-	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: s.flashValue(msg, time.Now().Add(flashTTL)), Path: "/",
+func (s *Server) setFlash(w http.ResponseWriter, r *http.Request, o outcome) {
+	msg, _ := json.Marshal(o)
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: s.flashValue(string(msg), time.Now().Add(flashTTL)), Path: "/",
 		MaxAge: int(flashTTL / time.Second), HttpOnly: true, Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 }
 
@@ -109,7 +119,10 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	d.Who = who(r)
 	fragment := r.Header.Get("X-Pgdrain-Fragment") != ""
 	if c, err := r.Cookie(flashCookie); err == nil && !fragment {
-		d.Flash = s.readFlash(c.Value, time.Now())
+		var o outcome
+		if msg := s.readFlash(c.Value, time.Now()); msg != "" && json.Unmarshal([]byte(msg), &o) == nil && o.Text != "" {
+			d.Flash = &o
+		}
 		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true,
 			Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 	}
@@ -180,6 +193,7 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
+	"ago":   func(t, now time.Time) string { return fromNow(t, now) },
 	"qpath": func(q string) string { return "/queues/" + url.PathEscape(q) },
 	"add":   func(a, b int) int { return a + b },
 }
