@@ -46,6 +46,8 @@ type Engine struct {
 
 	mu             sync.Mutex
 	unservedLogged map[string]time.Time // channel -> when its unserved steps were last logged at Error
+
+	health health // for Health
 }
 
 // TickResult counts what one RunOnce did.
@@ -135,6 +137,8 @@ func New(pool *pgxpool.Pool, notifiers map[string]Notifier, cfg Config) (*Engine
 // one delivery per step). Other errors at start (authentication, a missing grant, an unmigrated
 // database) are returned at once; while running they are logged at Error and retried.
 func (e *Engine) Run(ctx context.Context) error {
+	e.health.setState(stateStarting)
+	defer e.health.setState(stateStopped)
 	unserved, err := e.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -142,6 +146,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	e.health.setState(stateRunning)
 	e.log.Info("escalation engine started", "batch_size", e.cfg.BatchSize, "lease", e.cfg.Lease,
 		"channels", sortedKeys(e.notifiers))
 	for _, u := range unserved {
@@ -151,6 +156,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	errDelay := time.Duration(0)
 	for {
 		res, full, err := e.runOnce(ctx)
+		e.health.took(time.Now(), err)
 		if ctx.Err() != nil {
 			e.log.Info("escalation engine stopped", "released", res.Released)
 			return nil
