@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/pgdrain/pgdrain/cmd/pgdrain/cli"
 	"github.com/pgdrain/pgdrain/escalation"
+	escconfig "github.com/pgdrain/pgdrain/escalation/config"
 	"github.com/pgdrain/pgdrain/internal/console"
 	"github.com/pgdrain/pgdrain/internal/testdb"
 	"github.com/pgdrain/pgdrain/relay/webhook"
@@ -224,4 +227,29 @@ channels:
 		_, page = c.get("/escalations")
 		return strings.Contains(page, "No escalation engine is connected")
 	}, 10*time.Second, 100*time.Millisecond, "the console sees the engine gone")
+}
+
+// The escalate config in docs/examples/escalate is valid as it stands, and docs/escalate.md quotes
+// it verbatim.
+func TestDocs_EscalateConfigIsValidAndQuoted(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile("../docs/escalate.md")
+	require.NoError(t, err)
+	files, err := filepath.Glob("../docs/examples/escalate/*.yaml")
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	lookup := func(name string) (string, bool) {
+		if strings.HasSuffix(name, "SECRET") {
+			return rlSecret, true
+		}
+		return "value-of-" + name, true
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		_, err = escconfig.Parse(f, b, lookup)
+		require.NoError(t, err, "%s", f)
+		require.Contains(t, string(page), "```yaml\n"+strings.TrimSpace(string(b))+"\n```",
+			"docs/escalate.md must quote %s verbatim in a ```yaml block", f)
+	}
 }
