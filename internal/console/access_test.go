@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -326,4 +328,25 @@ func TestCSRF_CheckedBeforeTheBodyIsRead(t *testing.T) {
 	req.Header.Set(csrfHeader, token)
 	req.AddCookie(cookie)
 	require.Equal(t, http.StatusRequestEntityTooLarge, serve(s, req).StatusCode)
+}
+
+// An outcome always fits its cookie (a browser drops one over 4 KiB, and the outcome with it):
+// many changed figures are cut to "and N more", a long text at a character boundary.
+func TestFlash_ABigOutcomeStillFitsItsCookie(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, Config{ReadOnly: true})
+	o := outcome{Changed: true, Text: strings.Repeat("é", 2000)}
+	for i := range 60 {
+		o.Lines = append(o.Lines, fmt.Sprintf("key %s%d no longer wedged", strings.Repeat("ключ", 40), i))
+	}
+	rec := httptest.NewRecorder()
+	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/requeue", nil), o)
+	c := cookieNamed(rec.Result(), flashCookie)
+	require.NotNil(t, c)
+	require.Less(t, len(c.String()), 4000)
+	var got outcome
+	require.NoError(t, json.Unmarshal([]byte(s.readFlash(c.Value, time.Now())), &got))
+	require.Len(t, got.Lines, maxOutcomeLines)
+	require.Equal(t, "and 53 more", got.Lines[maxOutcomeLines-1])
+	require.True(t, utf8.ValidString(got.Text) && strings.HasSuffix(got.Text, "…"))
 }

@@ -53,10 +53,11 @@ func (s *Server) done(w http.ResponseWriter, r *http.Request, back string, o out
 // keys (partitioned queues). ok is false when it could not be read: the outcome then says what the
 // SQL function returned, without figures.
 type snapshot struct {
-	ok     bool
-	stats  Stats
-	ready  int64 // stats.Ready without the rows behind wedged heads, as the pages show it
-	wedged []string
+	ok      bool
+	stats   Stats
+	ready   int64 // stats.Ready without the rows behind wedged heads, as the pages show it
+	blocked int64 // the rows behind wedged heads
+	wedged  []string
 }
 
 // snapshot reads a queue's figures through the operator's connection (outbox.stats and
@@ -74,12 +75,12 @@ func (s *Server) snapshot(ctx context.Context, q queueReg) snapshot {
 			s.cfg.Logger.Debug("console action: reading the wedged partitions failed", "queue", q.Name, "err", err)
 			return snapshot{}
 		}
-		var blocked int64
 		for _, w := range wd {
 			sn.wedged = append(sn.wedged, w.PartitionKey)
-			blocked += max(0, w.Pending-1)
+			sn.blocked += max(0, w.Pending-1)
 		}
-		sn.ready -= min(blocked, st.Ready)
+		sn.blocked = min(sn.blocked, st.Ready)
+		sn.ready -= sn.blocked
 	}
 	return sn
 }
@@ -97,6 +98,7 @@ func changes(before, after snapshot) []string {
 	}{
 		{"pending", before.stats.Pending, after.stats.Pending},
 		{"ready", before.ready, after.ready},
+		{"blocked", before.blocked, after.blocked},
 		{"leased", before.stats.Leased, after.stats.Leased},
 		{"backing off", before.stats.BackingOff, after.stats.BackingOff},
 		{"poisoned", before.stats.Poisoned, after.stats.Poisoned},

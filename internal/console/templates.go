@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
@@ -66,6 +67,38 @@ type pageData struct {
 
 const flashCookie = "pgdrain_console_flash"
 
+// Bounds of an outcome in the flash cookie: a browser drops a cookie over 4 KiB, and with it the
+// outcome. At most maxOutcomeLines lines (then "and N more"), the sentence at most
+// maxOutcomeText bytes and each line at most maxOutcomeLine: about 3 KiB once encoded.
+const (
+	maxOutcomeText  = 500
+	maxOutcomeLine  = 200
+	maxOutcomeLines = 8
+)
+
+// bounded returns o cut to the bounds above, each text at a character boundary.
+func (o outcome) bounded() outcome {
+	cut := func(s string, n int) string {
+		if len(s) <= n {
+			return s
+		}
+		s = s[:n-len("…")]
+		for len(s) > 0 && !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		return s + "…"
+	}
+	b := outcome{Changed: o.Changed, Text: cut(o.Text, maxOutcomeText)}
+	for i, l := range o.Lines {
+		if i == maxOutcomeLines-1 && len(o.Lines) > maxOutcomeLines {
+			b.Lines = append(b.Lines, fmt.Sprintf("and %d more", len(o.Lines)-i))
+			break
+		}
+		b.Lines = append(b.Lines, cut(l, maxOutcomeLine))
+	}
+	return b
+}
+
 // flashTTL is how long an action's result waits for the page it redirects to.
 const flashTTL = time.Minute
 
@@ -82,7 +115,7 @@ type outcome struct {
 // (flashValue): cookies do not isolate ports, so another local origin can set a cookie this
 // console receives, but not one it shows.
 func (s *Server) setFlash(w http.ResponseWriter, r *http.Request, o outcome) {
-	msg, _ := json.Marshal(o)
+	msg, _ := json.Marshal(o.bounded())
 	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: s.flashValue(string(msg), time.Now().Add(flashTTL)), Path: "/",
 		MaxAge: int(flashTTL / time.Second), HttpOnly: true, Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 }
