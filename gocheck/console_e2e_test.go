@@ -3,7 +3,9 @@ package gocheck
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	osexec "os/exec"
@@ -80,10 +82,34 @@ func TestConsole_EndToEndInChromium(t *testing.T) {
 	require.Contains(t, page, "No escalation engine is connected to this database")
 	require.Contains(t, page, `<section class="ladder overdue"`)
 
+	// With pgdrain escalate running (as a pgdrain_worker login), the page says so, the overdue
+	// step is delivered and the ladder is not overdue any more.
+	hook := &escHook{}
+	receiver := httptest.NewServer(hook)
+	defer receiver.Close()
+	startEscalate(t, bin, rlWriteConfig(t, fmt.Sprintf(`dsn: %s
+log: {level: warn}
+engine: {tick: 200ms}
+channels:
+  slack: {webhook: {url: %[2]s, secrets: [%[3]s]}}
+  sms: {webhook: {url: %[2]s, secrets: [%[3]s]}}
+  phone: {webhook: {url: %[2]s, secrets: [%[3]s]}}
+`, consoleURL(b.db, consoleLogin(t, b.db, "pgdrain_worker")), receiver.URL, rlSecret)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Poll[chromedp.Void](
+		`document.querySelector('#engine.running') !== null && document.querySelector('section.ladder.overdue') === null`,
+		chromedp.WithPollingTimeout(30*time.Second))), "the engine is seen and delivers the overdue step")
+	page = mainHTML(ctx)
+	require.Contains(t, page, "An escalation engine is running:</strong> <code>pgdrain-escalate ")
+	require.Contains(t, page, "slack → #ops · delivered")
+	got, _, _, rejected := hook.received()
+	require.Len(t, got, 1)
+	require.Zero(t, rejected)
+	shoot(ctx, "escalations-engine.png")
+
 	// Requeue poisoned row 7 through the confirmation page; the page after it says what changed.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(base+"/queues/public.events"),
-		chromedp.Click(chromedp.CSS(`tr[data-id="7"] button`), chromedp.NodeVisible),
+		clickNow(`tr[data-id="7"] button`),
 		chromedp.WaitVisible(chromedp.CSS("#confirm")),
 	))
 	page = mainHTML(ctx)
@@ -112,7 +138,7 @@ func TestConsole_EndToEndInChromium(t *testing.T) {
 	for _, tab := range []context.Context{second, ctx} {
 		require.NoError(t, chromedp.Do(tab,
 			chromedp.Navigate(base+"/queues/public.leases"),
-			chromedp.Click(chromedp.CSS(`tr[data-key="k-stuck"] button`), chromedp.NodeVisible),
+			clickNow(`tr[data-key="k-stuck"] button`),
 			chromedp.WaitVisible(chromedp.CSS("#confirm")),
 		))
 	}
@@ -154,6 +180,40 @@ func TestConsole_EndToEndInChromium(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 		`SELECT attempt_count FROM public.events WHERE (payload->>'n')::int = 3`).Scan(&attempts))
 	require.Equal(t, 3, attempts, "the read-only console changed nothing")
+}
+
+// clickNow waits for the element, then clicks it in the page in one step: live.js replaces the
+// page's <main> every --refresh, so a node found by one command may be gone by the next.
+func clickNow(selector string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](fmt.Sprintf(`(function () {
+		var el = document.querySelector(%q);
+		if (el === null) { return false; }
+		el.click();
+		return true;
+	})()`, selector), chromedp.WithPollingTimeout(30*time.Second))
+}
+
+// startEscalate runs `pgdrain escalate --config path`; the process is interrupted when the test
+// ends and must exit 0.
+func startEscalate(t *testing.T, bin, path string) {
+	t.Helper()
+	cmd := osexec.Command(bin, "escalate", "--config", path)
+	cmd.Env = append(os.Environ(), "DATABASE_URL=")
+	var output strings.Builder
+	cmd.Stdout, cmd.Stderr = &output, &output
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-exited:
+			require.NoError(t, err, "pgdrain escalate exits 0 when interrupted; output: %s", output.String())
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("pgdrain escalate did not stop within 30s of an interrupt")
+		}
+	})
 }
 
 func findChromium(t *testing.T) string {
