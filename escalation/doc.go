@@ -30,6 +30,11 @@
 // while running, and logged at Warn with its cause; a misconfiguration (authentication,
 // permissions) fails Run at once. See docs/failover.md.
 //
+// Engine.Handler serves /metrics and /healthz (Engine.Health). The pgdrain command runs an engine
+// from a YAML file with signed webhook notifiers (pgdrain escalate --config FILE, package
+// escalation/config, docs/escalate.md); the console (pgdrain web) shows an engine as running while a
+// session whose application_name starts with ApplicationName is connected.
+//
 // The engine needs only the pgdrain_worker role: every statement it sends (queries.go) calls an alr
 // function granted to it, and it reads and writes no table (docs/security.md).
 package escalation

@@ -27,6 +27,13 @@ const (
 	unservedLogEvery = time.Minute
 )
 
+// ApplicationName starts the application_name of the connections of an escalation engine as
+// `pgdrain escalate` sets it ("pgdrain-escalate host:pid"). The console (`pgdrain web`) shows an
+// engine as running while a session whose application_name starts with it is connected to the
+// database (pg_stat_activity shows every role that column), so an engine run from your own program
+// is seen when its pool's application_name starts with ApplicationName too.
+const ApplicationName = "pgdrain-escalate"
+
 // Engine takes due escalation steps and delivers each at most once: record (apply_escalation with
 // the step's token), then deliver, then journal. Several engines may run against one database.
 // A step whose channel no Notifier serves is never recorded: it is given back unapplied.
@@ -39,6 +46,8 @@ type Engine struct {
 
 	mu             sync.Mutex
 	unservedLogged map[string]time.Time // channel -> when its unserved steps were last logged at Error
+
+	health health // for Health
 }
 
 // TickResult counts what one RunOnce did.
@@ -128,6 +137,8 @@ func New(pool *pgxpool.Pool, notifiers map[string]Notifier, cfg Config) (*Engine
 // one delivery per step). Other errors at start (authentication, a missing grant, an unmigrated
 // database) are returned at once; while running they are logged at Error and retried.
 func (e *Engine) Run(ctx context.Context) error {
+	e.health.setState(stateStarting)
+	defer e.health.setState(stateStopped)
 	unserved, err := e.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -135,6 +146,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	e.health.setState(stateRunning)
 	e.log.Info("escalation engine started", "batch_size", e.cfg.BatchSize, "lease", e.cfg.Lease,
 		"channels", sortedKeys(e.notifiers))
 	for _, u := range unserved {
@@ -144,6 +156,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	errDelay := time.Duration(0)
 	for {
 		res, full, err := e.runOnce(ctx)
+		e.health.took(time.Now(), err)
 		if ctx.Err() != nil {
 			e.log.Info("escalation engine stopped", "released", res.Released)
 			return nil

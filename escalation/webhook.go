@@ -7,13 +7,28 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
 // WebhookNotifier delivers a step as an HTTP POST of a JSON WebhookPayload, with an
-// Idempotency-Key header (Step.IdempotencyKey) so the receiver can drop a repeat.
+// Idempotency-Key header (Step.IdempotencyKey) so the receiver can drop a repeat. With Secrets it
+// signs every request as Standard Webhooks describes, as the relay's webhook sink does (package
+// relay/webhook: webhook-id is the step's idempotency key, webhook-timestamp the time of the
+// request, webhook-signature one v1 signature per secret), so a receiver verifies it with
+// webhook.Verify or any Standard Webhooks library.
 type WebhookNotifier struct {
 	// URL receives the POST. Empty: the step's target is the URL.
 	URL string
+	// Secrets are the signing secrets, "whsec_<base64>" (webhook.SecretPrefix); every secret signs
+	// every request, so a rotation lists the old and the new secret. Empty: the request is not
+	// signed.
+	Secrets []string
+	// Headers are sent with every request (an API key, a tenant). The notifier's own headers
+	// (Content-Type, Idempotency-Key, webhook-*) are set over them.
+	Headers map[string]string
 	// Client sends the request. Defaults to http.DefaultClient (the engine's StepTimeout still
 	// bounds every call through the context).
 	Client *http.Client
@@ -70,8 +85,21 @@ func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
 	if err != nil {
 		return fmt.Errorf("building webhook request: %w", err)
 	}
+	for k, v := range n.Headers {
+		req.Header.Set(k, v)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", s.IdempotencyKey())
+	if len(n.Secrets) > 0 {
+		ts := time.Now().Unix()
+		sig, err := webhook.Sign(n.Secrets, s.IdempotencyKey(), ts, body)
+		if err != nil {
+			return fmt.Errorf("signing webhook: %w", err)
+		}
+		req.Header.Set(webhook.HeaderID, s.IdempotencyKey())
+		req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
+		req.Header.Set(webhook.HeaderSignature, sig)
+	}
 	client := n.Client
 	if client == nil {
 		client = http.DefaultClient

@@ -3,12 +3,15 @@ package gocheck
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,64 +21,148 @@ import (
 )
 
 // TestConsole_EndToEndInChromium builds pgdrain, starts `pgdrain web` as the roles docs/security.md
-// names, and drives it with headless Chromium: every page loads and is screenshot, a requeue goes
-// through its confirmation and changes the row in the database, and a --read-only console shows no
-// action and refuses a POST. The screenshots go to a temporary directory, or with
-// PGDRAIN_UPDATE_SCREENSHOTS=1 to docs/screenshots/ (linked from the README): a plain make test
-// leaves the tree as it found it.
+// names, and drives it with headless Chromium: every page loads and is screenshot; the overview
+// flags the wedged, leased, stalled and poisoned queues; a requeue goes through its confirmation,
+// changes the row in the database, and the page after it says what changed; a release confirmed
+// after another operator already released the lease says nothing changed; at 420 px no page is
+// wider than the screen; the escalations page says no engine runs and highlights the overdue
+// step; a --read-only console shows no action and refuses a POST. The screenshots go to a
+// temporary directory, or with PGDRAIN_UPDATE_SCREENSHOTS=1 to docs/screenshots/ (linked from the
+// README and docs/console.md): a plain make test leaves the tree as it found it.
 // Chromium is a dependency of make test (scripts/ensure-deps.sh): missing, the test fails.
 func TestConsole_EndToEndInChromium(t *testing.T) {
 	browser := findChromium(t)
 	b := newConsoleBundle(t)
+	leasedHead := addTroubledQueues(t, b)
 	bin := filepath.Join(t.TempDir(), "pgdrain")
 	build := osexec.Command("go", "build", "-o", bin, "../cmd/pgdrain")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building pgdrain: %s", out)
 
-	base := startWeb(t, bin, "--dsn", b.readerURL, "--operator-dsn", b.operatorURL, "--refresh", "1s")
+	base := startWeb(t, bin, "--dsn", b.readerURL, "--operator-dsn", b.operatorURL, "--refresh", "1s", "--wedged-after", "3s")
 	ctx := chromiumContext(t, browser)
 	shots := t.TempDir()
 	if os.Getenv("PGDRAIN_UPDATE_SCREENSHOTS") == "1" {
 		shots = filepath.Join("..", "docs", "screenshots")
 		require.NoError(t, os.MkdirAll(shots, 0o755))
 	}
+	shoot := func(ctx context.Context, file string) {
+		t.Helper()
+		png := run(t, ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, os.WriteFile(filepath.Join(shots, file), png, 0o644))
+	}
+	mainHTML := func(ctx context.Context) string {
+		t.Helper()
+		return run(t, ctx, chromedp.OuterHTML(chromedp.CSS("main#live")))
+	}
 
-	var page string
+	// The overview flags what is wrong; public.idle's rows, which no drainer takes, once the
+	// samples span --wedged-after (live.js swaps the page's figures in every second).
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("main#live"))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.querySelector('tr[data-queue="public.idle"] li.stalled') !== null`,
+		chromedp.WithPollingTimeout(30*time.Second))), "public.idle is flagged: no drainer takes its rows")
+	page := mainHTML(ctx)
+	require.Contains(t, page, "3 queues need attention: public.events, public.idle, public.leases")
+	require.Contains(t, page, `<tr data-queue="public.leases" class="problem">`)
+	require.Contains(t, page, "key k-stuck: head row "+strconv.FormatInt(leasedHead, 10))
+	require.Contains(t, page, "is held by a lease until")
+	require.Contains(t, page, "key acct-1: head row 1 has failed 2 time(s)")
+	require.Contains(t, page, `<li class="poisoned">2 poisoned row(s)`)
+	shoot(ctx, "queues.png")
+
 	for _, p := range []struct{ path, file, want string }{
-		{"/", "queues.png", "public.events"},
 		{"/queues/public.events", "queue.png", "Poisoned rows"},
 		{"/escalations", "escalations.png", "api 5xx above 2%"},
 	} {
 		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+p.path), chromedp.WaitVisible(chromedp.CSS("main#live"))), p.path)
-		page = run(t, ctx, chromedp.OuterHTML(chromedp.CSS("main#live")))
+		page = mainHTML(ctx)
 		require.Contains(t, page, p.want, p.path)
-		png := run(t, ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, os.WriteFile(filepath.Join(shots, p.file), png, 0o644))
+		shoot(ctx, p.file)
 	}
+	require.Contains(t, page, "No escalation engine is connected to this database")
+	require.Contains(t, page, `<section class="ladder overdue"`)
 
-	// Requeue poisoned row 7 through the confirmation page.
+	// With pgdrain escalate running (as a pgdrain_worker login), the page says so, the overdue
+	// step is delivered and the ladder is not overdue any more.
+	hook := &escHook{}
+	receiver := httptest.NewServer(hook)
+	defer receiver.Close()
+	startEscalate(t, bin, rlWriteConfig(t, fmt.Sprintf(`dsn: %s
+log: {level: warn}
+engine: {tick: 200ms}
+channels:
+  slack: {webhook: {url: %[2]s, secrets: [%[3]s]}}
+  sms: {webhook: {url: %[2]s, secrets: [%[3]s]}}
+  phone: {webhook: {url: %[2]s, secrets: [%[3]s]}}
+`, consoleURL(b.db, consoleLogin(t, b.db, "pgdrain_worker")), receiver.URL, rlSecret)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Poll[chromedp.Void](
+		`document.querySelector('#engine.running') !== null && document.querySelector('section.ladder.overdue') === null`,
+		chromedp.WithPollingTimeout(30*time.Second))), "the engine is seen and delivers the overdue step")
+	page = mainHTML(ctx)
+	require.Contains(t, page, "An escalation engine is running:</strong> <code>pgdrain-escalate ")
+	require.Contains(t, page, "slack → #ops · delivered")
+	got, _, _, rejected := hook.received()
+	require.Len(t, got, 1)
+	require.Zero(t, rejected)
+	shoot(ctx, "escalations-engine.png")
+
+	// Requeue poisoned row 7 through the confirmation page; the page after it says what changed.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(base+"/queues/public.events"),
-		chromedp.Click(chromedp.CSS(`tr[data-id="7"] button`), chromedp.NodeVisible),
+		clickNow(`tr[data-id="7"] button`),
 		chromedp.WaitVisible(chromedp.CSS("#confirm")),
 	))
-	page = run(t, ctx, chromedp.OuterHTML(chromedp.CSS("main#live")))
+	page = mainHTML(ctx)
 	require.Contains(t, page, "requeue poisoned row(s) 7")
-	png := run(t, ctx, chromedp.FullScreenshot(100))
-	require.NoError(t, os.WriteFile(filepath.Join(shots, "confirm.png"), png, 0o644))
+	shoot(ctx, "confirm.png")
 	var attempts int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 		`SELECT attempt_count FROM public.events WHERE (payload->>'n')::int = 7`).Scan(&attempts))
 	require.Equal(t, 3, attempts, "the confirmation page changes nothing")
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS(".flash")),
+		chromedp.WaitVisible(chromedp.CSS(".flash.changed")),
 	))
 	flash := run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
-	require.Contains(t, flash, "requeued 1 poisoned row(s) of public.events")
+	require.Contains(t, flash, "Done: requeued 1 poisoned row(s) of public.events")
+	require.Contains(t, flash, "poisoned 2 → 1")
+	shoot(ctx, "after-action.png")
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 		`SELECT attempt_count FROM public.events WHERE (payload->>'n')::int = 7`).Scan(&attempts))
 	require.Zero(t, attempts, "row 7 was requeued")
+
+	// Two operators release the same stuck lease: the first one's page says what changed, the
+	// second, confirmed a moment later, says nothing changed and looks different.
+	second, cancelSecond := chromedp.NewContext(ctx)
+	defer cancelSecond()
+	for _, tab := range []context.Context{second, ctx} {
+		require.NoError(t, chromedp.Do(tab,
+			chromedp.Navigate(base+"/queues/public.leases"),
+			clickNow(`tr[data-key="k-stuck"] button`),
+			chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		))
+	}
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.CSS(".flash.changed"))))
+	flash = run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+	require.Contains(t, flash, "Done: released the lease of row "+strconv.FormatInt(leasedHead, 10))
+	require.Contains(t, flash, "leased 1 → 0")
+	require.NoError(t, chromedp.Do(second, chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.CSS(".flash.unchanged"))))
+	flash = run(t, second, chromedp.Text(chromedp.CSS(".flash")))
+	require.Contains(t, flash, "Nothing changed: row "+strconv.FormatInt(leasedHead, 10)+" of public.leases was not leased any more")
+	shoot(second, "nothing-changed.png")
+
+	// A 420 px screen: no page is wider than it (the tables become one card per row).
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(420, 900)))
+	for _, path := range []string{"/", "/queues/public.events", "/queues/public.leases", "/escalations"} {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main#live"))), path)
+		width := run(t, ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+		require.LessOrEqual(t, width, 420, "%s is %d px wide on a 420 px screen", path, width)
+		if path == "/queues/public.events" {
+			shoot(ctx, "narrow.png")
+		}
+	}
 
 	// Read-only: the same page without any form, and a POST refused.
 	roBase := startWeb(t, bin, "--dsn", b.readerURL, "--read-only")
@@ -93,6 +180,40 @@ func TestConsole_EndToEndInChromium(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 		`SELECT attempt_count FROM public.events WHERE (payload->>'n')::int = 3`).Scan(&attempts))
 	require.Equal(t, 3, attempts, "the read-only console changed nothing")
+}
+
+// clickNow waits for the element, then clicks it in the page in one step: live.js replaces the
+// page's <main> every --refresh, so a node found by one command may be gone by the next.
+func clickNow(selector string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](fmt.Sprintf(`(function () {
+		var el = document.querySelector(%q);
+		if (el === null) { return false; }
+		el.click();
+		return true;
+	})()`, selector), chromedp.WithPollingTimeout(30*time.Second))
+}
+
+// startEscalate runs `pgdrain escalate --config path`; the process is interrupted when the test
+// ends and must exit 0.
+func startEscalate(t *testing.T, bin, path string) {
+	t.Helper()
+	cmd := osexec.Command(bin, "escalate", "--config", path)
+	cmd.Env = append(os.Environ(), "DATABASE_URL=")
+	var output strings.Builder
+	cmd.Stdout, cmd.Stderr = &output, &output
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-exited:
+			require.NoError(t, err, "pgdrain escalate exits 0 when interrupted; output: %s", output.String())
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("pgdrain escalate did not stop within 30s of an interrupt")
+		}
+	})
 }
 
 func findChromium(t *testing.T) string {

@@ -127,6 +127,7 @@ type consoleClient struct {
 	t    *testing.T
 	base string
 	http *http.Client
+	srv  *console.Server
 }
 
 // startConsole serves a console for cfg (Logger set to log) and returns a client for it.
@@ -140,7 +141,7 @@ func startConsole(t *testing.T, cfg console.Config, log io.Writer) *consoleClien
 	t.Cleanup(ts.Close)
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
-	return &consoleClient{t: t, base: ts.URL, http: &http.Client{Jar: jar, Timeout: 30 * time.Second,
+	return &consoleClient{t: t, base: ts.URL, srv: srv, http: &http.Client{Jar: jar, Timeout: 30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
@@ -190,4 +191,34 @@ func (c *consoleClient) csrf(page string) string {
 	m := csrfField.FindStringSubmatch(body)
 	require.NotNil(c.t, m, "no CSRF token on %s", page)
 	return m[1]
+}
+
+// addTroubledQueues adds what the overview must flag besides public.events' failing key and
+// poisoned rows: public.leases, a partitioned queue whose key k-stuck has a head pending for 20
+// minutes that a worker leased for two hours (and a second row behind it), and public.idle, an
+// unpartitioned queue whose five rows were written ten minutes ago and that no drainer takes. It
+// returns the leased head's id. The console's logins may read both queues as they may public.events.
+func addTroubledQueues(t *testing.T, b *consoleBundle) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var head int64
+	_, err := b.db.Pool.Exec(ctx, `
+		SELECT outbox.create_queue('public.leases', 'account_id');
+		SELECT outbox.create_queue('public.idle');
+		SELECT outbox.enqueue('public.idle', 'report', jsonb_build_object('n', g)) FROM generate_series(1, 5) g;
+		UPDATE public.idle SET created_at = now() - interval '10 minutes';`)
+	require.NoError(t, err)
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT outbox.enqueue('public.leases', 'stuck', '{}', 'k-stuck')`).Scan(&head))
+	_, err = b.db.Pool.Exec(ctx, `
+		SELECT outbox.enqueue('public.leases', 'stuck', '{}', 'k-stuck');
+		UPDATE public.leases SET created_at = now() - interval '20 minutes'`)
+	require.NoError(t, err)
+	worker := loginAs(t, b.db, "pgdrain_worker")
+	var claimed int64
+	require.NoError(t, worker.QueryRow(ctx, `SELECT id FROM outbox.claim_batch('public.leases', 10, '2 hours')`).Scan(&claimed))
+	require.Equal(t, head, claimed)
+	_, err = b.db.Pool.Exec(ctx, fmt.Sprintf(`GRANT SELECT (id, account_id, attempt_count, sent_at) ON public.leases TO %s`,
+		pgx.Identifier{b.opLogin}.Sanitize()))
+	require.NoError(t, err)
+	return head
 }

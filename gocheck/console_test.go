@@ -22,12 +22,17 @@ func TestConsole_PagesShowTheQueuesTheirProblemsAndTheLadders(t *testing.T) {
 	code, page := c.get("/")
 	require.Equal(t, http.StatusOK, code, page)
 	require.Contains(t, page, `href="/queues/public.events"`)
-	// 20 enqueued, 2 sent, 2 poisoned: 16 pending, one of them backing off.
-	require.Regexp(t, `<td class="n">16</td><td class="n">15</td><td class="n">0</td>\s*<td class="n">1</td><td class="n bad">2</td>`, page)
+	// 20 enqueued, 2 sent, 2 poisoned: 16 pending, one of them backing off; of the 15 that
+	// outbox.stats counts as ready, 4 wait behind the head of the wedged key acct-1.
+	require.Regexp(t, `data-label="pending">16</td><td class="n" data-label="ready">11</td>\s*<td class="n bad" data-label="blocked">4</td>`+
+		`<td class="n" data-label="leased">0</td>\s*<td class="n" data-label="backing off">1</td><td class="n bad" data-label="poisoned">2</td>`, page)
+	require.Contains(t, page, "1 queue needs attention: public.events")
+	require.Regexp(t, `<li class="failing">key acct-1: head row 1 has failed 2 time\(s\) and is pending for 10m\d*s?; next try in (5m|4m5\ds); 4 row\(s\) wait behind it.</li>`, page)
+	require.Contains(t, page, `<li class="poisoned">2 poisoned row(s)`)
 
 	code, page = c.get("/queues/public.events")
 	require.Equal(t, http.StatusOK, code, page)
-	require.Contains(t, page, "<td>acct-1</td>", "the key whose head backs off is wedged")
+	require.Contains(t, page, `<td data-label="key">acct-1</td>`, "the key whose head backs off is wedged")
 	require.Contains(t, page, "backing off until")
 	require.Contains(t, page, "timeout after 5s")
 	for _, id := range b.poisoned {
@@ -44,6 +49,9 @@ func TestConsole_PagesShowTheQueuesTheirProblemsAndTheLadders(t *testing.T) {
 	require.Contains(t, page, "api 5xx above 2%")
 	require.Contains(t, page, "Next: step 1 of 3")
 	require.Contains(t, page, "slack → #ops · next")
+	require.Contains(t, page, "No escalation engine is connected to this database")
+	require.Contains(t, page, `<section class="ladder overdue"`, "a due step with no engine to deliver it is overdue")
+	require.Contains(t, page, "no escalation engine is running, nobody is being paged")
 
 	// live.js asks for the fragment: <main>'s content only.
 	req, err := http.NewRequest(http.MethodGet, c.base+"/queues/public.events", nil)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -127,7 +129,7 @@ func TestCookies_SecureWhenServedOverTLS(t *testing.T) {
 	rec := httptest.NewRecorder()
 	tlsReq := httptest.NewRequest(http.MethodGet, "https://127.0.0.1/", nil)
 	tlsReq.TLS = &tls.ConnectionState{}
-	s.setFlash(rec, tlsReq, "done")
+	s.setFlash(rec, tlsReq, outcome{Changed: true, Text: "done"})
 	flash := cookieNamed(rec.Result(), flashCookie)
 	require.NotNil(t, flash)
 	require.True(t, flash.Secure, "the flash cookie over TLS")
@@ -230,15 +232,21 @@ func TestFlash_OnlyASignedFreshMessageIsShown(t *testing.T) {
 		return string(body)
 	}
 	rec := httptest.NewRecorder()
-	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/purge", nil), "deleted 2 sent row(s)")
+	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/purge", nil),
+		outcome{Changed: true, Text: "deleted 2 sent row(s).", Lines: []string{"<b>x</b> 2 → 0"}})
 	signed := cookieNamed(rec.Result(), flashCookie)
-	require.Contains(t, page(signed.Value), `<p class="flash" role="status">deleted 2 sent row(s)</p>`)
+	require.Contains(t, page(signed.Value), `<div class="flash changed" role="status" id="outcome"><p><strong>Done:</strong> deleted 2 sent row(s).</p><ul><li>&lt;b&gt;x&lt;/b&gt; 2 → 0</li></ul></div>`)
+	rec = httptest.NewRecorder()
+	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/release", nil), outcome{Text: "row 7 was not leased any more."})
+	require.Contains(t, page(cookieNamed(rec.Result(), flashCookie).Value),
+		`<div class="flash unchanged" role="status" id="outcome"><p><strong>Nothing changed:</strong> row 7 was not leased any more.</p></div>`,
+		"an action that changed nothing does not look like one that worked")
 
 	for name, forged := range map[string]string{
 		"as the old console wrote it": url.QueryEscape("everything is fine, go back to sleep"),
-		"signed by another process":   newTestServer(t, Config{ReadOnly: true}).flashValue("everything is fine", time.Now().Add(time.Minute)),
+		"signed by another process":   newTestServer(t, Config{ReadOnly: true}).flashValue(`{"changed":true,"text":"everything is fine"}`, time.Now().Add(time.Minute)),
 		"a signed message altered":    strings.Replace(signed.Value, signed.Value[:4], "ZXZl", 1),
-		"expired":                     s.flashValue("an old message", time.Now().Add(-time.Second)),
+		"expired":                     s.flashValue(`{"changed":true,"text":"an old message"}`, time.Now().Add(-time.Second)),
 	} {
 		body := page(forged)
 		require.NotContains(t, body, `class="flash"`, name)
@@ -320,4 +328,25 @@ func TestCSRF_CheckedBeforeTheBodyIsRead(t *testing.T) {
 	req.Header.Set(csrfHeader, token)
 	req.AddCookie(cookie)
 	require.Equal(t, http.StatusRequestEntityTooLarge, serve(s, req).StatusCode)
+}
+
+// An outcome always fits its cookie (a browser drops one over 4 KiB, and the outcome with it):
+// many changed figures are cut to "and N more", a long text at a character boundary.
+func TestFlash_ABigOutcomeStillFitsItsCookie(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, Config{ReadOnly: true})
+	o := outcome{Changed: true, Text: strings.Repeat("é", 2000)}
+	for i := range 60 {
+		o.Lines = append(o.Lines, fmt.Sprintf("key %s%d no longer wedged", strings.Repeat("ключ", 40), i))
+	}
+	rec := httptest.NewRecorder()
+	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/requeue", nil), o)
+	c := cookieNamed(rec.Result(), flashCookie)
+	require.NotNil(t, c)
+	require.Less(t, len(c.String()), 4000)
+	var got outcome
+	require.NoError(t, json.Unmarshal([]byte(s.readFlash(c.Value, time.Now())), &got))
+	require.Len(t, got.Lines, maxOutcomeLines)
+	require.Equal(t, "and 53 more", got.Lines[maxOutcomeLines-1])
+	require.True(t, utf8.ValidString(got.Text) && strings.HasSuffix(got.Text, "…"))
 }

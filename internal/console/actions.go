@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,12 +40,84 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, title string, b
 	s.render(w, r, http.StatusOK, "confirm", pageData{Title: title, Nav: nav, Body: b})
 }
 
-// done logs the action with who asked and what it changed, leaves the result for the next page
+// done logs the action with who asked and what it changed, leaves its outcome for the next page
 // and redirects there.
-func (s *Server) done(w http.ResponseWriter, r *http.Request, back, msg string, attrs ...any) {
-	s.cfg.Logger.Info("console action", append([]any{"who", who(r), "remote", r.RemoteAddr, "action", r.URL.Path}, attrs...)...)
-	s.setFlash(w, r, msg)
+func (s *Server) done(w http.ResponseWriter, r *http.Request, back string, o outcome, attrs ...any) {
+	s.cfg.Logger.Info("console action", append(append([]any{"who", who(r), "remote", r.RemoteAddr, "action", r.URL.Path},
+		attrs...), "changed", o.Changed)...)
+	s.setFlash(w, r, o)
 	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// snapshot is what an action on a queue compares before and after: its gauges, and its wedged
+// keys (partitioned queues). ok is false when it could not be read: the outcome then says what the
+// SQL function returned, without figures.
+type snapshot struct {
+	ok      bool
+	stats   Stats
+	ready   int64 // stats.Ready without the rows behind wedged heads, as the pages show it
+	blocked int64 // the rows behind wedged heads
+	wedged  []string
+}
+
+// snapshot reads a queue's figures through the operator's connection (outbox.stats and
+// outbox.wedged_partitions, both granted to pgdrain_operator).
+func (s *Server) snapshot(ctx context.Context, q queueReg) snapshot {
+	st, _, err := readStats(ctx, s.cfg.Operator, q)
+	if err != nil {
+		s.cfg.Logger.Debug("console action: reading the queue's figures failed", "queue", q.Name, "err", err)
+		return snapshot{}
+	}
+	sn := snapshot{ok: true, stats: st, ready: st.Ready}
+	if q.PartitionColumn != nil && st.OldestPendingAge != nil && *st.OldestPendingAge >= s.cfg.WedgedAfter {
+		wd, err := readWedged(ctx, s.cfg.Operator, q.Name, s.cfg.WedgedAfter)
+		if err != nil {
+			s.cfg.Logger.Debug("console action: reading the wedged partitions failed", "queue", q.Name, "err", err)
+			return snapshot{}
+		}
+		for _, w := range wd {
+			sn.wedged = append(sn.wedged, w.PartitionKey)
+			sn.blocked += max(0, w.Pending-1)
+		}
+		sn.blocked = min(sn.blocked, st.Ready)
+		sn.ready -= sn.blocked
+	}
+	return sn
+}
+
+// changes lists the figures that differ between two snapshots ("poisoned 2 → 1", "key acct-3 no
+// longer wedged"). Drainers work meanwhile, so not every change is the action's.
+func changes(before, after snapshot) []string {
+	if !before.ok || !after.ok {
+		return nil
+	}
+	var lines []string
+	for _, f := range []struct {
+		name string
+		a, b int64
+	}{
+		{"pending", before.stats.Pending, after.stats.Pending},
+		{"ready", before.ready, after.ready},
+		{"blocked", before.blocked, after.blocked},
+		{"leased", before.stats.Leased, after.stats.Leased},
+		{"backing off", before.stats.BackingOff, after.stats.BackingOff},
+		{"poisoned", before.stats.Poisoned, after.stats.Poisoned},
+	} {
+		if f.a != f.b {
+			lines = append(lines, fmt.Sprintf("%s %d → %d", f.name, f.a, f.b))
+		}
+	}
+	for _, k := range before.wedged {
+		if !slices.Contains(after.wedged, k) {
+			lines = append(lines, fmt.Sprintf("key %s no longer wedged", k))
+		}
+	}
+	for _, k := range after.wedged {
+		if !slices.Contains(before.wedged, k) {
+			lines = append(lines, fmt.Sprintf("key %s now wedged", k))
+		}
+	}
+	return lines
 }
 
 func (s *Server) failed(w http.ResponseWriter, r *http.Request, back string, err error, attrs ...any) {
@@ -140,18 +213,36 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 			}})
 		return
 	}
+	before := s.snapshot(ctx, reg)
 	n, err := requeuePoisoned(ctx, s.cfg.Operator, queue, list)
 	if err != nil {
 		s.failed(w, r, back, err, "queue", queue, "ids", list, "key", key, "all", all)
 		return
 	}
-	s.done(w, r, back, fmt.Sprintf("requeued %d poisoned row(s) of %s", n, queue),
-		"queue", queue, "ids", list, "key", key, "all", all, "requeued", n)
+	after := s.snapshot(ctx, reg)
+	s.sampler.refresh(ctx, queue)
+	o := outcome{Changed: n > 0, Lines: changes(before, after)}
+	switch {
+	case n > 0 && all:
+		o.Text = fmt.Sprintf("requeued %d poisoned row(s) of %s: every poisoned row, each due now with attempt_count 0.", n, queue)
+	case n > 0:
+		o.Text = fmt.Sprintf("requeued %d poisoned row(s) of %s (%s), each due now with attempt_count 0.", n, queue, what)
+		if int(n) < len(list) {
+			o.Lines = append([]string{fmt.Sprintf("%d of the %d row(s) asked for were not poisoned any more (requeued or sent since the page was shown)",
+				len(list)-int(n), len(list))}, o.Lines...)
+		}
+	case all:
+		o.Text = fmt.Sprintf("%s has no poisoned row: nothing was requeued.", queue)
+	default:
+		o.Text = fmt.Sprintf("%s of %s: not poisoned any more (requeued or sent since the page was shown), nothing was requeued.", what, queue)
+	}
+	s.done(w, r, back, o, "queue", queue, "ids", list, "key", key, "all", all, "requeued", n)
 }
 
 func (s *Server) purgeAction(w http.ResponseWriter, r *http.Request) {
 	queue := r.PostFormValue("queue")
-	if _, _, ok := s.sampler.view(queue); !ok {
+	_, reg, ok := s.sampler.view(queue)
+	if !ok {
 		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
 		return
 	}
@@ -173,21 +264,29 @@ func (s *Server) purgeAction(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
 	defer cancel()
+	before := s.snapshot(ctx, reg)
 	n, err := purgeSent(ctx, s.cfg.Operator, queue, olderThan)
 	if err != nil {
 		s.failed(w, r, back, err, "queue", queue, "older_than", olderThan.String(), "deleted", n)
 		return
 	}
-	msg := fmt.Sprintf("deleted %d sent row(s) of %s older than %s", n, queue, human(olderThan))
-	if n >= purgeMaxRows {
-		msg += " (the most one click deletes; purge again for more)"
+	after := s.snapshot(ctx, reg)
+	s.sampler.refresh(ctx, queue)
+	o := outcome{Changed: n > 0, Lines: changes(before, after),
+		Text: fmt.Sprintf("deleted %d sent row(s) of %s older than %s.", n, queue, human(olderThan))}
+	switch {
+	case n == 0:
+		o.Text = fmt.Sprintf("no row of %s was sent more than %s ago: nothing was deleted.", queue, human(olderThan))
+	case n >= purgeMaxRows:
+		o.Text += " That is the most one click deletes: purge again for more."
 	}
-	s.done(w, r, back, msg, "queue", queue, "older_than", olderThan.String(), "deleted", n)
+	s.done(w, r, back, o, "queue", queue, "older_than", olderThan.String(), "deleted", n)
 }
 
 func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 	queue := r.PostFormValue("queue")
-	if _, _, ok := s.sampler.view(queue); !ok {
+	_, reg, ok := s.sampler.view(queue)
+	if !ok {
 		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
 		return
 	}
@@ -208,16 +307,21 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
 	defer cancel()
+	before := s.snapshot(ctx, reg)
 	released, err := releaseLease(ctx, s.cfg.Operator, queue, id)
 	if err != nil {
 		s.failed(w, r, back, err, "queue", queue, "id", id)
 		return
 	}
-	msg := fmt.Sprintf("released the lease of row %d of %s", id, queue)
+	after := s.snapshot(ctx, reg)
+	s.sampler.refresh(ctx, queue)
+	o := outcome{Changed: released, Lines: changes(before, after),
+		Text: fmt.Sprintf("released the lease of row %d of %s: it is claimable now, no attempt counted; its worker can no longer record a result for it.", id, queue)}
 	if !released {
-		msg = fmt.Sprintf("row %d of %s was not leased any more: nothing changed", id, queue)
+		o.Text = fmt.Sprintf("row %d of %s was not leased any more (its lease had ended, or its worker recorded a result, or it is gone): no lease was released.", id, queue)
+		o.Lines = nil // what moved meanwhile is not this action's
 	}
-	s.done(w, r, back, msg, "queue", queue, "id", id, "released", released)
+	s.done(w, r, back, o, "queue", queue, "id", id, "released", released)
 }
 
 var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
@@ -256,11 +360,32 @@ func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
 			}})
 		return
 	}
+	name, stateBefore, runningBefore, err := alertState(ctx, s.cfg.Operator, alert)
+	if err != nil {
+		s.failed(w, r, back, err, "alert", alert)
+		return
+	}
 	if err := resolveAlert(ctx, s.cfg.Operator, alert); err != nil {
 		s.failed(w, r, back, err, "alert", alert)
 		return
 	}
-	s.done(w, r, back, "resolved alert "+alert, "alert", alert)
+	_, stateAfter, runningAfter, err := alertState(ctx, s.cfg.Operator, alert)
+	if err != nil {
+		s.failed(w, r, back, err, "alert", alert)
+		return
+	}
+	o := outcome{Changed: stateBefore != stateAfter || runningBefore != runningAfter,
+		Text: fmt.Sprintf("resolved alert %q (%s): its ladders are stopped and no further step is delivered.", name, alert)}
+	if stateBefore != stateAfter {
+		o.Lines = append(o.Lines, fmt.Sprintf("state %s → %s", stateBefore, stateAfter))
+	}
+	if runningBefore != runningAfter {
+		o.Lines = append(o.Lines, fmt.Sprintf("running ladders %d → %d", runningBefore, runningAfter))
+	}
+	if !o.Changed {
+		o.Text = fmt.Sprintf("alert %q (%s) was already %s with no running ladder: nothing was resolved.", name, alert, stateAfter)
+	}
+	s.done(w, r, back, o, "alert", alert, "state_before", stateBefore, "running_ladders_stopped", runningBefore-runningAfter)
 }
 
 func joinIDs(ids []int64) string {

@@ -13,11 +13,14 @@ type queuesBody struct {
 	Queues    []QueueView
 	SampledAt time.Time
 	Err       string
+	// Attention names the queues with a problem ("" when none has one).
+	Attention   string
+	WedgedAfter time.Duration
 }
 
 func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 	views, at, err := s.sampler.overview()
-	b := queuesBody{Queues: views, SampledAt: at}
+	b := queuesBody{Queues: views, SampledAt: at, Attention: attention(views), WedgedAfter: s.cfg.WedgedAfter}
 	if err != nil {
 		b.Err = describe(err)
 	}
@@ -27,8 +30,6 @@ func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 type queueBody struct {
 	Q           QueueView
 	WedgedAfter time.Duration
-	Wedged      []Wedged
-	WedgedErr   string
 	Poisoned    []Poisoned
 	PoisonedErr string
 	// PayloadHidden: the reader's login may not select the payload column (pgdrain_reader and
@@ -47,14 +48,9 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
+	// The wedged partitions come from the sampler, like the figures they explain (and the sampler
+	// reads a queue again after an action on it).
 	b := queueBody{Q: v, WedgedAfter: s.cfg.WedgedAfter, Limit: listLimit}
-	if v.Partitioned {
-		wd, err := readWedged(ctx, s.cfg.Reader, name, s.cfg.WedgedAfter)
-		if err != nil {
-			b.WedgedErr = describe(err)
-		}
-		b.Wedged = wd
-	}
 	payload, err := payloadVisible(ctx, s.cfg.Reader, reg)
 	if err == nil {
 		b.PayloadHidden = !payload
@@ -78,12 +74,22 @@ type escalationsBody struct {
 	Ladders   []Ladder
 	Err       string
 	Limit     int
+	// Engines are the escalation engines connected now (EnginesErr: why that is unknown).
+	Engines    []EngineSession
+	EnginesErr string
+	// LastDelivery is the newest row of the delivery journal (nil: none yet).
+	LastDelivery *Delivery
+	// Overdue counts the ladders whose next step is overdue; OverdueAfter is how late a step may
+	// be while an engine is connected.
+	Overdue      int
+	OverdueAfter time.Duration
+	Now          time.Time
 }
 
 func (s *Server) escalationsPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	b := escalationsBody{Limit: listLimit}
+	b := escalationsBody{Limit: listLimit, OverdueAfter: s.cfg.WedgedAfter, Now: time.Now()}
 	ok, err := alrInstalled(ctx, s.cfg.Reader)
 	if err == nil && ok {
 		b.Installed = true
@@ -91,6 +97,30 @@ func (s *Server) escalationsPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		b.Err = describe(err)
+	}
+	if b.Installed {
+		engines, err := readEngines(ctx, s.cfg.Reader)
+		if err != nil {
+			b.EnginesErr = describe(err)
+		}
+		b.Engines = engines
+		if b.LastDelivery, err = readLastDelivery(ctx, s.cfg.Reader); err != nil && b.Err == "" {
+			b.Err = describe(err)
+		}
+		now, noEngine := b.Now, len(b.Engines) == 0 && b.EnginesErr == ""
+		for i := range b.Ladders {
+			l := &b.Ladders[i]
+			if l.NextAt == nil || l.NextAt.After(now) {
+				continue
+			}
+			l.Late = now.Sub(*l.NextAt)
+			held := l.LeasedUntil != nil && l.LeasedUntil.After(now)
+			l.LeaseLapsed = l.LeasedUntil != nil && !held
+			l.Overdue = noEngine || (!held && l.Late > s.cfg.WedgedAfter)
+			if l.Overdue {
+				b.Overdue++
+			}
+		}
 	}
 	s.render(w, r, http.StatusOK, "escalations", pageData{Title: "Escalations", Nav: "escalations", Live: true, Body: b})
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgdrain/pgdrain/escalation"
 	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
 
@@ -86,8 +88,12 @@ type Wedged struct {
 	OldestPendingAt  time.Time
 	Pending          int64
 	Reason           string
-	// Leased: the head is held by a lease (an operator may end it, outbox.release_lease).
-	Leased bool
+	// Leased: the head is held by a lease (an operator may end it, outbox.release_lease), until
+	// LeasedUntil.
+	Leased      bool
+	LeasedUntil *time.Time
+	// RetryAt is when a head that is backing off is due again.
+	RetryAt *time.Time
 }
 
 func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan time.Duration) ([]Wedged, error) {
@@ -101,6 +107,14 @@ func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan t
 		var w Wedged
 		err := r.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttemptCount, &w.HeadLastError, &w.OldestPendingAt, &w.Pending, &w.Reason)
 		w.Leased = strings.HasPrefix(w.Reason, "leased")
+		if at, ok := timetext.First(w.Reason); ok {
+			switch {
+			case w.Leased:
+				w.LeasedUntil = &at
+			case strings.HasPrefix(w.Reason, "backing off"):
+				w.RetryAt = &at
+			}
+		}
 		w.Reason = timetext.Rewrite(w.Reason)
 		return w, err
 	})
@@ -200,6 +214,14 @@ type Ladder struct {
 	NextAt       *time.Time
 	LeasedUntil  *time.Time
 	Steps        []LadderStep
+	// Overdue: the next step is due and will not be delivered soon: no engine is connected, or it
+	// has been due for longer than the console's WedgedAfter without an engine holding it. Late is
+	// how long it has been due.
+	Overdue bool
+	Late    time.Duration
+	// LeaseLapsed: an engine took the step, its lease ended, and the step is still not recorded
+	// (the engine stopped or lost its database before it could).
+	LeaseLapsed bool
 }
 
 // LadderStep is one step of a ladder's policy, with what the journal says about it.
@@ -303,6 +325,59 @@ func readLadders(ctx context.Context, db *pgxpool.Pool) ([]Ladder, error) {
 	return list, nil
 }
 
+// EngineSession is an escalation engine connected to this database, as pg_stat_activity shows it
+// to every role: its application_name (escalation.ApplicationName, then host and pid), login role
+// and number of connections.
+type EngineSession struct {
+	Name        string
+	Role        string
+	Connections int64
+}
+
+// readEngines lists the sessions of escalation engines connected to this database. pg_stat_activity
+// shows the application_name, database and role of every session to every role, so the reader's
+// login needs no privilege for it.
+func readEngines(ctx context.Context, db *pgxpool.Pool) ([]EngineSession, error) {
+	rows, err := db.Query(ctx, `
+		SELECT a.application_name, COALESCE(a.usename::text, ''), count(*)
+		FROM pg_catalog.pg_stat_activity a
+		WHERE a.datname = pg_catalog.current_database() AND pg_catalog.starts_with(a.application_name, $1)
+		GROUP BY 1, 2 ORDER BY 1, 2`, escalation.ApplicationName)
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_activity: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EngineSession, error) {
+		var e EngineSession
+		err := r.Scan(&e.Name, &e.Role, &e.Connections)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_activity: %w", err)
+	}
+	return list, nil
+}
+
+// Delivery is the latest row of the delivery journal.
+type Delivery struct {
+	At      time.Time
+	Outcome string
+	Channel string
+}
+
+// readLastDelivery returns the newest journal row (its primary key, backwards), or nil.
+func readLastDelivery(ctx context.Context, db *pgxpool.Pool) (*Delivery, error) {
+	var d Delivery
+	err := db.QueryRow(ctx, `SELECT j.delivered_at, j.outcome, j.channel FROM alr.delivery_journal j ORDER BY j.id DESC LIMIT 1`).
+		Scan(&d.At, &d.Outcome, &d.Channel)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the delivery journal: %w", err)
+	}
+	return &d, nil
+}
+
 // requeuePoisoned is `pgdrain requeue`: nil ids = every poisoned row of the queue.
 func requeuePoisoned(ctx context.Context, db *pgxpool.Pool, queue string, ids []int64) (int64, error) {
 	var n int64
@@ -346,6 +421,19 @@ func resolveAlert(ctx context.Context, db *pgxpool.Pool, alertID string) error {
 		return fmt.Errorf("resolving alert %s: %w", alertID, err)
 	}
 	return nil
+}
+
+// alertState returns an alert's name, state and how many of its ladders run (index
+// alert_escalations_alert): what resolving it changes.
+func alertState(ctx context.Context, db *pgxpool.Pool, alertID string) (name, state string, running int64, err error) {
+	err = db.QueryRow(ctx, `
+		SELECT a.name, a.state,
+		       (SELECT count(*) FROM alr.alert_escalations e WHERE e.alert_id = a.id AND e.stopped_at IS NULL)
+		FROM alr.alerts a WHERE a.id = $1::uuid`, alertID).Scan(&name, &state, &running)
+	if err != nil {
+		return "", "", 0, fmt.Errorf("reading alert %s: %w", alertID, err)
+	}
+	return name, state, running, nil
 }
 
 // readAlert returns an alert's name and state for the resolve confirmation.

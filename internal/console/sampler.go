@@ -10,11 +10,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// sample is one reading of a queue: its gauges and the table's cumulative insert counter.
+// sample is one reading of a queue: its gauges, the table's cumulative insert counter and how
+// many of the rows stats counts as ready wait behind a wedged head (blocked).
 type sample struct {
 	at       time.Time
 	stats    Stats
 	inserted int64
+	blocked  int64
 }
 
 // series is what the sampler knows about one queue.
@@ -22,13 +24,27 @@ type series struct {
 	reg     queueReg
 	samples []sample // oldest first, at most History old
 	err     error    // the last sampling error, cleared by the next success
+	// wedged are the partitions wedged for longer than wedgedAfter as of the last reading (read
+	// only when the oldest pending row is that old: a queue without one has none), and wedgedErr
+	// why they could not be read.
+	wedged    []Wedged
+	wedgedErr error
+}
+
+// reading is what one pass reads of one queue.
+type reading struct {
+	sample    sample
+	err       error
+	wedged    []Wedged
+	wedgedErr error
 }
 
 // sampler reads every queue's gauges once per Refresh for all viewers: the pages never call
 // outbox.stats themselves, so their number does not multiply its cost.
 type sampler struct {
-	db      *pgxpool.Pool
-	history time.Duration
+	db          *pgxpool.Pool
+	history     time.Duration
+	wedgedAfter time.Duration
 
 	mu      sync.RWMutex
 	queues  []string // registry order
@@ -37,8 +53,60 @@ type sampler struct {
 	at      time.Time
 }
 
-func newSampler(db *pgxpool.Pool, history time.Duration) *sampler {
-	return &sampler{db: db, history: history, series: map[string]*series{}}
+func newSampler(db *pgxpool.Pool, history, wedgedAfter time.Duration) *sampler {
+	return &sampler{db: db, history: history, wedgedAfter: wedgedAfter, series: map[string]*series{}}
+}
+
+// read reads one queue: outbox.stats and the insert counter, and on a partitioned queue whose
+// oldest pending row is older than wedgedAfter its wedged partitions (outbox.wedged_partitions, at
+// most listLimit), whose successors stats counts as ready although no claim can take them.
+func (s *sampler) read(ctx context.Context, q queueReg) reading {
+	st, ins, err := readStats(ctx, s.db, q)
+	r := reading{sample: sample{at: time.Now(), stats: st, inserted: ins}, err: err}
+	if err != nil || q.PartitionColumn == nil || st.OldestPendingAge == nil || *st.OldestPendingAge < s.wedgedAfter {
+		return r
+	}
+	r.wedged, r.wedgedErr = readWedged(ctx, s.db, q.Name, s.wedgedAfter)
+	for _, w := range r.wedged {
+		r.sample.blocked += max(0, w.Pending-1)
+	}
+	r.sample.blocked = min(r.sample.blocked, st.Ready)
+	return r
+}
+
+// keep records a reading in sr, dropping samples older than History.
+func (s *sampler) keep(sr *series, r reading) {
+	sr.err = r.err
+	if r.err != nil {
+		return
+	}
+	sr.wedged, sr.wedgedErr = r.wedged, r.wedgedErr
+	sr.samples = append(sr.samples, r.sample)
+	cut := 0
+	for cut < len(sr.samples)-1 && sr.samples[cut].at.Before(r.sample.at.Add(-s.history)) {
+		cut++
+	}
+	sr.samples = append([]sample(nil), sr.samples[cut:]...)
+}
+
+// refresh reads one queue again now, so that the page an action redirects to shows what it changed.
+func (s *sampler) refresh(ctx context.Context, name string) {
+	s.mu.RLock()
+	sr, ok := s.series[name]
+	var reg queueReg
+	if ok {
+		reg = sr.reg
+	}
+	s.mu.RUnlock()
+	if !ok {
+		return
+	}
+	r := s.read(ctx, reg)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.series[name]; ok && cur.reg.TableOID == reg.TableOID {
+		s.keep(cur, r)
+	}
 }
 
 // sampleOnce reads the registry and the gauges of every queue. A queue whose stats fail keeps its
@@ -51,14 +119,9 @@ func (s *sampler) sampleOnce(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
-	type reading struct {
-		sample sample
-		err    error
-	}
 	readings := make([]reading, len(regs))
 	for i, q := range regs {
-		st, ins, err := readStats(ctx, s.db, q)
-		readings[i] = reading{sample{at: time.Now(), stats: st, inserted: ins}, err}
+		readings[i] = s.read(ctx, q)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -71,15 +134,7 @@ func (s *sampler) sampleOnce(ctx context.Context) {
 			sr = &series{} // a new queue, or the same name on another table: start afresh
 		}
 		sr.reg = q
-		sr.err = readings[i].err
-		if sr.err == nil {
-			sr.samples = append(sr.samples, readings[i].sample)
-			cut := 0
-			for cut < len(sr.samples)-1 && sr.samples[cut].at.Before(readings[i].sample.at.Add(-s.history)) {
-				cut++
-			}
-			sr.samples = append([]sample(nil), sr.samples[cut:]...)
-		}
+		s.keep(sr, readings[i])
 		next[q.Name] = sr
 		s.queues = append(s.queues, q.Name)
 	}
@@ -185,6 +240,20 @@ type QueueView struct {
 	Rate15m     Rate
 	Spark       string
 	SparkPeak   float64
+	// Ready is Stats.Ready without the rows blocked behind a wedged head (Blocked): what a claim
+	// could take now. outbox.stats counts every due, unleased row as ready, also a key's rows
+	// behind a head that does not move.
+	Ready int64
+	// Blocked is how many rows wait behind the heads of the wedged partitions (Wedged); at least
+	// that many when Wedged is cut at the list's limit (BlockedAtLeast).
+	Blocked        int64
+	BlockedAtLeast bool
+	// Wedged are the partitions whose oldest pending row is older than WedgedAfter, oldest first
+	// (at most 50), as of the last sample; WedgedErr says why they could not be read.
+	Wedged    []Wedged
+	WedgedErr string
+	// Problems are what a person should look at, most urgent first; none for a healthy queue.
+	Problems []Problem
 }
 
 func (s *sampler) view(name string) (QueueView, queueReg, bool) {
@@ -205,7 +274,15 @@ func (s *sampler) view(name string) (QueueView, queueReg, bool) {
 		v.Rate5m = rateOver(sr.samples, 5*time.Minute)
 		v.Rate15m = rateOver(sr.samples, 15*time.Minute)
 		v.Spark, v.SparkPeak = sparkline(sr.samples)
+		v.Blocked = last.blocked
+		v.Ready = last.stats.Ready - last.blocked
+		v.Wedged = sr.wedged
+		v.BlockedAtLeast = len(sr.wedged) >= listLimit
+		if sr.wedgedErr != nil {
+			v.WedgedErr = describe(sr.wedgedErr)
+		}
 	}
+	v.Problems = problems(v, sr.samples, s.wedgedAfter, time.Now())
 	return v, sr.reg, true
 }
 

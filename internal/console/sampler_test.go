@@ -38,3 +38,26 @@ func TestConfig_ValidateNamesEveryBadField(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 }
+
+// A queue is stalled while it has rows a claim could take in every sample and none was
+// delivered; rows blocked behind wedged heads are not rows a claim could take, and a delivery (or a
+// sample with nothing ready) ends the stall.
+func TestStalledFor_ReadyRowsNothingDelivered(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s int, pending, ready, blocked, inserted int64) sample {
+		return sample{at: t0.Add(time.Duration(s) * time.Second), inserted: inserted, blocked: blocked,
+			stats: Stats{Pending: pending, Ready: ready}}
+	}
+	require.Equal(t, 90*time.Second, stalledFor([]sample{at(0, 5, 5, 0, 100), at(30, 5, 5, 0, 100), at(90, 5, 5, 0, 100)}))
+	// Producers keep writing, nothing leaves: still stalled.
+	require.Equal(t, 60*time.Second, stalledFor([]sample{at(0, 5, 5, 0, 100), at(60, 15, 15, 0, 110)}))
+	// One row delivered between the last two samples.
+	require.Zero(t, stalledFor([]sample{at(0, 5, 5, 0, 100), at(30, 5, 5, 0, 100), at(60, 4, 4, 0, 100)}))
+	// Delivered before the second sample only: stalled since it.
+	require.Equal(t, 30*time.Second, stalledFor([]sample{at(0, 6, 6, 0, 100), at(30, 5, 5, 0, 100), at(60, 5, 5, 0, 100)}))
+	// Every ready row is behind a wedged head: no claim could take one, not a stall.
+	require.Zero(t, stalledFor([]sample{at(0, 5, 4, 4, 100), at(60, 5, 4, 4, 100)}))
+	// Nothing ready in the first sample: stalled since the second.
+	require.Equal(t, 30*time.Second, stalledFor([]sample{at(0, 5, 0, 0, 100), at(30, 5, 5, 0, 100), at(60, 5, 5, 0, 100)}))
+	require.Zero(t, stalledFor([]sample{at(0, 5, 5, 0, 100)}))
+}

@@ -29,7 +29,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, key: make([]byte, 32), sampler: newSampler(cfg.Reader, cfg.History)}
+	s := &Server{cfg: cfg, key: make([]byte, 32), sampler: newSampler(cfg.Reader, cfg.History, cfg.WedgedAfter)}
 	_, _ = rand.Read(s.key)
 	p, err := loadPages()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"embed"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
@@ -56,24 +58,65 @@ type pageData struct {
 	Nav      string // "queues" or "escalations": the highlighted tab
 	ReadOnly bool
 	CSRF     string
-	Flash    string
-	Refresh  int  // seconds between live refreshes
-	Live     bool // refresh this page (not a confirmation or a result)
+	Flash    *outcome // the result of the action that redirected here
+	Refresh  int      // seconds between live refreshes
+	Live     bool     // refresh this page (not a confirmation or a result)
 	Who      string
 	Body     any
 }
 
 const flashCookie = "pgdrain_console_flash"
 
+// Bounds of an outcome in the flash cookie: a browser drops a cookie over 4 KiB, and with it the
+// outcome. At most maxOutcomeLines lines (then "and N more"), the sentence at most
+// maxOutcomeText bytes and each line at most maxOutcomeLine: about 3 KiB once encoded.
+const (
+	maxOutcomeText  = 500
+	maxOutcomeLine  = 200
+	maxOutcomeLines = 8
+)
+
+// bounded returns o cut to the bounds above, each text at a character boundary.
+func (o outcome) bounded() outcome {
+	cut := func(s string, n int) string {
+		if len(s) <= n {
+			return s
+		}
+		s = s[:n-len("…")]
+		for len(s) > 0 && !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		return s + "…"
+	}
+	b := outcome{Changed: o.Changed, Text: cut(o.Text, maxOutcomeText)}
+	for i, l := range o.Lines {
+		if i == maxOutcomeLines-1 && len(o.Lines) > maxOutcomeLines {
+			b.Lines = append(b.Lines, fmt.Sprintf("and %d more", len(o.Lines)-i))
+			break
+		}
+		b.Lines = append(b.Lines, cut(l, maxOutcomeLine))
+	}
+	return b
+}
+
 // flashTTL is how long an action's result waits for the page it redirects to.
 const flashTTL = time.Minute
 
-// setFlash leaves a one-line result for the page the action redirects to (POST, redirect, GET:
+// outcome is what an action did, as the page it redirects to shows it: whether it changed
+// anything, a sentence saying what (or why nothing), and the figures that moved.
+type outcome struct {
+	Changed bool     `json:"changed"`
+	Text    string   `json:"text"`
+	Lines   []string `json:"lines,omitempty"`
+}
+
+// setFlash leaves an action's outcome for the page the action redirects to (POST, redirect, GET:
 // reloading that page does not repeat the action). The cookie is signed with the server's key
 // (flashValue): cookies do not isolate ports, so another local origin can set a cookie this
 // console receives, but not one it shows.
-func (s *Server) setFlash(w http.ResponseWriter, r *http.Request, msg string) {
-	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: s.flashValue(msg, time.Now().Add(flashTTL)), Path: "/",
+func (s *Server) setFlash(w http.ResponseWriter, r *http.Request, o outcome) {
+	msg, _ := json.Marshal(o.bounded())
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: s.flashValue(string(msg), time.Now().Add(flashTTL)), Path: "/",
 		MaxAge: int(flashTTL / time.Second), HttpOnly: true, Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 }
 
@@ -109,7 +152,10 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	d.Who = who(r)
 	fragment := r.Header.Get("X-Pgdrain-Fragment") != ""
 	if c, err := r.Cookie(flashCookie); err == nil && !fragment {
-		d.Flash = s.readFlash(c.Value, time.Now())
+		var o outcome
+		if msg := s.readFlash(c.Value, time.Now()); msg != "" && json.Unmarshal([]byte(msg), &o) == nil && o.Text != "" {
+			d.Flash = &o
+		}
 		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true,
 			Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 	}
@@ -180,6 +226,7 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
+	"ago":   func(t, now time.Time) string { return fromNow(t, now) },
 	"qpath": func(q string) string { return "/queues/" + url.PathEscape(q) },
 	"add":   func(a, b int) int { return a + b },
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"reflect"
 
+	"github.com/pgdrain/pgdrain/internal/yamlfile"
 	"github.com/pgdrain/pgdrain/relay"
 	"github.com/pgdrain/pgdrain/relay/jetstream"
 	"github.com/pgdrain/pgdrain/relay/kafka"
@@ -25,7 +26,7 @@ func (f *File) Routes(ctx context.Context) ([]relay.Route, error) {
 			for _, r := range routes {
 				_ = r.Sink.Close()
 			}
-			return nil, fmt.Errorf("%s (%s): building the %s sink: %s", f.Where(i), q.Queue, kind, inFileWords(t, err.Error()))
+			return nil, fmt.Errorf("%s (%s): building the %s sink: %s", f.Where(i), q.Queue, kind, yamlfile.InFileWords(t, err.Error()))
 		}
 		mode, _ := q.claimMode() // validated
 		routes = append(routes, q.route(mode, sink, kind))
@@ -50,12 +51,4 @@ func (s Sink) build(context.Context) (relay.Sink, string, reflect.Type, error) {
 }
 
 // Logger returns the logger the file asks for, writing to w.
-func (f *File) Logger(w io.Writer) *slog.Logger {
-	level := slog.LevelInfo
-	_ = level.UnmarshalText([]byte(f.Log.Level)) // validated; "" keeps info
-	opts := &slog.HandlerOptions{Level: level}
-	if f.Log.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
-}
+func (f *File) Logger(w io.Writer) *slog.Logger { return f.Log.Logger(w) }

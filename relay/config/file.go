@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgdrain/pgdrain/internal/yamlfile"
 	"github.com/pgdrain/pgdrain/relay/jetstream"
 	"github.com/pgdrain/pgdrain/relay/kafka"
 	"github.com/pgdrain/pgdrain/relay/webhook"
@@ -36,13 +37,9 @@ func (f *File) Where(i int) string {
 	return fmt.Sprintf("%s:%d: queues[%d].queue", f.name, line, i)
 }
 
-// Log configures the log.
-type Log struct {
-	// Level is debug, info (the default), warn or error.
-	Level string `yaml:"level"`
-	// Format is json (the default) or text.
-	Format string `yaml:"format"`
-}
+// Log configures the log: Level is debug, info (the default), warn or error; Format is json (the
+// default) or text. The same section as in `pgdrain escalate`'s file.
+type Log = yamlfile.Log
 
 // Queue relays one queue to one sink. A zero field takes the drainer's or the relay's default.
 type Queue struct {

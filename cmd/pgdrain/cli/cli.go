@@ -58,6 +58,10 @@ commands:
                                   until interrupted
   relay --config FILE [--check]   relay queues to webhooks, Kafka or NATS JetStream as FILE says
                                   (docs/relay.md) until SIGTERM; --check only validates FILE
+  escalate --config FILE [--check]
+                                  run the escalation engine: deliver due ladder steps to the
+                                  webhooks FILE names (docs/escalate.md) until SIGTERM; --check
+                                  only validates FILE
 
 flags (before or after the command):
   --dsn URL    PostgreSQL URL (default $DATABASE_URL; without either, the PG* environment
@@ -67,7 +71,7 @@ flags (before or after the command):
   --version    print pgdrain's version
 
 exit codes: 0 ok, 1 problems found, 2 usage error (an unknown queue too), 3 database error
-(relay: 2 for a bad config file, 3 when it stops on an error)`
+(relay, escalate: 2 for a bad config file, 3 when it stops on an error)`
 
 const noCommand = "no command given"
 
@@ -128,7 +132,7 @@ func noFlags(run action) func(*flag.FlagSet) (func() error, action) {
 	return func(*flag.FlagSet) (func() error, action) { return func() error { return nil }, run }
 }
 
-var commands = []command{queuesCommand, statsCommand, wedgedCommand, poisonedCommand, requeueCommand, purgeCommand, checkCommand, webCommand, relayCommand}
+var commands = []command{queuesCommand, statsCommand, wedgedCommand, poisonedCommand, requeueCommand, purgeCommand, checkCommand, webCommand, relayCommand, escalateCommand}
 
 // Run runs the pgdrain command with args (without the program name), writing results to stdout
 // and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or

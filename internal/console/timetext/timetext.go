@@ -23,31 +23,43 @@ var pgTimestamp = regexp.MustCompile(`\b(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2
 // Rewrite returns s with every timestamp with a time zone offset in it written in Layout, in UTC
 // (fractions of a second dropped, as Format does). Other text is left as it is.
 func Rewrite(s string) string {
-	return pgTimestamp.ReplaceAllStringFunc(s, func(m string) string {
-		p := pgTimestamp.FindStringSubmatch(m)
-		n := make([]int, 6)
-		for i := range n {
-			n[i], _ = strconv.Atoi(p[i+1])
+	return pgTimestamp.ReplaceAllStringFunc(s, func(m string) string { return Format(parse(m)) })
+}
+
+// First returns the first timestamp with a time zone offset in s (as Rewrite finds them), to the
+// second, and whether there is one: "leased until 2026-03-01 12:00:05+00" gives that time.
+func First(s string) (time.Time, bool) {
+	m := pgTimestamp.FindString(s)
+	if m == "" {
+		return time.Time{}, false
+	}
+	return parse(m).UTC(), true
+}
+
+// parse reads one match of pgTimestamp, without its fraction of a second.
+func parse(m string) time.Time {
+	p := pgTimestamp.FindStringSubmatch(m)
+	n := make([]int, 6)
+	for i := range n {
+		n[i], _ = strconv.Atoi(p[i+1])
+	}
+	offset := 0
+	if z := p[8]; z != "Z" {
+		digits := []byte{}
+		for _, c := range []byte(z[1:]) {
+			if c != ':' {
+				digits = append(digits, c)
+			}
 		}
-		offset := 0
-		if z := p[8]; z != "Z" {
-			digits := []byte{}
-			for _, c := range []byte(z[1:]) {
-				if c != ':' {
-					digits = append(digits, c)
-				}
-			}
-			for i, unit := range []int{3600, 60, 1} {
-				if 2*i+2 <= len(digits) {
-					v, _ := strconv.Atoi(string(digits[2*i : 2*i+2]))
-					offset += v * unit
-				}
-			}
-			if z[0] == '-' {
-				offset = -offset
+		for i, unit := range []int{3600, 60, 1} {
+			if 2*i+2 <= len(digits) {
+				v, _ := strconv.Atoi(string(digits[2*i : 2*i+2]))
+				offset += v * unit
 			}
 		}
-		t := time.Date(n[0], time.Month(n[1]), n[2], n[3], n[4], n[5], 0, time.FixedZone("", offset))
-		return Format(t)
-	})
+		if z[0] == '-' {
+			offset = -offset
+		}
+	}
+	return time.Date(n[0], time.Month(n[1]), n[2], n[3], n[4], n[5], 0, time.FixedZone("", offset))
 }

@@ -1,0 +1,152 @@
+package console
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pgdrain/pgdrain/internal/console/timetext"
+)
+
+// Problem is one thing wrong with a queue, in a sentence that says where to look.
+type Problem struct {
+	// Kind is "stalled" (ready rows no drainer takes), "lease" (a wedged head held by a lease),
+	// "failing" (a wedged head backing off), "waiting" (a wedged head that is ready but not
+	// taken), "poisoned" or "error" (the queue could not be read).
+	Kind string
+	// Text is the sentence shown.
+	Text string
+}
+
+// maxProblemsOfAKind is how many wedged keys of one kind are named before "and N more".
+const maxProblemsOfAKind = 3
+
+// problems lists what is wrong with a queue, most urgent first: rows no drainer takes, leases held
+// on wedged keys, wedged keys whose head fails or waits, poisoned rows. A healthy queue has none.
+func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time.Time) []Problem {
+	var out []Problem
+	if v.Err != "" {
+		out = append(out, Problem{"error", "could not be read: " + v.Err})
+	}
+	if v.WedgedErr != "" {
+		out = append(out, Problem{"error", "its wedged partitions could not be read: " + v.WedgedErr})
+	}
+	if !v.HasStats {
+		return out
+	}
+	if d := stalledFor(samples); d >= wedgedAfter && d > 0 && v.Stats.OldestPendingAge != nil && *v.Stats.OldestPendingAge >= wedgedAfter {
+		out = append(out, Problem{"stalled", fmt.Sprintf(
+			"no drainer takes its rows: %d ready, none delivered for %s (oldest pending %s): is a drainer running for this queue?",
+			v.Ready, human(d), human(*v.Stats.OldestPendingAge))})
+	}
+	var leased, failing, waiting []Wedged
+	for _, w := range v.Wedged {
+		switch {
+		case w.Leased:
+			leased = append(leased, w)
+		case w.RetryAt != nil:
+			failing = append(failing, w)
+		default:
+			waiting = append(waiting, w)
+		}
+	}
+	behind := func(w Wedged) string {
+		if w.Pending > 1 {
+			return fmt.Sprintf("; %d row(s) wait behind it", w.Pending-1)
+		}
+		return ""
+	}
+	for i, w := range leased {
+		if i == maxProblemsOfAKind {
+			out = append(out, Problem{"lease", fmt.Sprintf("and %d more wedged key(s) held by a lease", len(leased)-i)})
+			break
+		}
+		until := "a lease"
+		if w.LeasedUntil != nil {
+			until = fmt.Sprintf("a lease until %s (%s)", timetext.Format(*w.LeasedUntil), fromNow(*w.LeasedUntil, now))
+		}
+		out = append(out, Problem{"lease", fmt.Sprintf(
+			"key %s: head row %d, pending for %s, is held by %s%s. If its worker is gone, release the lease.",
+			w.PartitionKey, w.HeadID, human(now.Sub(w.OldestPendingAt)), until, behind(w))})
+	}
+	for i, w := range failing {
+		if i == maxProblemsOfAKind {
+			out = append(out, Problem{"failing", fmt.Sprintf("and %d more wedged key(s) whose head keeps failing", len(failing)-i)})
+			break
+		}
+		out = append(out, Problem{"failing", fmt.Sprintf(
+			"key %s: head row %d has failed %d time(s) and is pending for %s; next try %s%s.",
+			w.PartitionKey, w.HeadID, w.HeadAttemptCount, human(now.Sub(w.OldestPendingAt)), fromNow(*w.RetryAt, now), behind(w))})
+	}
+	for i, w := range waiting {
+		if i == maxProblemsOfAKind {
+			out = append(out, Problem{"waiting", fmt.Sprintf("and %d more wedged key(s) whose ready head no drainer takes", len(waiting)-i)})
+			break
+		}
+		out = append(out, Problem{"waiting", fmt.Sprintf(
+			"key %s: head row %d is ready but no drainer has taken it for %s%s.",
+			w.PartitionKey, w.HeadID, human(now.Sub(w.OldestPendingAt)), behind(w))})
+	}
+	if v.Stats.Poisoned > 0 {
+		out = append(out, Problem{"poisoned", fmt.Sprintf(
+			"%d poisoned row(s): no drainer will try them again until they are requeued.", v.Stats.Poisoned)})
+	}
+	return out
+}
+
+// stalledFor is how long a queue has had rows a claim could take (ready and not blocked) in every
+// sample up to the last while none was delivered (the estimate of rateOver: inserted minus the
+// growth of pending + poisoned), or 0.
+func stalledFor(samples []sample) time.Duration {
+	n := len(samples)
+	if n < 2 {
+		return 0
+	}
+	last := samples[n-1]
+	if last.stats.Ready-last.blocked <= 0 {
+		return 0
+	}
+	var since time.Time
+	for k := n - 2; k >= 0; k-- {
+		a := samples[k]
+		ins := last.inserted - a.inserted
+		growth := (last.stats.Pending + last.stats.Poisoned) - (a.stats.Pending + a.stats.Poisoned)
+		if a.stats.Ready-a.blocked <= 0 || ins < 0 || ins-growth > 0 {
+			break
+		}
+		since = a.at
+	}
+	if since.IsZero() {
+		return 0
+	}
+	return last.at.Sub(since)
+}
+
+// fromNow says when t is from now: "in 1h58m", "now", "5s ago".
+func fromNow(t, now time.Time) string {
+	d := t.Sub(now)
+	switch {
+	case d >= time.Second:
+		return "in " + human(d)
+	case d <= -time.Second:
+		return human(-d) + " ago"
+	}
+	return "now"
+}
+
+// attention is the overview's one-line summary of the queues' problems.
+func attention(views []QueueView) string {
+	var names []string
+	for _, v := range views {
+		if len(v.Problems) > 0 {
+			names = append(names, v.Name)
+		}
+	}
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return "1 queue needs attention: " + names[0]
+	}
+	return fmt.Sprintf("%d queues need attention: %s", len(names), strings.Join(names, ", "))
+}
