@@ -199,6 +199,17 @@ BEGIN
     DELETE FROM outbox.partition_wakes w WHERE w.queue_id = v_old.queue_id;
   END IF;
 
+  -- A larger max_attempts does not make poisoned rows deliverable again: on a partitioned queue they
+  -- would come back in front of what followed them in their keys (a 'register' after the
+  -- 'unregister' delivered past it). They stay poisoned, at the new limit, until requeue_poisoned
+  -- moves them to the tail of their keys. Read through the claim index (attempt_count, id).
+  IF NOT v_new_table AND create_queue.max_attempts > v_old.max_attempts THEN
+    EXECUTE pg_catalog.format(
+      'UPDATE %s t SET attempt_count = $1, next_attempt_at = NULL
+       WHERE t.sent_at IS NULL AND t.attempt_count >= $2 AND t.attempt_count < $1', v_rel)
+      USING create_queue.max_attempts, v_old.max_attempts;
+  END IF;
+
   -- clock_base: every id the sequence gave out so far counts as committed for per-key commit order
   -- (sessions with a cached sequence may still hand out smaller ones; their rows are then late).
   INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
@@ -241,9 +252,7 @@ BEGIN
     PERFORM outbox._install_claim_hints(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
     -- Rows that were pending before adoption (or in the table that replaced the registered one)
     -- need their partition heads too; a registered table already has them, kept by the triggers.
-    -- A larger max_attempts makes rows that were poisoned deliverable again, possibly below their
-    -- partitions' floors or in partitions without a head: they are searched from scratch too.
-    IF v_new_table OR create_queue.max_attempts > v_old.max_attempts THEN
+    IF v_new_table THEN
       PERFORM outbox._rebuild_heads(v_queue_id);
     END IF;
   END IF;
