@@ -7,6 +7,148 @@
 ALTER TABLE outbox.queues ALTER COLUMN table_oid TYPE regclass USING table_oid::regclass;
 COMMENT ON COLUMN outbox.queues.table_oid IS
   'The queue table (regclass: dumped as its name, so a restore registers the restored table).';
+
+-- Every caller-chosen next attempt is bounded by the queue's max_delay (issue 30, item 2): enqueue's
+-- deliver_at, a worker's retry_at and a plain INSERT of next_attempt_at. Registered queues get the
+-- default; create_queue takes it as a new last argument and queue_info returns it, so both are
+-- dropped first (a second signature would make calls ambiguous; a result can not change in place).
+ALTER TABLE outbox.queues ADD COLUMN max_delay interval NOT NULL DEFAULT '7 days'
+  CONSTRAINT queues_max_delay_check CHECK (max_delay > interval '0');
+COMMENT ON COLUMN outbox.queues.max_delay IS
+  'How far ahead a deliver_at, retry_at or plain next_attempt_at may be (create_queue''s max_delay).';
+DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text);
+DROP FUNCTION outbox.queue_info(text);
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Validates a caller-chosen time of a row's next attempt (enqueue's deliver_at, a worker's
+-- retry_at) against the queue's max_delay: at most max_delay after the clock, so that no producer
+-- or peer can park a row (and on a partitioned queue every later event of its key) for ever. NULL
+-- elements are fine (no time given). The queue table's CHECK pgdrain_next_attempt_at_within_max_delay
+-- (outbox._guard_next_attempt_at) holds a plain INSERT or UPDATE to the same bound; this check comes
+-- first so that a call names its argument (22023) instead of a constraint. p_elements: name the
+-- element of an array argument in the message.
+CREATE OR REPLACE FUNCTION outbox._check_delay(p_function text, p_argument text, p_q outbox.queues,
+                                               p_times timestamptz[], p_elements boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_bad timestamptz;
+  v_n bigint;
+BEGIN
+  IF p_times IS NULL THEN
+    RETURN;
+  END IF;
+  SELECT u.at, u.n INTO v_bad, v_n
+  FROM unnest(p_times) WITH ORDINALITY AS u(at, n)
+  WHERE u.at > pg_catalog.clock_timestamp() + p_q.max_delay
+  LIMIT 1;
+  IF FOUND THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      '%s must be at most the queue''s max_delay (%s) from now, got %s%s', p_argument, p_q.max_delay, v_bad,
+      CASE WHEN p_elements THEN pg_catalog.format(' (element %s)', v_n) ELSE '' END));
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The queue table's CHECK pgdrain_next_attempt_at_within_max_delay: next_attempt_at at most the
+-- queue's max_delay after the clock when a row is written, so that a plain INSERT (by a role
+-- granted next_attempt_at) can not park a key for ever either; the functions check the same bound
+-- first, naming their argument (outbox._check_delay). The bound is read from the clock when the row
+-- is written, so a row that met it still meets it later: an UPDATE of it never fails for it, nor
+-- does a restore (pg_restore loads the rows after the time they were written). Made again when
+-- max_delay changes (p_replace), NOT VALID unless the table is new (p_validate): rows written under
+-- a larger limit keep their time (and nothing updates a parked row without writing a new one).
+-- Backoffs stay within it: create_queue requires max_delay >= backoff_max.
+CREATE OR REPLACE FUNCTION outbox._guard_next_attempt_at(p_rel regclass, p_max_delay interval, p_replace boolean,
+                                                         p_validate boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_name constant text := 'pgdrain_next_attempt_at_within_max_delay';
+BEGIN
+  IF p_replace THEN
+    EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I', p_rel, v_name);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conrelid = p_rel AND k.conname = v_name) THEN
+    EXECUTE pg_catalog.format(
+      'ALTER TABLE %s ADD CONSTRAINT %I CHECK (next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.clock_timestamp() + %L::interval)%s',
+      p_rel, v_name, p_max_delay, CASE WHEN p_validate THEN '' ELSE ' NOT VALID' END);
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The insert behind enqueue and enqueue_event (p_function names the caller in errors): validates
+-- the event and inserts it, returning its id (provisional until COMMIT on a partitioned queue, see
+-- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt,
+-- at most the queue's max_delay (it is the row's next_attempt_at; on a partitioned queue it holds back the key's later events
+-- too, which keep their order). headers (an object of strings) travel with the event to the sink.
+CREATE OR REPLACE FUNCTION outbox._enqueue(p_function text, p_queue text, p_event_type text, p_payload jsonb,
+                                           p_partition_key text, p_deliver_at timestamptz, p_headers jsonb,
+                                           p_event_id uuid)
+RETURNS TABLE(id bigint, event_id uuid)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue(p_function, p_queue);
+  v_key_column text := '';
+  v_key_value text := '';
+BEGIN
+  IF p_event_type IS NULL OR pg_catalog.btrim(p_event_type) = '' THEN
+    PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
+  END IF;
+  IF p_payload IS NULL THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be NULL (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_payload) = 'null' THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be JSON null (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF p_deliver_at IN ('infinity', '-infinity') THEN
+    PERFORM outbox._invalid(p_function, 'deliver_at must be a finite time (NULL: deliver now)');
+  END IF;
+  PERFORM outbox._check_delay(p_function, 'deliver_at', v_q, ARRAY[p_deliver_at], false);
+  IF p_headers IS NOT NULL AND (pg_catalog.jsonb_typeof(p_headers) <> 'object'
+                                OR pg_catalog.jsonb_path_exists(p_headers, '$.* ? (@.type() != "string")')) THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'headers must be NULL or a JSON object whose values are strings, got %s', pg_catalog.left(p_headers::text, 200)));
+  END IF;
+  IF v_q.partition_column IS NULL THEN
+    IF p_partition_key IS NOT NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be NULL: queue %s has no partition column', v_q.queue));
+    END IF;
+  ELSE
+    IF p_partition_key IS NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must not be NULL: queue %s is partitioned by %s', v_q.queue, v_q.partition_column));
+    END IF;
+    IF pg_catalog.btrim(p_partition_key) = '' THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be a non-empty string, got %s', pg_catalog.quote_literal(p_partition_key)));
+    END IF;
+    v_key_column := pg_catalog.format(', %I', v_q.partition_column);
+    v_key_value := pg_catalog.format(', $6::%s', v_q.partition_type);
+  END IF;
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'INSERT INTO %s AS t (event_type, payload, next_attempt_at, headers, event_id%s)
+     VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.gen_random_uuid())%s)
+     RETURNING t.id, t.event_id',
+    v_q.table_oid::regclass, v_key_column, v_key_value)
+    USING p_event_type, p_payload, p_deliver_at, p_headers, p_event_id, p_partition_key;
+END;
+$$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -52,6 +194,75 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Records 'sent', 'transient' or 'permanent' for one leased row, only while lease_token still
+-- matches. false = the lease is no longer ours (expired and re-claimed, released, or already
+-- recorded): then nothing in the row changed. retry_at, with 'transient' only, is when the next
+-- attempt may start (a peer's Retry-After) instead of the queue's backoff.
+CREATE OR REPLACE FUNCTION outbox.apply_result(queue text, id bigint, lease_token uuid, outcome text,
+                                               error text DEFAULT NULL, retry_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'apply_result';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF apply_result.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF apply_result.lease_token IS NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_token must not be NULL');
+  END IF;
+  PERFORM outbox._check_outcomes(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[error]);
+  PERFORM outbox._check_retry_at(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[retry_at]);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, ARRAY[retry_at], true);
+  RETURN pg_catalog.cardinality(outbox._record(v_q, ARRAY[apply_result.id], ARRAY[apply_result.lease_token],
+                                               ARRAY[outcome], ARRAY[error], ARRAY[retry_at])) = 1;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- apply_result for a whole batch in one round trip: one row (id, applied) per input id, in input
+-- order. Rows whose token no longer matches are reported applied = false and left unchanged.
+CREATE OR REPLACE FUNCTION outbox.apply_results(queue text, ids bigint[], lease_tokens uuid[], outcomes text[],
+                                                errors text[] DEFAULT NULL, retry_at timestamptz[] DEFAULT NULL)
+RETURNS TABLE(id bigint, applied boolean)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'apply_results';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_done bigint[];
+BEGIN
+  PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, retry_at, true);
+  PERFORM outbox._check_one_dimension(fn, 'lease_tokens', pg_catalog.array_ndims(lease_tokens));
+  IF lease_tokens IS NULL OR pg_catalog.cardinality(lease_tokens) <> pg_catalog.cardinality(ids) THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'lease_tokens must have as many elements as ids (%s), got %s', pg_catalog.cardinality(ids),
+      COALESCE(pg_catalog.cardinality(lease_tokens)::text, 'NULL')));
+  END IF;
+  IF pg_catalog.array_position(lease_tokens, NULL) IS NOT NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_tokens must not contain NULL');
+  END IF;
+  IF pg_catalog.cardinality(ids) = 0 THEN
+    RETURN;
+  END IF;
+  v_done := outbox._record(v_q, ids, lease_tokens, outcomes,
+                           COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])),
+                           retry_at);
+  RETURN QUERY SELECT u.id, u.id = ANY (v_done) FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE
 -- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
 -- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
@@ -64,6 +275,9 @@ $$;
 -- are then rebuilt from the new table's rows.
 -- A partitioned queue needs the sequence its ids come from (outbox.queues.id_sequence): the commit
 -- step renumbers late rows with it.
+-- max_delay bounds every caller-chosen next attempt (enqueue's deliver_at, a worker's retry_at, a
+-- plain INSERT of next_attempt_at: outbox._check_delay and the table's CHECK made by
+-- outbox._guard_next_attempt_at), so nobody can park a key for ever.
 -- A created table gets fillfactor 50, so writing a lease is a HOT update (no index touched): a row
 -- is written twice, leased and then sent, and the sent version (which leaves the partial indexes)
 -- also takes room on the page; at 80, 10-23% of the updates of a drain were HOT (of 50% possible),
@@ -76,7 +290,8 @@ CREATE OR REPLACE FUNCTION outbox.create_queue(
   backoff_min interval DEFAULT '1 second',
   backoff_max interval DEFAULT '30 seconds',
   permanent_policy text DEFAULT 'poison',
-  channel text DEFAULT NULL)
+  channel text DEFAULT NULL,
+  max_delay interval DEFAULT '7 days')
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -122,6 +337,11 @@ BEGIN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'backoff_max must be between backoff_min (%s) and 1 day, got %s',
       backoff_min, COALESCE(backoff_max::text, 'NULL')));
+  END IF;
+  IF max_delay IS NULL OR max_delay < backoff_max OR max_delay > interval '3650 days' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'max_delay must be between backoff_max (%s) and 3650 days, got %s',
+      backoff_max, COALESCE(max_delay::text, 'NULL')));
   END IF;
   IF permanent_policy IS NULL OR permanent_policy NOT IN ('poison', 'retry') THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -267,16 +487,16 @@ BEGIN
   -- clock_base: every id the sequence gave out so far counts as committed for per-key commit order
   -- (sessions with a cached sequence may still hand out smaller ones; their rows are then late).
   INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
-                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence, clock_base)
+                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence, clock_base, max_delay)
   VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
           create_queue.backoff_max, create_queue.permanent_policy, v_channel, v_sequence,
-          COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0))
+          COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0), create_queue.max_delay)
   ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
         backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
         channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid,
         partition_column = EXCLUDED.partition_column, partition_type = EXCLUDED.partition_type,
-        id_sequence = EXCLUDED.id_sequence,
+        id_sequence = EXCLUDED.id_sequence, max_delay = EXCLUDED.max_delay,
         clock_base = CASE WHEN q.table_oid = EXCLUDED.table_oid THEN q.clock_base ELSE EXCLUDED.clock_base END
   RETURNING q.queue_id INTO v_queue_id;
 
@@ -294,6 +514,8 @@ BEGIN
   -- CHECKs, the producers' column privileges (plain INSERT of an event, RETURNING id; the heads
   -- trigger runs as owner) and the TRUNCATE trigger.
   PERFORM outbox._guard_queue_table(v_rel, v_col, NOT v_created);
+  PERFORM outbox._guard_next_attempt_at(v_rel, create_queue.max_delay,
+                                        v_new_table OR v_old.max_delay IS DISTINCT FROM create_queue.max_delay, v_created);
 
   -- The NOTIFY trigger wakes drainers of an unpartitioned queue; a partitioned queue's rows become
   -- claimable at commit, where its commit step notifies (outbox._commit_keys). Both as
@@ -310,6 +532,77 @@ BEGIN
       PERFORM outbox._rebuild_heads(v_queue_id);
     END IF;
   END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- A queue's registration as the drainers need it, so that a worker reads it through a function
+-- granted to pgdrain_worker instead of needing SELECT on outbox.queues. Errors like every function
+-- (42P01) when the queue is not registered.
+CREATE OR REPLACE FUNCTION outbox.queue_info(queue text)
+RETURNS TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval,
+              backoff_max interval, permanent_policy text, channel text, max_delay interval)
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue('queue_info', queue);
+BEGIN
+  RETURN QUERY SELECT v_q.queue, v_q.partition_column, v_q.max_attempts, v_q.backoff_min, v_q.backoff_max,
+                      v_q.permanent_policy, v_q.channel, v_q.max_delay;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lock mode: records outcomes for rows this transaction claimed with claim_locked and still holds.
+-- Refuses (SQLSTATE 55000, nothing changed) any id this transaction does not hold: the id must be
+-- in claim_locked's list for this transaction and its row lock must be this transaction's, taken at
+-- the top level or in a savepoint that is still open or was released (a rolled-back savepoint
+-- took its lock, and its part of the list, with it). Returns how many rows were recorded. A
+-- settled row leaves the held set, so it is recorded at most once per claim: settling it again is
+-- refused like any row not held (else a second 'transient' would count a second attempt).
+CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL,
+                                                retry_at timestamptz[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'settle_locked';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_held bigint[];
+  v_foreign bigint;
+  v_count bigint;
+BEGIN
+  PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, retry_at, true);
+  IF pg_catalog.cardinality(ids) = 0 THEN
+    RETURN 0;
+  END IF;
+  v_held := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting('pgdrain.held_' || v_q.queue_id, true), ''), ',')::bigint[];
+  SELECT x INTO v_foreign FROM pg_catalog.unnest(ids) x WHERE x <> ALL (COALESCE(v_held, '{}')) LIMIT 1;
+  IF NOT FOUND THEN
+    -- The setting is only a list any session could SET LOCAL: the row lock itself must be ours
+    -- too (outbox._locked_here: claim_locked's FOR UPDATE, in this transaction or one of its
+    -- live savepoints).
+    v_foreign := outbox._locked_here(v_q.table_oid::regclass, ids);
+  END IF;
+  IF v_foreign IS NOT NULL THEN
+    RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',
+      fn, v_foreign, v_q.queue USING ERRCODE = '55000';
+  END IF;
+  v_count := pg_catalog.cardinality(outbox._record(v_q, ids, NULL, outcomes,
+    COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])), retry_at));
+  PERFORM pg_catalog.set_config('pgdrain.held_' || v_q.queue_id,
+    COALESCE((SELECT pg_catalog.string_agg(h::text, ',') FROM pg_catalog.unnest(v_held) h WHERE h <> ALL (ids)), ''),
+    true);
+  RETURN v_count;
 END;
 $$;
 -- +goose StatementEnd
@@ -348,11 +641,21 @@ $$;
 
 -- +goose StatementBegin
 -- Unpartitioned queues that notify 'when_waiting' get their NOTIFY trigger again, naming their
--- drainers' waiting sequence instead of carrying its oid (which a restore does not keep).
-SELECT outbox._install_notify_trigger(q)
-FROM outbox.queues q
-WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = q.table_oid)
-ORDER BY q.queue_id;
+-- drainers' waiting sequence instead of carrying its oid (which a restore does not keep); every
+-- registered queue table gets the CHECK on next_attempt_at (NOT VALID: rows written before keep
+-- their time).
+DO $$
+DECLARE
+  v_q outbox.queues;
+BEGIN
+  FOR v_q IN SELECT * FROM outbox.queues q
+             WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = q.table_oid)
+             ORDER BY q.queue_id LOOP
+    PERFORM outbox._install_notify_trigger(v_q);
+    PERFORM outbox._guard_next_attempt_at(v_q.table_oid, v_q.max_delay, false, false);
+  END LOOP;
+END;
+$$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -467,8 +770,76 @@ GRANT EXECUTE ON FUNCTION
 
 -- +goose Down
 -- +goose StatementBegin
+DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text, interval);
+DROP FUNCTION outbox.queue_info(text);
+DROP FUNCTION outbox._check_delay(text, text, outbox.queues, timestamptz[], boolean);
+DROP FUNCTION outbox._guard_next_attempt_at(regclass, interval, boolean, boolean);
+ALTER TABLE outbox.queues DROP COLUMN max_delay;
 ALTER TABLE outbox.queues ALTER COLUMN table_oid TYPE oid USING table_oid::oid;
 COMMENT ON COLUMN outbox.queues.table_oid IS NULL;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The insert behind enqueue and enqueue_event (p_function names the caller in errors): validates
+-- the event and inserts it, returning its id (provisional until COMMIT on a partitioned queue, see
+-- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt
+-- (it is the row's next_attempt_at; on a partitioned queue it holds back the key's later events
+-- too, which keep their order). headers (an object of strings) travel with the event to the sink.
+CREATE OR REPLACE FUNCTION outbox._enqueue(p_function text, p_queue text, p_event_type text, p_payload jsonb,
+                                           p_partition_key text, p_deliver_at timestamptz, p_headers jsonb,
+                                           p_event_id uuid)
+RETURNS TABLE(id bigint, event_id uuid)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue(p_function, p_queue);
+  v_key_column text := '';
+  v_key_value text := '';
+BEGIN
+  IF p_event_type IS NULL OR pg_catalog.btrim(p_event_type) = '' THEN
+    PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
+  END IF;
+  IF p_payload IS NULL THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be NULL (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_payload) = 'null' THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be JSON null (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF p_deliver_at IN ('infinity', '-infinity') THEN
+    PERFORM outbox._invalid(p_function, 'deliver_at must be a finite time (NULL: deliver now)');
+  END IF;
+  IF p_headers IS NOT NULL AND (pg_catalog.jsonb_typeof(p_headers) <> 'object'
+                                OR pg_catalog.jsonb_path_exists(p_headers, '$.* ? (@.type() != "string")')) THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'headers must be NULL or a JSON object whose values are strings, got %s', pg_catalog.left(p_headers::text, 200)));
+  END IF;
+  IF v_q.partition_column IS NULL THEN
+    IF p_partition_key IS NOT NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be NULL: queue %s has no partition column', v_q.queue));
+    END IF;
+  ELSE
+    IF p_partition_key IS NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must not be NULL: queue %s is partitioned by %s', v_q.queue, v_q.partition_column));
+    END IF;
+    IF pg_catalog.btrim(p_partition_key) = '' THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be a non-empty string, got %s', pg_catalog.quote_literal(p_partition_key)));
+    END IF;
+    v_key_column := pg_catalog.format(', %I', v_q.partition_column);
+    v_key_value := pg_catalog.format(', $6::%s', v_q.partition_type);
+  END IF;
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'INSERT INTO %s AS t (event_type, payload, next_attempt_at, headers, event_id%s)
+     VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.gen_random_uuid())%s)
+     RETURNING t.id, t.event_id',
+    v_q.table_oid::regclass, v_key_column, v_key_value)
+    USING p_event_type, p_payload, p_deliver_at, p_headers, p_event_id, p_partition_key;
+END;
+$$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -508,6 +879,73 @@ BEGIN
          EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L, %L, %L)', v_rel, p_q.channel, p_q.queue,
       p_q.queue_id, v_sequence::regclass::oid);
   END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Records 'sent', 'transient' or 'permanent' for one leased row, only while lease_token still
+-- matches. false = the lease is no longer ours (expired and re-claimed, released, or already
+-- recorded): then nothing in the row changed. retry_at, with 'transient' only, is when the next
+-- attempt may start (a peer's Retry-After) instead of the queue's backoff.
+CREATE OR REPLACE FUNCTION outbox.apply_result(queue text, id bigint, lease_token uuid, outcome text,
+                                               error text DEFAULT NULL, retry_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'apply_result';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF apply_result.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF apply_result.lease_token IS NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_token must not be NULL');
+  END IF;
+  PERFORM outbox._check_outcomes(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[error]);
+  PERFORM outbox._check_retry_at(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[retry_at]);
+  RETURN pg_catalog.cardinality(outbox._record(v_q, ARRAY[apply_result.id], ARRAY[apply_result.lease_token],
+                                               ARRAY[outcome], ARRAY[error], ARRAY[retry_at])) = 1;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- apply_result for a whole batch in one round trip: one row (id, applied) per input id, in input
+-- order. Rows whose token no longer matches are reported applied = false and left unchanged.
+CREATE OR REPLACE FUNCTION outbox.apply_results(queue text, ids bigint[], lease_tokens uuid[], outcomes text[],
+                                                errors text[] DEFAULT NULL, retry_at timestamptz[] DEFAULT NULL)
+RETURNS TABLE(id bigint, applied boolean)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'apply_results';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_done bigint[];
+BEGIN
+  PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  PERFORM outbox._check_one_dimension(fn, 'lease_tokens', pg_catalog.array_ndims(lease_tokens));
+  IF lease_tokens IS NULL OR pg_catalog.cardinality(lease_tokens) <> pg_catalog.cardinality(ids) THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'lease_tokens must have as many elements as ids (%s), got %s', pg_catalog.cardinality(ids),
+      COALESCE(pg_catalog.cardinality(lease_tokens)::text, 'NULL')));
+  END IF;
+  IF pg_catalog.array_position(lease_tokens, NULL) IS NOT NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_tokens must not contain NULL');
+  END IF;
+  IF pg_catalog.cardinality(ids) = 0 THEN
+    RETURN;
+  END IF;
+  v_done := outbox._record(v_q, ids, lease_tokens, outcomes,
+                           COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])),
+                           retry_at);
+  RETURN QUERY SELECT u.id, u.id = ANY (v_done) FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
 END;
 $$;
 -- +goose StatementEnd
@@ -767,6 +1205,76 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- A queue's registration as the drainers need it, so that a worker reads it through a function
+-- granted to pgdrain_worker instead of needing SELECT on outbox.queues. Errors like every function
+-- (42P01) when the queue is not registered.
+CREATE OR REPLACE FUNCTION outbox.queue_info(queue text)
+RETURNS TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval,
+              backoff_max interval, permanent_policy text, channel text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue('queue_info', queue);
+BEGIN
+  RETURN QUERY SELECT v_q.queue, v_q.partition_column, v_q.max_attempts, v_q.backoff_min, v_q.backoff_max,
+                      v_q.permanent_policy, v_q.channel;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lock mode: records outcomes for rows this transaction claimed with claim_locked and still holds.
+-- Refuses (SQLSTATE 55000, nothing changed) any id this transaction does not hold: the id must be
+-- in claim_locked's list for this transaction and its row lock must be this transaction's, taken at
+-- the top level or in a savepoint that is still open or was released (a rolled-back savepoint
+-- took its lock, and its part of the list, with it). Returns how many rows were recorded. A
+-- settled row leaves the held set, so it is recorded at most once per claim: settling it again is
+-- refused like any row not held (else a second 'transient' would count a second attempt).
+CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL,
+                                                retry_at timestamptz[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'settle_locked';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_held bigint[];
+  v_foreign bigint;
+  v_count bigint;
+BEGIN
+  PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  IF pg_catalog.cardinality(ids) = 0 THEN
+    RETURN 0;
+  END IF;
+  v_held := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting('pgdrain.held_' || v_q.queue_id, true), ''), ',')::bigint[];
+  SELECT x INTO v_foreign FROM pg_catalog.unnest(ids) x WHERE x <> ALL (COALESCE(v_held, '{}')) LIMIT 1;
+  IF NOT FOUND THEN
+    -- The setting is only a list any session could SET LOCAL: the row lock itself must be ours
+    -- too (outbox._locked_here: claim_locked's FOR UPDATE, in this transaction or one of its
+    -- live savepoints).
+    v_foreign := outbox._locked_here(v_q.table_oid::regclass, ids);
+  END IF;
+  IF v_foreign IS NOT NULL THEN
+    RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',
+      fn, v_foreign, v_q.queue USING ERRCODE = '55000';
+  END IF;
+  v_count := pg_catalog.cardinality(outbox._record(v_q, ids, NULL, outcomes,
+    COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])), retry_at));
+  PERFORM pg_catalog.set_config('pgdrain.held_' || v_q.queue_id,
+    COALESCE((SELECT pg_catalog.string_agg(h::text, ',') FROM pg_catalog.unnest(v_held) h WHERE h <> ALL (ids)), ''),
+    true);
+  RETURN v_count;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Statement-level AFTER INSERT trigger of an unpartitioned queue: one NOTIFY per statement
 -- (PostgreSQL folds identical notifications of one transaction into one), never one per row. A
 -- partitioned queue has none: its rows become claimable at commit, and its commit step
@@ -798,11 +1306,20 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The NOTIFY triggers as 00024 made them (the waiting sequence by oid).
-SELECT outbox._install_notify_trigger(q)
-FROM outbox.queues q
-WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = q.table_oid)
-ORDER BY q.queue_id;
+-- The NOTIFY triggers as 00024 made them (the waiting sequence by oid), and no CHECK on next_attempt_at.
+DO $$
+DECLARE
+  v_q outbox.queues;
+BEGIN
+  FOR v_q IN SELECT * FROM outbox.queues q
+             WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = q.table_oid)
+             ORDER BY q.queue_id LOOP
+    PERFORM outbox._install_notify_trigger(v_q);
+    EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS pgdrain_next_attempt_at_within_max_delay',
+                              v_q.table_oid::regclass);
+  END LOOP;
+END;
+$$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin

@@ -2,12 +2,12 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(130);
+SELECT plan(132);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
-  ('create_queue', ARRAY['text','text','integer','interval','interval','text','text'],
-   'queue text, partition_column text DEFAULT NULL::text, max_attempts integer DEFAULT 10, backoff_min interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:00:30''::interval, permanent_policy text DEFAULT ''poison''::text, channel text DEFAULT NULL::text',
+  ('create_queue', ARRAY['text','text','integer','interval','interval','text','text','interval'],
+   'queue text, partition_column text DEFAULT NULL::text, max_attempts integer DEFAULT 10, backoff_min interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:00:30''::interval, permanent_policy text DEFAULT ''poison''::text, channel text DEFAULT NULL::text, max_delay interval DEFAULT ''7 days''::interval',
    'void', 'void'),
   ('drop_queue', ARRAY['text','boolean'], 'queue text, drop_table boolean DEFAULT false', 'void', 'void'),
   ('enqueue', ARRAY['text','text','jsonb','text','timestamp with time zone','jsonb','uuid'],
@@ -46,7 +46,7 @@ INSERT INTO contract VALUES
   -- Beyond DESIGN.md's table (added in 00004): what a worker needs without reading tables, and the
   -- check and repair of the partition heads.
   ('queue_info', ARRAY['text'], 'queue text',
-   'TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval, backoff_max interval, permanent_policy text, channel text)',
+   'TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval, backoff_max interval, permanent_policy text, channel text, max_delay interval)',
    'setof record'),
   ('next_due', ARRAY['text'], 'queue text', 'timestamp with time zone', 'timestamp with time zone'),
   ('repair', ARRAY['text','boolean'], 'queue text, dry_run boolean DEFAULT false',
@@ -97,8 +97,11 @@ SELECT is_empty(
 SELECT has_table('outbox', 'queues', 'the registry table outbox.queues exists');
 SELECT columns_are('outbox', 'queues',
   ARRAY['queue_id','queue','table_oid','partition_column','partition_type','max_attempts','backoff_min',
-        'backoff_max','permanent_policy','channel','created_at','id_sequence','clock_base','notify'],
+        'backoff_max','permanent_policy','channel','created_at','id_sequence','clock_base','notify','max_delay'],
   'outbox.queues records each queue''s table and settings');
+SELECT col_type_is('outbox', 'queues', 'table_oid', 'regclass',
+  'outbox.queues names its table by regclass (pg_dump writes a name, pg_restore reads back the restored table)');
+SELECT col_type_is('outbox', 'queues', 'id_sequence', 'regclass', 'and its id sequence too');
 SELECT col_is_pk('outbox', 'queues', 'queue_id', 'outbox.queues is keyed by queue_id');
 SELECT col_is_unique('outbox', 'queues', 'queue', 'a queue name is registered at most once');
 SELECT has_table('outbox', 'partition_heads', 'the partition head table outbox.partition_heads exists');
