@@ -110,6 +110,18 @@ var badCalls = []badCall{
 	{"purge_sent", "queue is not registered", `SELECT outbox.purge_sent('public.nosuch')`},
 	{"purge_sent", "older_than negative", `SELECT outbox.purge_sent('public.ev', '-1 day')`},
 	{"purge_sent", "max_rows out of range", `SELECT outbox.purge_sent('public.ev', '1 day', 0)`},
+	{"poison_row", "queue is not registered", `SELECT outbox.poison_row('public.nosuch', 1, 0, 'r')`},
+	{"poison_row", "id is NULL", `SELECT outbox.poison_row('public.ev', NULL, 0, 'r')`},
+	{"poison_row", "attempt_count is NULL", `SELECT outbox.poison_row('public.ev', 1, NULL, 'r')`},
+	{"poison_row", "reason is blank", `SELECT outbox.poison_row('public.ev', 1, 0, ' ')`},
+	{"retry_row", "id is NULL", `SELECT outbox.retry_row('public.ev', NULL, 0)`},
+	{"retry_row", "attempt_count negative", `SELECT outbox.retry_row('public.ev', 1, -1)`},
+	{"retry_row", "reason is blank", `SELECT outbox.retry_row('public.ev', 1, 0, '')`},
+	{"dismiss_poisoned", "ids is NULL", `SELECT outbox.dismiss_poisoned('public.ev', NULL, 'r')`},
+	{"dismiss_poisoned", "ids contains NULL", `SELECT outbox.dismiss_poisoned('public.ev', '{1,NULL}', 'r')`},
+	{"dismiss_poisoned", "reason is NULL", `SELECT outbox.dismiss_poisoned('public.ev', '{1}', NULL)`},
+	{"operator_log", "queue is not a plain name", `SELECT * FROM outbox.operator_log('a b')`},
+	{"operator_log", "max_rows out of range", `SELECT * FROM outbox.operator_log('public.ev', 0)`},
 }
 
 func errorsFixture(t *testing.T) *testdb.DB {

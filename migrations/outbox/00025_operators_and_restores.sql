@@ -18,6 +18,25 @@ COMMENT ON COLUMN outbox.queues.max_delay IS
   'How far ahead a deliver_at, retry_at or plain next_attempt_at may be (create_queue''s max_delay).';
 DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text);
 DROP FUNCTION outbox.queue_info(text);
+
+-- Operators' actions on rows (issue 30, item 3): poison_row, retry_row and dismiss_poisoned write
+-- one row here per row they change, with the login role and the reason (read with operator_log).
+-- Kept by name, so it outlives a queue's registration; written only by those functions.
+CREATE TABLE outbox.operator_actions (
+  action_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  acted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+  acted_by text NOT NULL DEFAULT session_user,
+  queue text NOT NULL,
+  action text NOT NULL CHECK (action IN ('poison', 'retry', 'dismiss')),
+  row_id bigint NOT NULL,
+  event_id uuid,
+  partition_key text,
+  attempt_count integer NOT NULL,
+  reason text
+);
+CREATE INDEX operator_actions_queue ON outbox.operator_actions (queue, action_id);
+COMMENT ON TABLE outbox.operator_actions IS
+  'Operators'' actions on queue rows (poison_row, retry_row, dismiss_poisoned): who, when, why; read with outbox.operator_log.';
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -56,6 +75,25 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Validates an operator's reason for an action on rows: a non-blank text of at most 1000
+-- characters, recorded in the row's last_error and in outbox.operator_actions.
+CREATE OR REPLACE FUNCTION outbox._check_reason(p_function text, p_reason text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = ''
+AS $$
+BEGIN
+  IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'reason must be a non-blank text of at most 1000 characters, got %s',
+      COALESCE(pg_catalog.quote_literal(pg_catalog.left(p_reason, 50)), 'NULL')));
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- The queue table's CHECK pgdrain_next_attempt_at_within_max_delay: next_attempt_at at most the
 -- queue's max_delay after the clock when a row is written, so that a plain INSERT (by a role
 -- granted next_attempt_at) can not park a key for ever either; the functions check the same bound
@@ -83,6 +121,207 @@ BEGIN
       'ALTER TABLE %s ADD CONSTRAINT %I CHECK (next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.clock_timestamp() + %L::interval)%s',
       p_rel, v_name, p_max_delay, CASE WHEN p_validate THEN '' ELSE ' NOT VALID' END);
   END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The common core of the operators' row actions (poison_row, retry_row, dismiss_poisoned): one
+-- statement that takes the rows still in the state the operator saw, changes them, and logs each
+-- in outbox.operator_actions (with the session's login role, the reason and the attempt count it had); then the partitions'
+-- heads follow (outbox._refresh_heads) and an idle drainer is woken when a row became claimable.
+-- Fenced: a row that moved on (sent, requeued to a new id, another attempt recorded, poisoned or
+-- not as the action needs) is not taken, nor one a worker delivers right now (a live lease, or a
+-- lock-mode claim's row lock: SKIP LOCKED, never waiting). An expired lease's token is cleared with
+-- the change, so that worker's late result is refused like any other after its lease ran out.
+--   poison   pending, attempt_count = p_attempt_count: poisoned (attempt_count = max_attempts), its
+--            key's later rows go past it; requeue_poisoned delivers it later, at the tail of its key.
+--   retry    pending and backing off, attempt_count = p_attempt_count: due now.
+--   dismiss  poisoned: never delivered, kept as history (sent_at is set, so nothing counts it as
+--            pending or poisoned; purge_sent removes it with the sent rows), last_error says so.
+-- Returns the ids changed.
+CREATE OR REPLACE FUNCTION outbox._operator_act(p_q outbox.queues, p_action text, p_ids bigint[],
+                                                p_attempt_count integer, p_reason text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+DECLARE
+  v_note constant text := pg_catalog.format('%s by %s: %s',
+    CASE p_action WHEN 'poison' THEN 'poisoned' WHEN 'dismiss' THEN 'dismissed' ELSE 'retried' END,
+    session_user, p_reason);
+  v_ids bigint[];
+  v_keys text[];
+BEGIN
+  EXECUTE pg_catalog.format(
+    'WITH r AS (
+       SELECT t.id, t.attempt_count FROM %1$s t
+       WHERE t.id = ANY ($1) AND t.sent_at IS NULL AND %4$s
+         AND (t.leased_until IS NULL OR t.leased_until <= pg_catalog.clock_timestamp())
+       FOR UPDATE OF t SKIP LOCKED),
+     u AS (
+       UPDATE %1$s t SET %5$s, leased_until = NULL, lease_token = NULL
+       FROM r WHERE t.id = r.id
+       RETURNING t.id, %2$s AS event_id, %3$s AS key, r.attempt_count),
+     logged AS (
+       INSERT INTO outbox.operator_actions (queue, action, row_id, event_id, partition_key, attempt_count, reason)
+       SELECT $5, $6, u.id, u.event_id, u.key, u.attempt_count, $7 FROM u
+       RETURNING row_id, partition_key)
+     SELECT pg_catalog.array_agg(l.row_id ORDER BY l.row_id), pg_catalog.array_agg(DISTINCT l.partition_key)
+     FROM logged l',
+    p_q.table_oid,
+    outbox._event_id_of(p_q),
+    CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END,
+    CASE p_action
+      WHEN 'poison' THEN 't.attempt_count = $2 AND t.attempt_count < $3'
+      WHEN 'retry' THEN 't.attempt_count = $2 AND t.attempt_count < $3 AND t.next_attempt_at > pg_catalog.clock_timestamp()'
+      ELSE 't.attempt_count >= $3' END,
+    CASE p_action
+      WHEN 'poison' THEN 'attempt_count = $3, next_attempt_at = NULL, last_error = $4 || COALESCE('' (last error: '' || t.last_error || '')'', '''')'
+      WHEN 'retry' THEN 'next_attempt_at = NULL'
+      ELSE 'sent_at = pg_catalog.now(), next_attempt_at = NULL, last_error = $4 || COALESCE('' (last error: '' || t.last_error || '')'', '''')' END)
+    INTO v_ids, v_keys
+    USING p_ids, p_attempt_count, p_q.max_attempts, v_note, p_q.queue, p_action, p_reason;
+  IF v_ids IS NULL THEN
+    RETURN '{}';
+  END IF;
+  RAISE LOG 'pgdrain: % % row(s) % of queue %: %', session_user,
+    CASE p_action WHEN 'poison' THEN 'poisoned' WHEN 'dismiss' THEN 'dismissed' ELSE 'retried' END,
+    v_ids, p_q.queue, COALESCE(p_reason, '(no reason given)');
+  IF p_q.partition_column IS NOT NULL AND p_action <> 'dismiss' THEN
+    PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
+  END IF;
+  IF p_action = 'retry' OR p_q.partition_column IS NOT NULL AND p_action = 'poison' THEN
+    -- Claimable now: the row itself, or the row behind a skipped head.
+    PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
+  END IF;
+  RETURN v_ids;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Operator: dismisses poisoned rows for good: never delivered, kept as history (sent_at set, so
+-- they count neither as pending nor as poisoned; last_error says who dismissed them and why;
+-- purge_sent removes them with the sent rows). Only rows that are still poisoned and not being
+-- delivered right now are taken (see outbox._operator_act); returns how many. Logged in
+-- outbox.operator_actions (operator_log) and the server log.
+CREATE OR REPLACE FUNCTION outbox.dismiss_poisoned(queue text, ids bigint[], reason text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'dismiss_poisoned';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF ids IS NULL OR pg_catalog.cardinality(ids) NOT BETWEEN 1 AND 10000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('ids must have between 1 and 10000 elements, got %s',
+                                                  COALESCE(pg_catalog.cardinality(ids)::text, 'NULL')));
+  END IF;
+  PERFORM outbox._check_one_dimension(fn, 'ids', pg_catalog.array_ndims(ids));
+  IF pg_catalog.array_position(ids, NULL) IS NOT NULL THEN
+    PERFORM outbox._invalid(fn, 'ids must not contain NULL');
+  END IF;
+  PERFORM outbox._check_reason(fn, reason);
+  RETURN pg_catalog.cardinality(outbox._operator_act(v_q, 'dismiss', ids, NULL, reason));
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The operators' actions on a queue's rows (poison_row, retry_row, dismiss_poisoned), newest first:
+-- at most max_rows (1..1000), below before_action_id when given (the next page). Each with the
+-- login role that acted, its reason, the row's id, event_id, key and attempt count at the time.
+CREATE OR REPLACE FUNCTION outbox.operator_log(queue text, max_rows integer DEFAULT 50, before_action_id bigint DEFAULT NULL)
+RETURNS TABLE(action_id bigint, acted_at timestamptz, action text, id bigint, event_id uuid, partition_key text,
+              attempt_count integer, reason text, acted_by text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'operator_log';
+  v_name text := outbox._queue_name(fn, queue);
+BEGIN
+  IF max_rows IS NULL OR max_rows < 1 OR max_rows > 1000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('max_rows must be between 1 and 1000, got %s',
+                                                  COALESCE(max_rows::text, 'NULL')));
+  END IF;
+  -- By name: the log outlives the queue's registration (drop_queue keeps it).
+  RETURN QUERY
+    SELECT a.action_id, a.acted_at, a.action, a.row_id, a.event_id, a.partition_key, a.attempt_count, a.reason, a.acted_by
+    FROM outbox.operator_actions a
+    WHERE a.queue = v_name AND (before_action_id IS NULL OR a.action_id < before_action_id)
+    ORDER BY a.action_id DESC
+    LIMIT max_rows;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Operator: skips a row that will never succeed (a head a peer rejects for ever with a transient
+-- error wedges its key): poisons it with a reason, so its key's later rows are delivered past it;
+-- requeue_poisoned delivers it later, at the tail of its key. Fenced by what the operator saw: the
+-- row must still be pending with that attempt_count (wedged_partitions' head_attempt_count) and
+-- not be delivered right now (see outbox._operator_act); otherwise false and nothing changed.
+-- Logged in outbox.operator_actions (operator_log) and the server log.
+CREATE OR REPLACE FUNCTION outbox.poison_row(queue text, id bigint, attempt_count integer, reason text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'poison_row';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF poison_row.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF poison_row.attempt_count IS NULL OR poison_row.attempt_count < 0 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'attempt_count must be the row''s attempt count as last seen (0 or more), got %s',
+      COALESCE(poison_row.attempt_count::text, 'NULL')));
+  END IF;
+  PERFORM outbox._check_reason(fn, reason);
+  RETURN pg_catalog.cardinality(outbox._operator_act(v_q, 'poison', ARRAY[poison_row.id], poison_row.attempt_count, reason)) = 1;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Operator: retries a backing-off row now (ends its backoff; no attempt is counted), e.g. once the
+-- peer it failed on is fixed. Fenced by what the operator saw: the row must still be pending, backing
+-- off, with that attempt_count, and not be delivered right now (see outbox._operator_act);
+-- otherwise false and nothing changed. Logged in outbox.operator_actions (operator_log) and the
+-- server log; reason is optional.
+CREATE OR REPLACE FUNCTION outbox.retry_row(queue text, id bigint, attempt_count integer, reason text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'retry_row';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF retry_row.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF retry_row.attempt_count IS NULL OR retry_row.attempt_count < 0 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'attempt_count must be the row''s attempt count as last seen (0 or more), got %s',
+      COALESCE(retry_row.attempt_count::text, 'NULL')));
+  END IF;
+  IF reason IS NOT NULL THEN
+    PERFORM outbox._check_reason(fn, reason);
+  END IF;
+  RETURN pg_catalog.cardinality(outbox._operator_act(v_q, 'retry', ARRAY[retry_row.id], retry_row.attempt_count, reason)) = 1;
 END;
 $$;
 -- +goose StatementEnd
@@ -696,6 +935,10 @@ ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.poison_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.retry_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.dismiss_poisoned(text, bigint[], text) SECURITY DEFINER;
+ALTER FUNCTION outbox.operator_log(text, integer, bigint) SECURITY DEFINER;
 
 -- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
 -- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
@@ -766,10 +1009,28 @@ GRANT EXECUTE ON FUNCTION
   outbox.poisoned_rows(text, integer, bigint),
   outbox.release_lease(text, bigint)
   TO pgdrain_operator;
+
+-- Operators act on rows that will not move on their own (00025): skip (poison with a reason), retry
+-- now, dismiss poisoned rows; every action is fenced and logged, and the log is read by operators
+-- and readers.
+GRANT EXECUTE ON FUNCTION
+  outbox.poison_row(text, bigint, integer, text),
+  outbox.retry_row(text, bigint, integer, text),
+  outbox.dismiss_poisoned(text, bigint[], text),
+  outbox.operator_log(text, integer, bigint)
+  TO pgdrain_operator;
+GRANT EXECUTE ON FUNCTION outbox.operator_log(text, integer, bigint) TO pgdrain_reader;
 -- +goose StatementEnd
 
 -- +goose Down
 -- +goose StatementBegin
+DROP FUNCTION outbox.poison_row(text, bigint, integer, text);
+DROP FUNCTION outbox.retry_row(text, bigint, integer, text);
+DROP FUNCTION outbox.dismiss_poisoned(text, bigint[], text);
+DROP FUNCTION outbox.operator_log(text, integer, bigint);
+DROP FUNCTION outbox._operator_act(outbox.queues, text, bigint[], integer, text);
+DROP FUNCTION outbox._check_reason(text, text);
+DROP TABLE outbox.operator_actions;
 DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text, interval);
 DROP FUNCTION outbox.queue_info(text);
 DROP FUNCTION outbox._check_delay(text, text, outbox.queues, timestamptz[], boolean);

@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(132);
+SELECT plan(152);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -58,26 +58,36 @@ INSERT INTO contract VALUES
   -- 00020: producers NOTIFY only while a drainer waits, when a queue says so.
   ('set_notify', ARRAY['text','text'], 'queue text, notify text', 'void', 'void'),
   ('drainer_waits', ARRAY['text','interval'], 'queue text, wait interval', 'bigint', 'bigint'),
-  ('drainer_woke', ARRAY['text','bigint'], 'queue text, mark bigint', 'void', 'void');
+  ('drainer_woke', ARRAY['text','bigint'], 'queue text, mark bigint', 'void', 'void'),
+  -- 00025: operators skip (poison), retry now and dismiss rows, fenced and logged.
+  ('poison_row', ARRAY['text','bigint','integer','text'], 'queue text, id bigint, attempt_count integer, reason text',
+   'boolean', 'boolean'),
+  ('retry_row', ARRAY['text','bigint','integer','text'],
+   'queue text, id bigint, attempt_count integer, reason text DEFAULT NULL::text', 'boolean', 'boolean'),
+  ('dismiss_poisoned', ARRAY['text','bigint[]','text'], 'queue text, ids bigint[], reason text', 'bigint', 'bigint'),
+  ('operator_log', ARRAY['text','integer','bigint'],
+   'queue text, max_rows integer DEFAULT 50, before_action_id bigint DEFAULT NULL::bigint',
+   'TABLE(action_id bigint, acted_at timestamp with time zone, action text, id bigint, event_id uuid, partition_key text, attempt_count integer, reason text, acted_by text)',
+   'setof record');
 
--- 24 x has_function
+-- 28 x has_function
 SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 24 x function_returns
+-- 28 x function_returns
 SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
 FROM contract c ORDER BY c.name;
--- 24 x argument names, order and defaults
+-- 28 x argument names, order and defaults
 SELECT is(pg_get_function_arguments(p.oid), c.arguments,
           format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 24 x result shape (the columns of TABLE results)
+-- 28 x result shape (the columns of TABLE results)
 SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 24 x one overload only (a second signature would make calls ambiguous)
+-- 28 x one overload only (a second signature would make calls ambiguous)
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
           1::bigint, format('outbox.%s has exactly one signature', c.name))
 FROM contract c ORDER BY c.name;

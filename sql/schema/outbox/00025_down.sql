@@ -1,3 +1,10 @@
+DROP FUNCTION outbox.poison_row(text, bigint, integer, text);
+DROP FUNCTION outbox.retry_row(text, bigint, integer, text);
+DROP FUNCTION outbox.dismiss_poisoned(text, bigint[], text);
+DROP FUNCTION outbox.operator_log(text, integer, bigint);
+DROP FUNCTION outbox._operator_act(outbox.queues, text, bigint[], integer, text);
+DROP FUNCTION outbox._check_reason(text, text);
+DROP TABLE outbox.operator_actions;
 DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text, interval);
 DROP FUNCTION outbox.queue_info(text);
 DROP FUNCTION outbox._check_delay(text, text, outbox.queues, timestamptz[], boolean);

@@ -16,3 +16,22 @@ COMMENT ON COLUMN outbox.queues.max_delay IS
   'How far ahead a deliver_at, retry_at or plain next_attempt_at may be (create_queue''s max_delay).';
 DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text);
 DROP FUNCTION outbox.queue_info(text);
+
+-- Operators' actions on rows (issue 30, item 3): poison_row, retry_row and dismiss_poisoned write
+-- one row here per row they change, with the login role and the reason (read with operator_log).
+-- Kept by name, so it outlives a queue's registration; written only by those functions.
+CREATE TABLE outbox.operator_actions (
+  action_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  acted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+  acted_by text NOT NULL DEFAULT session_user,
+  queue text NOT NULL,
+  action text NOT NULL CHECK (action IN ('poison', 'retry', 'dismiss')),
+  row_id bigint NOT NULL,
+  event_id uuid,
+  partition_key text,
+  attempt_count integer NOT NULL,
+  reason text
+);
+CREATE INDEX operator_actions_queue ON outbox.operator_actions (queue, action_id);
+COMMENT ON TABLE outbox.operator_actions IS
+  'Operators'' actions on queue rows (poison_row, retry_row, dismiss_poisoned): who, when, why; read with outbox.operator_log.';
