@@ -166,3 +166,28 @@ func TestDrainer_ErrorTextTheServerEncodingLacksIsRecordedEscaped(t *testing.T) 
 		require.Contains(t, japanese.lastErr, `"\u62d2\u5426\u3055\u308c\u307e\u3057\u305f"`, "the error text, escaped to ASCII")
 	})
 }
+
+// A peer's Retry-After further ahead than the queue's max_delay (00025, default 7 days) is refused
+// by the server (SQLSTATE 22023, issue 30 item 2): the drainer records that row with the queue's
+// backoff instead, saying why in its error text, and the rest of the batch as it was. Nothing is
+// parked for 30 days, nothing is left unrecorded.
+func TestDrainer_RetryAtBeyondMaxDelayIsRecordedWithTheBackoff(t *testing.T) {
+	t.Parallel()
+	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		q := drNewQueue(t, drQueueOpts{maxAttempts: errTextMaxAttempts})
+		ops := []string{"ok-1", "too-far", "ok-2"}
+		rows, applied := errTextDrain(t, q, mode, ops, func(op string) error {
+			if op == "too-far" {
+				return drainer.RetryAt(errors.New("429, Retry-After: 30 days"), time.Now().Add(30*24*time.Hour))
+			}
+			return nil
+		})
+		require.Equal(t, errTextRow{sent: true}, rows["ok-1"])
+		require.Equal(t, errTextRow{sent: true}, rows["ok-2"])
+		far := rows["too-far"]
+		require.Equal(t, errTextMaxAttempts, far.attempts, "each refused result is recorded, with the queue's backoff")
+		require.Contains(t, far.lastErr, "22023")
+		require.Contains(t, far.lastErr, "max_delay")
+		require.Equal(t, errTextMaxAttempts, applied["too-far"])
+	})
+}

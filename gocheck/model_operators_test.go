@@ -41,10 +41,13 @@ func (r *modelRun) ownerExec(sql string) {
 	r.note("%s;", strings.Join(strings.Fields(sql), " "))
 }
 
-// stepCreateQueueAgain: create_queue re-run with other settings. Raising max_attempts makes
-// poisoned rows deliverable again where they stand; lowering it poisons rows that tried as often.
+// stepCreateQueueAgain: create_queue re-run with other settings. Raising max_attempts keeps
+// poisoned rows poisoned, at the new limit (issue 30 item 4: they must not come back in front of
+// what followed them; requeue_poisoned moves them to the tail); lowering it poisons rows that
+// tried as often.
 func (r *modelRun) stepCreateQueueAgain() {
 	q := r.randomQueue()
+	poisoned := r.model.poisonedOf(q)
 	q.maxAttempts = []int{1, 2, 3, 3, 4, 4, 5, 6}[r.rng.IntN(8)]
 	q.backoffMin = []time.Duration{time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond}[r.rng.IntN(4)]
 	q.backoffMax = max(q.backoffMin, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}[r.rng.IntN(4)])
@@ -52,6 +55,9 @@ func (r *modelRun) stepCreateQueueAgain() {
 		q.policy = []string{"poison", "retry"}[r.rng.IntN(2)]
 	}
 	r.createQueue(q)
+	for _, e := range poisoned {
+		e.attempts = max(e.attempts, q.maxAttempts)
+	}
 }
 
 // stepDropAndCreate: drop_queue (keeping the table or not), then create_queue again. While the

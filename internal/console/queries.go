@@ -30,10 +30,10 @@ type queueReg struct {
 
 func listQueues(ctx context.Context, db *pgxpool.Pool) ([]queueReg, error) {
 	rows, err := db.Query(ctx, `
-		SELECT q.queue, q.table_oid,
+		SELECT q.queue, q.table_oid::oid,
 		       COALESCE((SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
 		                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = q.table_oid),
-		                q.table_oid::text),
+		                q.table_oid::oid::text),
 		       q.partition_column, q.partition_type, q.max_attempts
 		FROM outbox.queues q ORDER BY q.queue`)
 	if err != nil {

@@ -1,5 +1,131 @@
 -- +goose Up
 -- +goose StatementBegin
+-- A queue survives pg_dump / pg_restore (issue 30, item 1): the registry names its table by
+-- regclass, which pg_dump writes as the table's name and pg_restore reads back as the restored
+-- table's oid (an oid column kept the old number, and every function then said the table was
+-- gone). Binary-compatible: no rewrite. pg_upgrade accepts regclass columns (it keeps pg_class oids).
+ALTER TABLE outbox.queues ALTER COLUMN table_oid TYPE regclass USING table_oid::regclass;
+COMMENT ON COLUMN outbox.queues.table_oid IS
+  'The queue table (regclass: dumped as its name, so a restore registers the restored table).';
+
+-- Every caller-chosen next attempt is bounded by the queue's max_delay (issue 30, item 2): enqueue's
+-- deliver_at, a worker's retry_at and a plain INSERT of next_attempt_at. Registered queues get the
+-- default; create_queue takes it as a new last argument and queue_info returns it, so both are
+-- dropped first (a second signature would make calls ambiguous; a result can not change in place).
+ALTER TABLE outbox.queues ADD COLUMN max_delay interval NOT NULL DEFAULT '7 days'
+  CONSTRAINT queues_max_delay_check CHECK (max_delay > interval '0');
+COMMENT ON COLUMN outbox.queues.max_delay IS
+  'How far ahead a deliver_at, retry_at or plain next_attempt_at may be (create_queue''s max_delay).';
+DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text);
+DROP FUNCTION outbox.queue_info(text);
+
+-- Operators' actions on rows (issue 30, item 3): poison_row, retry_row and dismiss_poisoned write
+-- one row here per row they change, with the login role and the reason (read with operator_log).
+-- Kept by name, so it outlives a queue's registration; written only by those functions.
+CREATE TABLE outbox.operator_actions (
+  action_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  acted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+  acted_by text NOT NULL DEFAULT session_user,
+  queue text NOT NULL,
+  action text NOT NULL CHECK (action IN ('poison', 'retry', 'dismiss')),
+  row_id bigint NOT NULL,
+  event_id uuid,
+  partition_key text,
+  attempt_count integer NOT NULL,
+  reason text
+);
+CREATE INDEX operator_actions_queue ON outbox.operator_actions (queue, action_id);
+COMMENT ON TABLE outbox.operator_actions IS
+  'Operators'' actions on queue rows (poison_row, retry_row, dismiss_poisoned): who, when, why; read with outbox.operator_log.';
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Validates a caller-chosen time of a row's next attempt (enqueue's deliver_at, a worker's
+-- retry_at) against the queue's max_delay: at most max_delay after the clock, so that no producer
+-- or peer can park a row (and on a partitioned queue every later event of its key) for ever. NULL
+-- elements are fine (no time given). The queue table's CHECK pgdrain_next_attempt_at_within_max_delay
+-- (outbox._guard_next_attempt_at) holds a plain INSERT or UPDATE to the same bound; this check comes
+-- first so that a call names its argument (22023) instead of a constraint. p_elements: name the
+-- element of an array argument in the message.
+CREATE OR REPLACE FUNCTION outbox._check_delay(p_function text, p_argument text, p_q outbox.queues,
+                                               p_times timestamptz[], p_elements boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_bad timestamptz;
+  v_n bigint;
+BEGIN
+  IF p_times IS NULL THEN
+    RETURN;
+  END IF;
+  SELECT u.at, u.n INTO v_bad, v_n
+  FROM unnest(p_times) WITH ORDINALITY AS u(at, n)
+  WHERE u.at > pg_catalog.clock_timestamp() + p_q.max_delay
+  LIMIT 1;
+  IF FOUND THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      '%s must be at most the queue''s max_delay (%s) from now, got %s%s', p_argument, p_q.max_delay, v_bad,
+      CASE WHEN p_elements THEN pg_catalog.format(' (element %s)', v_n) ELSE '' END));
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Validates an operator's reason for an action on rows: a non-blank text of at most 1000
+-- characters, recorded in the row's last_error and in outbox.operator_actions.
+CREATE OR REPLACE FUNCTION outbox._check_reason(p_function text, p_reason text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = ''
+AS $$
+BEGIN
+  IF p_reason IS NULL OR pg_catalog.btrim(p_reason) = '' OR pg_catalog.length(p_reason) > 1000 THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'reason must be a non-blank text of at most 1000 characters, got %s',
+      COALESCE(pg_catalog.quote_literal(pg_catalog.left(p_reason, 50)), 'NULL')));
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The queue table's CHECK pgdrain_next_attempt_at_within_max_delay: next_attempt_at at most the
+-- queue's max_delay after the clock when a row is written, so that a plain INSERT (by a role
+-- granted next_attempt_at) can not park a key for ever either; the functions check the same bound
+-- first, naming their argument (outbox._check_delay). The bound is read from the clock when the row
+-- is written, so a row that met it still meets it later: an UPDATE of it never fails for it, nor
+-- does a restore (pg_restore loads the rows after the time they were written). Made again when
+-- max_delay changes (p_replace), NOT VALID unless the table is new (p_validate): rows written under
+-- a larger limit keep their time (and nothing updates a parked row without writing a new one).
+-- Backoffs stay within it: create_queue requires max_delay >= backoff_max.
+CREATE OR REPLACE FUNCTION outbox._guard_next_attempt_at(p_rel regclass, p_max_delay interval, p_replace boolean,
+                                                         p_validate boolean)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_name constant text := 'pgdrain_next_attempt_at_within_max_delay';
+BEGIN
+  IF p_replace THEN
+    EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I', p_rel, v_name);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conrelid = p_rel AND k.conname = v_name) THEN
+    EXECUTE pg_catalog.format(
+      'ALTER TABLE %s ADD CONSTRAINT %I CHECK (next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.clock_timestamp() + %L::interval)%s',
+      p_rel, v_name, p_max_delay, CASE WHEN p_validate THEN '' ELSE ' NOT VALID' END);
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Makes the partition heads of a commit step's new keys (p_keys, p_ids their smallest ids, p_states
 -- aligned: only the keys whose state is 'new' are made) and returns the new keys it did not make,
 -- which the caller gives wake notes. A head another session made meanwhile is one of them: committed
@@ -57,6 +183,207 @@ EXCEPTION WHEN lock_not_available THEN
   SELECT pg_catalog.array_agg(u.k) INTO v_missed
   FROM unnest(p_keys, p_states) AS u(k, state) WHERE u.state = 'new';
   RETURN v_missed;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The common core of the operators' row actions (poison_row, retry_row, dismiss_poisoned): one
+-- statement that takes the rows still in the state the operator saw, changes them, and logs each
+-- in outbox.operator_actions (with the session's login role, the reason and the attempt count it had); then the partitions'
+-- heads follow (outbox._refresh_heads) and an idle drainer is woken when a row became claimable.
+-- Fenced: a row that moved on (sent, requeued to a new id, another attempt recorded, poisoned or
+-- not as the action needs) is not taken, nor one a worker delivers right now (a live lease, or a
+-- lock-mode claim's row lock: SKIP LOCKED, never waiting). An expired lease's token is cleared with
+-- the change, so that worker's late result is refused like any other after its lease ran out.
+--   poison   pending, attempt_count = p_attempt_count: poisoned (attempt_count = max_attempts), its
+--            key's later rows go past it; requeue_poisoned delivers it later, at the tail of its key.
+--   retry    pending and backing off, attempt_count = p_attempt_count: due now.
+--   dismiss  poisoned: never delivered, kept as history (sent_at is set, so nothing counts it as
+--            pending or poisoned; purge_sent removes it with the sent rows), last_error says so.
+-- Returns the ids changed.
+CREATE OR REPLACE FUNCTION outbox._operator_act(p_q outbox.queues, p_action text, p_ids bigint[],
+                                                p_attempt_count integer, p_reason text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+DECLARE
+  v_note constant text := pg_catalog.format('%s by %s: %s',
+    CASE p_action WHEN 'poison' THEN 'poisoned' WHEN 'dismiss' THEN 'dismissed' ELSE 'retried' END,
+    session_user, p_reason);
+  v_ids bigint[];
+  v_keys text[];
+BEGIN
+  EXECUTE pg_catalog.format(
+    'WITH r AS (
+       SELECT t.id, t.attempt_count FROM %1$s t
+       WHERE t.id = ANY ($1) AND t.sent_at IS NULL AND %4$s
+         AND (t.leased_until IS NULL OR t.leased_until <= pg_catalog.clock_timestamp())
+       FOR UPDATE OF t SKIP LOCKED),
+     u AS (
+       UPDATE %1$s t SET %5$s, leased_until = NULL, lease_token = NULL
+       FROM r WHERE t.id = r.id
+       RETURNING t.id, %2$s AS event_id, %3$s AS key, r.attempt_count),
+     logged AS (
+       INSERT INTO outbox.operator_actions (queue, action, row_id, event_id, partition_key, attempt_count, reason)
+       SELECT $5, $6, u.id, u.event_id, u.key, u.attempt_count, $7 FROM u
+       RETURNING row_id, partition_key)
+     SELECT pg_catalog.array_agg(l.row_id ORDER BY l.row_id), pg_catalog.array_agg(DISTINCT l.partition_key)
+     FROM logged l',
+    p_q.table_oid,
+    outbox._event_id_of(p_q),
+    CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END,
+    CASE p_action
+      WHEN 'poison' THEN 't.attempt_count = $2 AND t.attempt_count < $3'
+      WHEN 'retry' THEN 't.attempt_count = $2 AND t.attempt_count < $3 AND t.next_attempt_at > pg_catalog.clock_timestamp()'
+      ELSE 't.attempt_count >= $3' END,
+    CASE p_action
+      WHEN 'poison' THEN 'attempt_count = $3, next_attempt_at = NULL, last_error = $4 || COALESCE('' (last error: '' || t.last_error || '')'', '''')'
+      WHEN 'retry' THEN 'next_attempt_at = NULL'
+      ELSE 'sent_at = pg_catalog.now(), next_attempt_at = NULL, last_error = $4 || COALESCE('' (last error: '' || t.last_error || '')'', '''')' END)
+    INTO v_ids, v_keys
+    USING p_ids, p_attempt_count, p_q.max_attempts, v_note, p_q.queue, p_action, p_reason;
+  IF v_ids IS NULL THEN
+    RETURN '{}';
+  END IF;
+  RAISE LOG 'pgdrain: % % row(s) % of queue %: %', session_user,
+    CASE p_action WHEN 'poison' THEN 'poisoned' WHEN 'dismiss' THEN 'dismissed' ELSE 'retried' END,
+    v_ids, p_q.queue, COALESCE(p_reason, '(no reason given)');
+  IF p_q.partition_column IS NOT NULL AND p_action <> 'dismiss' THEN
+    PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
+  END IF;
+  IF p_action = 'retry' OR p_q.partition_column IS NOT NULL AND p_action = 'poison' THEN
+    -- Claimable now: the row itself, or the row behind a skipped head.
+    PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
+  END IF;
+  RETURN v_ids;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Operator: dismisses poisoned rows for good: never delivered, kept as history (sent_at set, so
+-- they count neither as pending nor as poisoned; last_error says who dismissed them and why;
+-- purge_sent removes them with the sent rows). Only rows that are still poisoned and not being
+-- delivered right now are taken (see outbox._operator_act); returns how many. Logged in
+-- outbox.operator_actions (operator_log) and the server log.
+CREATE OR REPLACE FUNCTION outbox.dismiss_poisoned(queue text, ids bigint[], reason text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'dismiss_poisoned';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF ids IS NULL OR pg_catalog.cardinality(ids) NOT BETWEEN 1 AND 10000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('ids must have between 1 and 10000 elements, got %s',
+                                                  COALESCE(pg_catalog.cardinality(ids)::text, 'NULL')));
+  END IF;
+  PERFORM outbox._check_one_dimension(fn, 'ids', pg_catalog.array_ndims(ids));
+  IF pg_catalog.array_position(ids, NULL) IS NOT NULL THEN
+    PERFORM outbox._invalid(fn, 'ids must not contain NULL');
+  END IF;
+  PERFORM outbox._check_reason(fn, reason);
+  RETURN pg_catalog.cardinality(outbox._operator_act(v_q, 'dismiss', ids, NULL, reason));
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The operators' actions on a queue's rows (poison_row, retry_row, dismiss_poisoned), newest first:
+-- at most max_rows (1..1000), below before_action_id when given (the next page). Each with the
+-- login role that acted, its reason, the row's id, event_id, key and attempt count at the time.
+CREATE OR REPLACE FUNCTION outbox.operator_log(queue text, max_rows integer DEFAULT 50, before_action_id bigint DEFAULT NULL)
+RETURNS TABLE(action_id bigint, acted_at timestamptz, action text, id bigint, event_id uuid, partition_key text,
+              attempt_count integer, reason text, acted_by text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'operator_log';
+  v_name text := outbox._queue_name(fn, queue);
+BEGIN
+  IF max_rows IS NULL OR max_rows < 1 OR max_rows > 1000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('max_rows must be between 1 and 1000, got %s',
+                                                  COALESCE(max_rows::text, 'NULL')));
+  END IF;
+  -- By name: the log outlives the queue's registration (drop_queue keeps it).
+  RETURN QUERY
+    SELECT a.action_id, a.acted_at, a.action, a.row_id, a.event_id, a.partition_key, a.attempt_count, a.reason, a.acted_by
+    FROM outbox.operator_actions a
+    WHERE a.queue = v_name AND (before_action_id IS NULL OR a.action_id < before_action_id)
+    ORDER BY a.action_id DESC
+    LIMIT max_rows;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Operator: skips a row that will never succeed (a head a peer rejects for ever with a transient
+-- error wedges its key): poisons it with a reason, so its key's later rows are delivered past it;
+-- requeue_poisoned delivers it later, at the tail of its key. Fenced by what the operator saw: the
+-- row must still be pending with that attempt_count (wedged_partitions' head_attempt_count) and
+-- not be delivered right now (see outbox._operator_act); otherwise false and nothing changed.
+-- Logged in outbox.operator_actions (operator_log) and the server log.
+CREATE OR REPLACE FUNCTION outbox.poison_row(queue text, id bigint, attempt_count integer, reason text)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'poison_row';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF poison_row.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF poison_row.attempt_count IS NULL OR poison_row.attempt_count < 0 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'attempt_count must be the row''s attempt count as last seen (0 or more), got %s',
+      COALESCE(poison_row.attempt_count::text, 'NULL')));
+  END IF;
+  PERFORM outbox._check_reason(fn, reason);
+  RETURN pg_catalog.cardinality(outbox._operator_act(v_q, 'poison', ARRAY[poison_row.id], poison_row.attempt_count, reason)) = 1;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Operator: retries a backing-off row now (ends its backoff; no attempt is counted), e.g. once the
+-- peer it failed on is fixed. Fenced by what the operator saw: the row must still be pending, backing
+-- off, with that attempt_count, and not be delivered right now (see outbox._operator_act);
+-- otherwise false and nothing changed. Logged in outbox.operator_actions (operator_log) and the
+-- server log; reason is optional.
+CREATE OR REPLACE FUNCTION outbox.retry_row(queue text, id bigint, attempt_count integer, reason text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'retry_row';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF retry_row.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF retry_row.attempt_count IS NULL OR retry_row.attempt_count < 0 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'attempt_count must be the row''s attempt count as last seen (0 or more), got %s',
+      COALESCE(retry_row.attempt_count::text, 'NULL')));
+  END IF;
+  IF reason IS NOT NULL THEN
+    PERFORM outbox._check_reason(fn, reason);
+  END IF;
+  RETURN pg_catalog.cardinality(outbox._operator_act(v_q, 'retry', ARRAY[retry_row.id], retry_row.attempt_count, reason)) = 1;
 END;
 $$;
 -- +goose StatementEnd
@@ -371,6 +698,112 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The insert behind enqueue and enqueue_event (p_function names the caller in errors): validates
+-- the event and inserts it, returning its id (provisional until COMMIT on a partitioned queue, see
+-- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt,
+-- at most the queue's max_delay (it is the row's next_attempt_at; on a partitioned queue it holds back the key's later events
+-- too, which keep their order). headers (an object of strings) travel with the event to the sink.
+CREATE OR REPLACE FUNCTION outbox._enqueue(p_function text, p_queue text, p_event_type text, p_payload jsonb,
+                                           p_partition_key text, p_deliver_at timestamptz, p_headers jsonb,
+                                           p_event_id uuid)
+RETURNS TABLE(id bigint, event_id uuid)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue(p_function, p_queue);
+  v_key_column text := '';
+  v_key_value text := '';
+BEGIN
+  IF p_event_type IS NULL OR pg_catalog.btrim(p_event_type) = '' THEN
+    PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
+  END IF;
+  IF p_payload IS NULL THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be NULL (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_payload) = 'null' THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be JSON null (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF p_deliver_at IN ('infinity', '-infinity') THEN
+    PERFORM outbox._invalid(p_function, 'deliver_at must be a finite time (NULL: deliver now)');
+  END IF;
+  PERFORM outbox._check_delay(p_function, 'deliver_at', v_q, ARRAY[p_deliver_at], false);
+  IF p_headers IS NOT NULL AND (pg_catalog.jsonb_typeof(p_headers) <> 'object'
+                                OR pg_catalog.jsonb_path_exists(p_headers, '$.* ? (@.type() != "string")')) THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'headers must be NULL or a JSON object whose values are strings, got %s', pg_catalog.left(p_headers::text, 200)));
+  END IF;
+  IF v_q.partition_column IS NULL THEN
+    IF p_partition_key IS NOT NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be NULL: queue %s has no partition column', v_q.queue));
+    END IF;
+  ELSE
+    IF p_partition_key IS NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must not be NULL: queue %s is partitioned by %s', v_q.queue, v_q.partition_column));
+    END IF;
+    IF pg_catalog.btrim(p_partition_key) = '' THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be a non-empty string, got %s', pg_catalog.quote_literal(p_partition_key)));
+    END IF;
+    v_key_column := pg_catalog.format(', %I', v_q.partition_column);
+    v_key_value := pg_catalog.format(', $6::%s', v_q.partition_type);
+  END IF;
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'INSERT INTO %s AS t (event_type, payload, next_attempt_at, headers, event_id%s)
+     VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.gen_random_uuid())%s)
+     RETURNING t.id, t.event_id',
+    v_q.table_oid::regclass, v_key_column, v_key_value)
+    USING p_event_type, p_payload, p_deliver_at, p_headers, p_event_id, p_partition_key;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Gives a queue its NOTIFY machinery as its registration says: the sequence in which drainers say
+-- until when they wait (outbox.drainer_waits_q<queue_id>, UNLOGGED: not versioned, so a producer in
+-- any snapshot reads the latest value, and moving it leaves no dead tuple and no WAL; after a crash
+-- it starts from nothing, which reads as "nobody waits" while the drainers' LISTEN connections
+-- reconnect, and reconnecting wakes them), readable by every producer; and for an unpartitioned
+-- queue the statement trigger pgdrain_notify (outbox.tg_queue__notify), whose arguments say whether
+-- it notifies always or only when a drainer waits. A partitioned queue has no NOTIFY trigger: its
+-- commit step notifies (outbox._commit_keys). The arguments name the sequence, never carry its oid:
+-- pg_dump writes them as they are, and a restored database gives the sequence another oid.
+-- Made by create_queue and outbox.set_notify; dropped by drop_queue.
+CREATE OR REPLACE FUNCTION outbox._install_notify_trigger(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  v_sequence constant text := 'outbox.' || pg_catalog.quote_ident('drainer_waits_q' || p_q.queue_id);
+  v_rel constant regclass := p_q.table_oid::regclass;
+BEGIN
+  EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS %s', v_sequence);
+  EXECUTE pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO PUBLIC', v_sequence);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+  IF p_q.partition_column IS NOT NULL THEN
+    RETURN;
+  END IF;
+  IF p_q.notify = 'always' THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+         EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, p_q.channel, p_q.queue);
+  ELSE
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+         EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L, %L, %L)', v_rel, p_q.channel, p_q.queue,
+      p_q.queue_id, v_sequence);
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Records outcomes for rows, the common core of apply_result(s) (p_tokens given: only rows whose
 -- lease_token still matches) and settle_locked (p_tokens NULL: the caller checked it holds the
 -- row locks). A row that does not qualify is not touched at all. Every outcome clears lease and
@@ -443,6 +876,420 @@ BEGIN
     PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;
   RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Records 'sent', 'transient' or 'permanent' for one leased row, only while lease_token still
+-- matches. false = the lease is no longer ours (expired and re-claimed, released, or already
+-- recorded): then nothing in the row changed. retry_at, with 'transient' only, is when the next
+-- attempt may start (a peer's Retry-After) instead of the queue's backoff.
+CREATE OR REPLACE FUNCTION outbox.apply_result(queue text, id bigint, lease_token uuid, outcome text,
+                                               error text DEFAULT NULL, retry_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'apply_result';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF apply_result.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF apply_result.lease_token IS NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_token must not be NULL');
+  END IF;
+  PERFORM outbox._check_outcomes(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[error]);
+  PERFORM outbox._check_retry_at(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[retry_at]);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, ARRAY[retry_at], true);
+  RETURN pg_catalog.cardinality(outbox._record(v_q, ARRAY[apply_result.id], ARRAY[apply_result.lease_token],
+                                               ARRAY[outcome], ARRAY[error], ARRAY[retry_at])) = 1;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- apply_result for a whole batch in one round trip: one row (id, applied) per input id, in input
+-- order. Rows whose token no longer matches are reported applied = false and left unchanged.
+CREATE OR REPLACE FUNCTION outbox.apply_results(queue text, ids bigint[], lease_tokens uuid[], outcomes text[],
+                                                errors text[] DEFAULT NULL, retry_at timestamptz[] DEFAULT NULL)
+RETURNS TABLE(id bigint, applied boolean)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'apply_results';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_done bigint[];
+BEGIN
+  PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, retry_at, true);
+  PERFORM outbox._check_one_dimension(fn, 'lease_tokens', pg_catalog.array_ndims(lease_tokens));
+  IF lease_tokens IS NULL OR pg_catalog.cardinality(lease_tokens) <> pg_catalog.cardinality(ids) THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'lease_tokens must have as many elements as ids (%s), got %s', pg_catalog.cardinality(ids),
+      COALESCE(pg_catalog.cardinality(lease_tokens)::text, 'NULL')));
+  END IF;
+  IF pg_catalog.array_position(lease_tokens, NULL) IS NOT NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_tokens must not contain NULL');
+  END IF;
+  IF pg_catalog.cardinality(ids) = 0 THEN
+    RETURN;
+  END IF;
+  v_done := outbox._record(v_q, ids, lease_tokens, outcomes,
+                           COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])),
+                           retry_at);
+  RETURN QUERY SELECT u.id, u.id = ANY (v_done) FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE
+-- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
+-- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
+-- again with new settings updates them; the partition column can not change. An adopted table keeps its rows; missing lease columns are added as
+-- NULL = "free". What the table enforces on producers (CHECKs, column privileges) is
+-- outbox._guard_queue_table.
+-- Registration follows the table: when the registered table was dropped (or dropped and made
+-- again) outside drop_queue, the new table is registered under the same queue_id and every piece
+-- of state derived from the old one (partition heads, built-mark, clocks) is dropped first; heads
+-- are then rebuilt from the new table's rows.
+-- A partitioned queue needs the sequence its ids come from (outbox.queues.id_sequence): the commit
+-- step renumbers late rows with it.
+-- max_delay bounds every caller-chosen next attempt (enqueue's deliver_at, a worker's retry_at, a
+-- plain INSERT of next_attempt_at: outbox._check_delay and the table's CHECK made by
+-- outbox._guard_next_attempt_at), so nobody can park a key for ever.
+-- A created table gets fillfactor 50, so writing a lease is a HOT update (no index touched): a row
+-- is written twice, leased and then sent, and the sent version (which leaves the partial indexes)
+-- also takes room on the page; at 80, 10-23% of the updates of a drain were HOT (of 50% possible),
+-- at 50 47-48%, with a fifth less WAL and a table no larger after its drain. And autovacuum
+-- settings for a table that is mostly empty and churns.
+CREATE OR REPLACE FUNCTION outbox.create_queue(
+  queue text,
+  partition_column text DEFAULT NULL,
+  max_attempts integer DEFAULT 10,
+  backoff_min interval DEFAULT '1 second',
+  backoff_max interval DEFAULT '30 seconds',
+  permanent_policy text DEFAULT 'poison',
+  channel text DEFAULT NULL,
+  max_delay interval DEFAULT '7 days')
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  fn constant text := 'create_queue';
+  v_name text := outbox._queue_name(fn, queue);
+  v_schema text := pg_catalog.split_part(v_name, '.', 1);
+  v_table text := pg_catalog.split_part(v_name, '.', 2);
+  v_col text := pg_catalog.lower(partition_column);
+  v_channel text := COALESCE(channel, 'pgdrain_' || v_schema || '_' || v_table);
+  v_rel regclass;
+  v_old outbox.queues;
+  v_type text;
+  v_queue_id integer;
+  v_missing text;
+  v_has_nulls boolean;
+  v_sequence regclass;
+  v_other text;
+  v_new_table boolean;
+  v_created boolean := false;
+BEGIN
+  IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column must be a plain column name, got %L', partition_column));
+  END IF;
+  IF v_col IN ('id', 'event_type', 'payload', 'created_at', 'attempt_count', 'next_attempt_at',
+               'sent_at', 'leased_until', 'lease_token', 'last_error') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column must not be one of the queue''s own columns, got %L', partition_column));
+  END IF;
+  IF max_attempts IS NULL OR max_attempts < 1 OR max_attempts > 1000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'max_attempts must be between 1 and 1000, got %s', COALESCE(max_attempts::text, 'NULL')));
+  END IF;
+  IF backoff_min IS NULL OR backoff_min <= interval '0' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'backoff_min must be greater than 0, got %s', COALESCE(backoff_min::text, 'NULL')));
+  END IF;
+  IF backoff_max IS NULL OR backoff_max < backoff_min OR backoff_max > interval '1 day' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'backoff_max must be between backoff_min (%s) and 1 day, got %s',
+      backoff_min, COALESCE(backoff_max::text, 'NULL')));
+  END IF;
+  IF max_delay IS NULL OR max_delay < backoff_max OR max_delay > interval '3650 days' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'max_delay must be between backoff_max (%s) and 3650 days, got %s',
+      backoff_max, COALESCE(max_delay::text, 'NULL')));
+  END IF;
+  IF permanent_policy IS NULL OR permanent_policy NOT IN ('poison', 'retry') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'permanent_policy must be ''poison'' or ''retry'', got %L', permanent_policy));
+  END IF;
+  IF permanent_policy = 'retry' AND v_col IS NOT NULL THEN
+    PERFORM outbox._invalid(fn,
+      'permanent_policy ''retry'' is not allowed with a partition_column: an event that can never '
+      'apply would wedge its partition forever');
+  END IF;
+  IF v_channel !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'channel must be a plain name of at most 63 characters, got %L', v_channel));
+  END IF;
+  v_channel := pg_catalog.lower(v_channel);
+
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = v_schema) THEN
+    RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
+  END IF;
+  v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
+
+  -- The registration is this table's only while its oid is the table's; a registration whose
+  -- table was dropped (and maybe made again) is stale, and the new table is a new queue.
+  SELECT * INTO v_old FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
+  IF FOUND AND v_old.table_oid = v_rel AND v_old.partition_column IS DISTINCT FROM v_col THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column of registered queue %s is %s and can not change to %s (drop_queue first)',
+      v_name, COALESCE(v_old.partition_column, 'NULL'), COALESCE(v_col, 'NULL')));
+  END IF;
+  IF v_rel IS NOT NULL THEN
+    SELECT q.queue INTO v_other FROM outbox.queues q WHERE q.table_oid = v_rel AND q.queue <> v_name;
+    IF v_other IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'table %s is already registered as queue %s (renamed?); drop_queue(%L) first', v_name, v_other, v_other));
+    END IF;
+  END IF;
+  v_new_table := v_old.queue_id IS NULL OR v_old.table_oid IS DISTINCT FROM v_rel;
+
+  IF v_rel IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TABLE %I.%I (
+         id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+         event_type text NOT NULL,
+         payload jsonb NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+         attempt_count integer NOT NULL DEFAULT 0,
+         next_attempt_at timestamptz,
+         sent_at timestamptz,
+         leased_until timestamptz,
+         lease_token uuid,
+         last_error text,
+         event_id uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+         headers jsonb%s
+       ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
+               autovacuum_vacuum_insert_scale_factor = 0.01)',
+      v_schema, v_table,
+      CASE WHEN v_col IS NULL THEN '' ELSE pg_catalog.format(', %I text NOT NULL', v_col) END);
+    v_rel := pg_catalog.format('%I.%I', v_schema, v_table)::regclass;
+    v_created := true;
+  ELSE
+    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) NOT IN ('r', 'p') THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but is not a table', v_name));
+    END IF;
+    -- Adopt: the columns the application already writes must be there with the right types.
+    SELECT pg_catalog.string_agg(pg_catalog.format('%s %s', r.col, r.typ), ', ') INTO v_missing
+    FROM (VALUES ('id', 'bigint'), ('event_type', 'text'), ('payload', 'jsonb'),
+                 ('created_at', 'timestamp with time zone')) AS r(col, typ)
+    WHERE NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid = v_rel AND a.attname = r.col AND NOT a.attisdropped
+        AND pg_catalog.format_type(a.atttypid, a.atttypmod) = r.typ);
+    IF v_missing IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'queue %s exists but lacks required columns (or has other types): %s', v_name, v_missing));
+    END IF;
+    IF NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_index i
+      WHERE i.indrelid = v_rel AND i.indisprimary AND i.indnatts = 1
+        AND i.indkey[0] = (SELECT a.attnum FROM pg_catalog.pg_attribute a
+                           WHERE a.attrelid = v_rel AND a.attname = 'id')) THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but id is not its primary key', v_name));
+    END IF;
+    -- NULL in the new columns means "free / never tried", exactly the state of a fresh row.
+    EXECUTE pg_catalog.format(
+      'ALTER TABLE %s
+         ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0,
+         ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,
+         ADD COLUMN IF NOT EXISTS sent_at timestamptz,
+         ADD COLUMN IF NOT EXISTS leased_until timestamptz,
+         ADD COLUMN IF NOT EXISTS lease_token uuid,
+         ADD COLUMN IF NOT EXISTS last_error text,
+         ADD COLUMN IF NOT EXISTS headers jsonb', v_rel);
+    PERFORM outbox._add_event_id(v_rel);
+    IF v_col IS NOT NULL THEN
+      IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                     WHERE a.attrelid = v_rel AND a.attname = v_col AND NOT a.attisdropped) THEN
+        PERFORM outbox._invalid(fn, pg_catalog.format(
+          'partition_column %s does not exist in %s', v_col, v_name));
+      END IF;
+      -- A NULL key would make a row independent of its partition and silently lose order.
+      EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
+        INTO STRICT v_has_nulls;
+      IF v_has_nulls THEN
+        PERFORM outbox._invalid(fn, pg_catalog.format(
+          'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
+      END IF;
+      EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', v_rel, v_col);
+    END IF;
+  END IF;
+
+  IF v_col IS NOT NULL THEN
+    SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO v_type
+    FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_col;
+  END IF;
+
+  -- Renumbering late rows at commit (per-key commit order) takes new ids from this sequence.
+  v_sequence := outbox._id_sequence(v_rel);
+  IF v_col IS NOT NULL AND v_sequence IS NULL THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'queue %s is partitioned, so its id must come from an ascending sequence (identity, serial or '
+      'DEFAULT nextval(''a_sequence'')): per-key commit order renumbers late rows with it', v_name));
+  END IF;
+
+  -- Everything derived from the old table goes before the new one is registered.
+  IF v_old.queue_id IS NOT NULL AND v_new_table THEN
+    DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_wakes w WHERE w.queue_id = v_old.queue_id;
+  END IF;
+
+  -- A larger max_attempts does not make poisoned rows deliverable again: on a partitioned queue they
+  -- would come back in front of what followed them in their keys (a 'register' after the
+  -- 'unregister' delivered past it). They stay poisoned, at the new limit, until requeue_poisoned
+  -- moves them to the tail of their keys. Read through the claim index (attempt_count, id).
+  IF NOT v_new_table AND create_queue.max_attempts > v_old.max_attempts THEN
+    EXECUTE pg_catalog.format(
+      'UPDATE %s t SET attempt_count = $1, next_attempt_at = NULL
+       WHERE t.sent_at IS NULL AND t.attempt_count >= $2 AND t.attempt_count < $1', v_rel)
+      USING create_queue.max_attempts, v_old.max_attempts;
+  END IF;
+
+  -- clock_base: every id the sequence gave out so far counts as committed for per-key commit order
+  -- (sessions with a cached sequence may still hand out smaller ones; their rows are then late).
+  INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
+                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence, clock_base, max_delay)
+  VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
+          create_queue.backoff_max, create_queue.permanent_policy, v_channel, v_sequence,
+          COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0), create_queue.max_delay)
+  ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
+    SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
+        backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
+        channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid,
+        partition_column = EXCLUDED.partition_column, partition_type = EXCLUDED.partition_type,
+        id_sequence = EXCLUDED.id_sequence, max_delay = EXCLUDED.max_delay,
+        clock_base = CASE WHEN q.table_oid = EXCLUDED.table_oid THEN q.clock_base ELSE EXCLUDED.clock_base END
+  RETURNING q.queue_id INTO v_queue_id;
+
+  -- The two required indexes, unless an equivalent one (any name) is already there.
+  IF v_col IS NOT NULL AND NOT EXISTS (
+      SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'partition') THEN
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (%I, id) WHERE sent_at IS NULL',
+                              pg_catalog.left(v_table, 40) || '_pgdrain_partition', v_rel, v_col);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'claim') THEN
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (attempt_count, id) WHERE sent_at IS NULL',
+                              pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
+  END IF;
+
+  -- CHECKs, the producers' column privileges (plain INSERT of an event, RETURNING id; the heads
+  -- trigger runs as owner) and the TRUNCATE trigger.
+  PERFORM outbox._guard_queue_table(v_rel, v_col, NOT v_created);
+  PERFORM outbox._guard_next_attempt_at(v_rel, create_queue.max_delay,
+                                        v_new_table OR v_old.max_delay IS DISTINCT FROM create_queue.max_delay, v_created);
+
+  -- The NOTIFY trigger wakes drainers of an unpartitioned queue; a partitioned queue's rows become
+  -- claimable at commit, where its commit step notifies (outbox._commit_keys). Both as
+  -- outbox.set_notify last said (a registration keeps it).
+  PERFORM outbox._install_notify_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+  EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
+  IF v_col IS NOT NULL THEN
+    PERFORM outbox._install_heads_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
+    PERFORM outbox._install_claim_hints(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
+    -- Rows that were pending before adoption (or in the table that replaced the registered one)
+    -- need their partition heads too; a registered table already has them, kept by the triggers.
+    IF v_new_table THEN
+      PERFORM outbox._rebuild_heads(v_queue_id);
+    END IF;
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- A queue's registration as the drainers need it, so that a worker reads it through a function
+-- granted to pgdrain_worker instead of needing SELECT on outbox.queues. Errors like every function
+-- (42P01) when the queue is not registered.
+CREATE OR REPLACE FUNCTION outbox.queue_info(queue text)
+RETURNS TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval,
+              backoff_max interval, permanent_policy text, channel text, max_delay interval)
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue('queue_info', queue);
+BEGIN
+  RETURN QUERY SELECT v_q.queue, v_q.partition_column, v_q.max_attempts, v_q.backoff_min, v_q.backoff_max,
+                      v_q.permanent_policy, v_q.channel, v_q.max_delay;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lock mode: records outcomes for rows this transaction claimed with claim_locked and still holds.
+-- Refuses (SQLSTATE 55000, nothing changed) any id this transaction does not hold: the id must be
+-- in claim_locked's list for this transaction and its row lock must be this transaction's, taken at
+-- the top level or in a savepoint that is still open or was released (a rolled-back savepoint
+-- took its lock, and its part of the list, with it). Returns how many rows were recorded. A
+-- settled row leaves the held set, so it is recorded at most once per claim: settling it again is
+-- refused like any row not held (else a second 'transient' would count a second attempt).
+CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL,
+                                                retry_at timestamptz[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'settle_locked';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_held bigint[];
+  v_foreign bigint;
+  v_count bigint;
+BEGIN
+  PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, retry_at, true);
+  IF pg_catalog.cardinality(ids) = 0 THEN
+    RETURN 0;
+  END IF;
+  v_held := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting('pgdrain.held_' || v_q.queue_id, true), ''), ',')::bigint[];
+  SELECT x INTO v_foreign FROM pg_catalog.unnest(ids) x WHERE x <> ALL (COALESCE(v_held, '{}')) LIMIT 1;
+  IF NOT FOUND THEN
+    -- The setting is only a list any session could SET LOCAL: the row lock itself must be ours
+    -- too (outbox._locked_here: claim_locked's FOR UPDATE, in this transaction or one of its
+    -- live savepoints).
+    v_foreign := outbox._locked_here(v_q.table_oid::regclass, ids);
+  END IF;
+  IF v_foreign IS NOT NULL THEN
+    RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',
+      fn, v_foreign, v_q.queue USING ERRCODE = '55000';
+  END IF;
+  v_count := pg_catalog.cardinality(outbox._record(v_q, ids, NULL, outcomes,
+    COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])), retry_at));
+  PERFORM pg_catalog.set_config('pgdrain.held_' || v_q.queue_id,
+    COALESCE((SELECT pg_catalog.string_agg(h::text, ',') FROM pg_catalog.unnest(v_held) h WHERE h <> ALL (ids)), ''),
+    true);
+  RETURN v_count;
 END;
 $$;
 -- +goose StatementEnd
@@ -541,6 +1388,57 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Statement-level AFTER INSERT trigger of an unpartitioned queue: one NOTIFY per statement
+-- (PostgreSQL folds identical notifications of one transaction into one), never one per row. A
+-- partitioned queue has none: its rows become claimable at commit, and its commit step
+-- (outbox._commit_keys) notifies only when it made or woke a partition head; rows behind an
+-- existing head are claimed when the drainer that finishes the head claims again. NOTIFY takes a
+-- cluster-wide lock at commit, held through the commit's WAL flush, so concurrent producers that
+-- notify commit one at a time: a queue that notifies 'when_waiting' (outbox.set_notify) skips it
+-- unless a drainer waits for one (the check of outbox._drainer_waits, inlined: no lookup, its
+-- arguments name the queue and sequence).
+-- Arguments: channel, queue name (the payload); for 'when_waiting' also the queue_id and the name
+-- of its drainer_waits_q<queue_id> sequence (a name, so a restored database finds its own; a
+-- trigger made before 00025 gives an oid, which reads the same way).
+CREATE OR REPLACE FUNCTION outbox.tg_queue__notify()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = ''
+AS $$
+BEGIN
+  IF TG_NARGS > 2 THEN
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + TG_ARGV[2]::integer, -4);
+    IF COALESCE(pg_catalog.pg_sequence_last_value(TG_ARGV[3]::regclass), 0)
+       <= (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint THEN
+      RETURN NULL;
+    END IF;
+  END IF;
+  PERFORM pg_catalog.pg_notify(TG_ARGV[0], TG_ARGV[1]);
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Unpartitioned queues that notify 'when_waiting' get their NOTIFY trigger again, naming their
+-- drainers' waiting sequence instead of carrying its oid (which a restore does not keep); every
+-- registered queue table gets the CHECK on next_attempt_at (NOT VALID: rows written before keep
+-- their time).
+DO $$
+DECLARE
+  v_q outbox.queues;
+BEGIN
+  FOR v_q IN SELECT * FROM outbox.queues q
+             WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = q.table_oid)
+             ORDER BY q.queue_id LOOP
+    PERFORM outbox._install_notify_trigger(v_q);
+    PERFORM outbox._guard_next_attempt_at(v_q.table_oid, v_q.max_delay, false, false);
+  END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Who may call what in schema outbox (canonical source; migrations 00002 and 00003 carry the same
 -- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
 -- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
@@ -558,6 +1456,7 @@ ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid)
 ALTER FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__notify() SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]) SECURITY DEFINER;
@@ -577,6 +1476,10 @@ ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.poison_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.retry_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.dismiss_poisoned(text, bigint[], text) SECURITY DEFINER;
+ALTER FUNCTION outbox.operator_log(text, integer, bigint) SECURITY DEFINER;
 
 -- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
 -- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
@@ -647,9 +1550,37 @@ GRANT EXECUTE ON FUNCTION
   outbox.poisoned_rows(text, integer, bigint),
   outbox.release_lease(text, bigint)
   TO pgdrain_operator;
+
+-- Operators act on rows that will not move on their own (00025): skip (poison with a reason), retry
+-- now, dismiss poisoned rows; every action is fenced and logged, and the log is read by operators
+-- and readers.
+GRANT EXECUTE ON FUNCTION
+  outbox.poison_row(text, bigint, integer, text),
+  outbox.retry_row(text, bigint, integer, text),
+  outbox.dismiss_poisoned(text, bigint[], text),
+  outbox.operator_log(text, integer, bigint)
+  TO pgdrain_operator;
+GRANT EXECUTE ON FUNCTION outbox.operator_log(text, integer, bigint) TO pgdrain_reader;
 -- +goose StatementEnd
 
 -- +goose Down
+-- +goose StatementBegin
+DROP FUNCTION outbox.poison_row(text, bigint, integer, text);
+DROP FUNCTION outbox.retry_row(text, bigint, integer, text);
+DROP FUNCTION outbox.dismiss_poisoned(text, bigint[], text);
+DROP FUNCTION outbox.operator_log(text, integer, bigint);
+DROP FUNCTION outbox._operator_act(outbox.queues, text, bigint[], integer, text);
+DROP FUNCTION outbox._check_reason(text, text);
+DROP TABLE outbox.operator_actions;
+DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text, interval);
+DROP FUNCTION outbox.queue_info(text);
+DROP FUNCTION outbox._check_delay(text, text, outbox.queues, timestamptz[], boolean);
+DROP FUNCTION outbox._guard_next_attempt_at(regclass, interval, boolean, boolean);
+ALTER TABLE outbox.queues DROP COLUMN max_delay;
+ALTER TABLE outbox.queues ALTER COLUMN table_oid TYPE oid USING table_oid::oid;
+COMMENT ON COLUMN outbox.queues.table_oid IS NULL;
+-- +goose StatementEnd
+
 -- +goose StatementBegin
 -- Commit step of one partitioned queue for the current transaction (called by
 -- outbox._commit_partitions with the keys it wrote and their ids, repeats allowed; p_locked: the
@@ -989,6 +1920,110 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The insert behind enqueue and enqueue_event (p_function names the caller in errors): validates
+-- the event and inserts it, returning its id (provisional until COMMIT on a partitioned queue, see
+-- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt
+-- (it is the row's next_attempt_at; on a partitioned queue it holds back the key's later events
+-- too, which keep their order). headers (an object of strings) travel with the event to the sink.
+CREATE OR REPLACE FUNCTION outbox._enqueue(p_function text, p_queue text, p_event_type text, p_payload jsonb,
+                                           p_partition_key text, p_deliver_at timestamptz, p_headers jsonb,
+                                           p_event_id uuid)
+RETURNS TABLE(id bigint, event_id uuid)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue(p_function, p_queue);
+  v_key_column text := '';
+  v_key_value text := '';
+BEGIN
+  IF p_event_type IS NULL OR pg_catalog.btrim(p_event_type) = '' THEN
+    PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
+  END IF;
+  IF p_payload IS NULL THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be NULL (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_payload) = 'null' THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be JSON null (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF p_deliver_at IN ('infinity', '-infinity') THEN
+    PERFORM outbox._invalid(p_function, 'deliver_at must be a finite time (NULL: deliver now)');
+  END IF;
+  IF p_headers IS NOT NULL AND (pg_catalog.jsonb_typeof(p_headers) <> 'object'
+                                OR pg_catalog.jsonb_path_exists(p_headers, '$.* ? (@.type() != "string")')) THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'headers must be NULL or a JSON object whose values are strings, got %s', pg_catalog.left(p_headers::text, 200)));
+  END IF;
+  IF v_q.partition_column IS NULL THEN
+    IF p_partition_key IS NOT NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be NULL: queue %s has no partition column', v_q.queue));
+    END IF;
+  ELSE
+    IF p_partition_key IS NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must not be NULL: queue %s is partitioned by %s', v_q.queue, v_q.partition_column));
+    END IF;
+    IF pg_catalog.btrim(p_partition_key) = '' THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be a non-empty string, got %s', pg_catalog.quote_literal(p_partition_key)));
+    END IF;
+    v_key_column := pg_catalog.format(', %I', v_q.partition_column);
+    v_key_value := pg_catalog.format(', $6::%s', v_q.partition_type);
+  END IF;
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'INSERT INTO %s AS t (event_type, payload, next_attempt_at, headers, event_id%s)
+     VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.gen_random_uuid())%s)
+     RETURNING t.id, t.event_id',
+    v_q.table_oid::regclass, v_key_column, v_key_value)
+    USING p_event_type, p_payload, p_deliver_at, p_headers, p_event_id, p_partition_key;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Gives a queue its NOTIFY machinery as its registration says: the sequence in which drainers say
+-- until when they wait (outbox.drainer_waits_q<queue_id>, UNLOGGED: not versioned, so a producer in
+-- any snapshot reads the latest value, and moving it leaves no dead tuple and no WAL; after a crash
+-- it starts from nothing, which reads as "nobody waits" while the drainers' LISTEN connections
+-- reconnect, and reconnecting wakes them), readable by every producer; and for an unpartitioned
+-- queue the statement trigger pgdrain_notify (outbox.tg_queue__notify), whose arguments say whether
+-- it notifies always or only when a drainer waits. A partitioned queue has no NOTIFY trigger: its
+-- commit step notifies (outbox._commit_keys).
+-- Made by create_queue and outbox.set_notify; dropped by drop_queue.
+CREATE OR REPLACE FUNCTION outbox._install_notify_trigger(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  v_sequence constant text := 'outbox.' || pg_catalog.quote_ident('drainer_waits_q' || p_q.queue_id);
+  v_rel constant regclass := p_q.table_oid::regclass;
+BEGIN
+  EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS %s', v_sequence);
+  EXECUTE pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO PUBLIC', v_sequence);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+  IF p_q.partition_column IS NOT NULL THEN
+    RETURN;
+  END IF;
+  IF p_q.notify = 'always' THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+         EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L)', v_rel, p_q.channel, p_q.queue);
+  ELSE
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
+         EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L, %L, %L)', v_rel, p_q.channel, p_q.queue,
+      p_q.queue_id, v_sequence::regclass::oid);
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Records outcomes for rows, the common core of apply_result(s) (p_tokens given: only rows whose
 -- lease_token still matches) and settle_locked (p_tokens NULL: the caller checked it holds the
 -- row locks). A row that does not qualify is not touched at all. Every outcome clears lease and
@@ -1059,6 +2094,397 @@ BEGIN
     PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;
   RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Records 'sent', 'transient' or 'permanent' for one leased row, only while lease_token still
+-- matches. false = the lease is no longer ours (expired and re-claimed, released, or already
+-- recorded): then nothing in the row changed. retry_at, with 'transient' only, is when the next
+-- attempt may start (a peer's Retry-After) instead of the queue's backoff.
+CREATE OR REPLACE FUNCTION outbox.apply_result(queue text, id bigint, lease_token uuid, outcome text,
+                                               error text DEFAULT NULL, retry_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'apply_result';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF apply_result.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF apply_result.lease_token IS NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_token must not be NULL');
+  END IF;
+  PERFORM outbox._check_outcomes(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[error]);
+  PERFORM outbox._check_retry_at(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[retry_at]);
+  RETURN pg_catalog.cardinality(outbox._record(v_q, ARRAY[apply_result.id], ARRAY[apply_result.lease_token],
+                                               ARRAY[outcome], ARRAY[error], ARRAY[retry_at])) = 1;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- apply_result for a whole batch in one round trip: one row (id, applied) per input id, in input
+-- order. Rows whose token no longer matches are reported applied = false and left unchanged.
+CREATE OR REPLACE FUNCTION outbox.apply_results(queue text, ids bigint[], lease_tokens uuid[], outcomes text[],
+                                                errors text[] DEFAULT NULL, retry_at timestamptz[] DEFAULT NULL)
+RETURNS TABLE(id bigint, applied boolean)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'apply_results';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_done bigint[];
+BEGIN
+  PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  PERFORM outbox._check_one_dimension(fn, 'lease_tokens', pg_catalog.array_ndims(lease_tokens));
+  IF lease_tokens IS NULL OR pg_catalog.cardinality(lease_tokens) <> pg_catalog.cardinality(ids) THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'lease_tokens must have as many elements as ids (%s), got %s', pg_catalog.cardinality(ids),
+      COALESCE(pg_catalog.cardinality(lease_tokens)::text, 'NULL')));
+  END IF;
+  IF pg_catalog.array_position(lease_tokens, NULL) IS NOT NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_tokens must not contain NULL');
+  END IF;
+  IF pg_catalog.cardinality(ids) = 0 THEN
+    RETURN;
+  END IF;
+  v_done := outbox._record(v_q, ids, lease_tokens, outcomes,
+                           COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])),
+                           retry_at);
+  RETURN QUERY SELECT u.id, u.id = ANY (v_done) FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE
+-- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
+-- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
+-- again with new settings updates them; the partition column can not change. An adopted table keeps its rows; missing lease columns are added as
+-- NULL = "free". What the table enforces on producers (CHECKs, column privileges) is
+-- outbox._guard_queue_table.
+-- Registration follows the table: when the registered table was dropped (or dropped and made
+-- again) outside drop_queue, the new table is registered under the same queue_id and every piece
+-- of state derived from the old one (partition heads, built-mark, clocks) is dropped first; heads
+-- are then rebuilt from the new table's rows.
+-- A partitioned queue needs the sequence its ids come from (outbox.queues.id_sequence): the commit
+-- step renumbers late rows with it.
+-- A created table gets fillfactor 50, so writing a lease is a HOT update (no index touched): a row
+-- is written twice, leased and then sent, and the sent version (which leaves the partial indexes)
+-- also takes room on the page; at 80, 10-23% of the updates of a drain were HOT (of 50% possible),
+-- at 50 47-48%, with a fifth less WAL and a table no larger after its drain. And autovacuum
+-- settings for a table that is mostly empty and churns.
+CREATE OR REPLACE FUNCTION outbox.create_queue(
+  queue text,
+  partition_column text DEFAULT NULL,
+  max_attempts integer DEFAULT 10,
+  backoff_min interval DEFAULT '1 second',
+  backoff_max interval DEFAULT '30 seconds',
+  permanent_policy text DEFAULT 'poison',
+  channel text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  fn constant text := 'create_queue';
+  v_name text := outbox._queue_name(fn, queue);
+  v_schema text := pg_catalog.split_part(v_name, '.', 1);
+  v_table text := pg_catalog.split_part(v_name, '.', 2);
+  v_col text := pg_catalog.lower(partition_column);
+  v_channel text := COALESCE(channel, 'pgdrain_' || v_schema || '_' || v_table);
+  v_rel regclass;
+  v_old outbox.queues;
+  v_type text;
+  v_queue_id integer;
+  v_missing text;
+  v_has_nulls boolean;
+  v_sequence regclass;
+  v_other text;
+  v_new_table boolean;
+  v_created boolean := false;
+BEGIN
+  IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column must be a plain column name, got %L', partition_column));
+  END IF;
+  IF v_col IN ('id', 'event_type', 'payload', 'created_at', 'attempt_count', 'next_attempt_at',
+               'sent_at', 'leased_until', 'lease_token', 'last_error') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column must not be one of the queue''s own columns, got %L', partition_column));
+  END IF;
+  IF max_attempts IS NULL OR max_attempts < 1 OR max_attempts > 1000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'max_attempts must be between 1 and 1000, got %s', COALESCE(max_attempts::text, 'NULL')));
+  END IF;
+  IF backoff_min IS NULL OR backoff_min <= interval '0' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'backoff_min must be greater than 0, got %s', COALESCE(backoff_min::text, 'NULL')));
+  END IF;
+  IF backoff_max IS NULL OR backoff_max < backoff_min OR backoff_max > interval '1 day' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'backoff_max must be between backoff_min (%s) and 1 day, got %s',
+      backoff_min, COALESCE(backoff_max::text, 'NULL')));
+  END IF;
+  IF permanent_policy IS NULL OR permanent_policy NOT IN ('poison', 'retry') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'permanent_policy must be ''poison'' or ''retry'', got %L', permanent_policy));
+  END IF;
+  IF permanent_policy = 'retry' AND v_col IS NOT NULL THEN
+    PERFORM outbox._invalid(fn,
+      'permanent_policy ''retry'' is not allowed with a partition_column: an event that can never '
+      'apply would wedge its partition forever');
+  END IF;
+  IF v_channel !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'channel must be a plain name of at most 63 characters, got %L', v_channel));
+  END IF;
+  v_channel := pg_catalog.lower(v_channel);
+
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = v_schema) THEN
+    RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
+  END IF;
+  v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
+
+  -- The registration is this table's only while its oid is the table's; a registration whose
+  -- table was dropped (and maybe made again) is stale, and the new table is a new queue.
+  SELECT * INTO v_old FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
+  IF FOUND AND v_old.table_oid = v_rel AND v_old.partition_column IS DISTINCT FROM v_col THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column of registered queue %s is %s and can not change to %s (drop_queue first)',
+      v_name, COALESCE(v_old.partition_column, 'NULL'), COALESCE(v_col, 'NULL')));
+  END IF;
+  IF v_rel IS NOT NULL THEN
+    SELECT q.queue INTO v_other FROM outbox.queues q WHERE q.table_oid = v_rel AND q.queue <> v_name;
+    IF v_other IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'table %s is already registered as queue %s (renamed?); drop_queue(%L) first', v_name, v_other, v_other));
+    END IF;
+  END IF;
+  v_new_table := v_old.queue_id IS NULL OR v_old.table_oid IS DISTINCT FROM v_rel;
+
+  IF v_rel IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'CREATE TABLE %I.%I (
+         id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+         event_type text NOT NULL,
+         payload jsonb NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+         attempt_count integer NOT NULL DEFAULT 0,
+         next_attempt_at timestamptz,
+         sent_at timestamptz,
+         leased_until timestamptz,
+         lease_token uuid,
+         last_error text,
+         event_id uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+         headers jsonb%s
+       ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
+               autovacuum_vacuum_insert_scale_factor = 0.01)',
+      v_schema, v_table,
+      CASE WHEN v_col IS NULL THEN '' ELSE pg_catalog.format(', %I text NOT NULL', v_col) END);
+    v_rel := pg_catalog.format('%I.%I', v_schema, v_table)::regclass;
+    v_created := true;
+  ELSE
+    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) NOT IN ('r', 'p') THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but is not a table', v_name));
+    END IF;
+    -- Adopt: the columns the application already writes must be there with the right types.
+    SELECT pg_catalog.string_agg(pg_catalog.format('%s %s', r.col, r.typ), ', ') INTO v_missing
+    FROM (VALUES ('id', 'bigint'), ('event_type', 'text'), ('payload', 'jsonb'),
+                 ('created_at', 'timestamp with time zone')) AS r(col, typ)
+    WHERE NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid = v_rel AND a.attname = r.col AND NOT a.attisdropped
+        AND pg_catalog.format_type(a.atttypid, a.atttypmod) = r.typ);
+    IF v_missing IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'queue %s exists but lacks required columns (or has other types): %s', v_name, v_missing));
+    END IF;
+    IF NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_index i
+      WHERE i.indrelid = v_rel AND i.indisprimary AND i.indnatts = 1
+        AND i.indkey[0] = (SELECT a.attnum FROM pg_catalog.pg_attribute a
+                           WHERE a.attrelid = v_rel AND a.attname = 'id')) THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but id is not its primary key', v_name));
+    END IF;
+    -- NULL in the new columns means "free / never tried", exactly the state of a fresh row.
+    EXECUTE pg_catalog.format(
+      'ALTER TABLE %s
+         ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0,
+         ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,
+         ADD COLUMN IF NOT EXISTS sent_at timestamptz,
+         ADD COLUMN IF NOT EXISTS leased_until timestamptz,
+         ADD COLUMN IF NOT EXISTS lease_token uuid,
+         ADD COLUMN IF NOT EXISTS last_error text,
+         ADD COLUMN IF NOT EXISTS headers jsonb', v_rel);
+    PERFORM outbox._add_event_id(v_rel);
+    IF v_col IS NOT NULL THEN
+      IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                     WHERE a.attrelid = v_rel AND a.attname = v_col AND NOT a.attisdropped) THEN
+        PERFORM outbox._invalid(fn, pg_catalog.format(
+          'partition_column %s does not exist in %s', v_col, v_name));
+      END IF;
+      -- A NULL key would make a row independent of its partition and silently lose order.
+      EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
+        INTO STRICT v_has_nulls;
+      IF v_has_nulls THEN
+        PERFORM outbox._invalid(fn, pg_catalog.format(
+          'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
+      END IF;
+      EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', v_rel, v_col);
+    END IF;
+  END IF;
+
+  IF v_col IS NOT NULL THEN
+    SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO v_type
+    FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_col;
+  END IF;
+
+  -- Renumbering late rows at commit (per-key commit order) takes new ids from this sequence.
+  v_sequence := outbox._id_sequence(v_rel);
+  IF v_col IS NOT NULL AND v_sequence IS NULL THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'queue %s is partitioned, so its id must come from an ascending sequence (identity, serial or '
+      'DEFAULT nextval(''a_sequence'')): per-key commit order renumbers late rows with it', v_name));
+  END IF;
+
+  -- Everything derived from the old table goes before the new one is registered.
+  IF v_old.queue_id IS NOT NULL AND v_new_table THEN
+    DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_old.queue_id;
+    DELETE FROM outbox.partition_wakes w WHERE w.queue_id = v_old.queue_id;
+  END IF;
+
+  -- clock_base: every id the sequence gave out so far counts as committed for per-key commit order
+  -- (sessions with a cached sequence may still hand out smaller ones; their rows are then late).
+  INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
+                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence, clock_base)
+  VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
+          create_queue.backoff_max, create_queue.permanent_policy, v_channel, v_sequence,
+          COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0))
+  ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
+    SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
+        backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
+        channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid,
+        partition_column = EXCLUDED.partition_column, partition_type = EXCLUDED.partition_type,
+        id_sequence = EXCLUDED.id_sequence,
+        clock_base = CASE WHEN q.table_oid = EXCLUDED.table_oid THEN q.clock_base ELSE EXCLUDED.clock_base END
+  RETURNING q.queue_id INTO v_queue_id;
+
+  -- The two required indexes, unless an equivalent one (any name) is already there.
+  IF v_col IS NOT NULL AND NOT EXISTS (
+      SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'partition') THEN
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (%I, id) WHERE sent_at IS NULL',
+                              pg_catalog.left(v_table, 40) || '_pgdrain_partition', v_rel, v_col);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'claim') THEN
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (attempt_count, id) WHERE sent_at IS NULL',
+                              pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
+  END IF;
+
+  -- CHECKs, the producers' column privileges (plain INSERT of an event, RETURNING id; the heads
+  -- trigger runs as owner) and the TRUNCATE trigger.
+  PERFORM outbox._guard_queue_table(v_rel, v_col, NOT v_created);
+
+  -- The NOTIFY trigger wakes drainers of an unpartitioned queue; a partitioned queue's rows become
+  -- claimable at commit, where its commit step notifies (outbox._commit_keys). Both as
+  -- outbox.set_notify last said (a registration keeps it).
+  PERFORM outbox._install_notify_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+  EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
+  IF v_col IS NOT NULL THEN
+    PERFORM outbox._install_heads_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
+    PERFORM outbox._install_claim_hints(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
+    -- Rows that were pending before adoption (or in the table that replaced the registered one)
+    -- need their partition heads too; a registered table already has them, kept by the triggers.
+    -- A larger max_attempts makes rows that were poisoned deliverable again, possibly below their
+    -- partitions' floors or in partitions without a head: they are searched from scratch too.
+    IF v_new_table OR create_queue.max_attempts > v_old.max_attempts THEN
+      PERFORM outbox._rebuild_heads(v_queue_id);
+    END IF;
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- A queue's registration as the drainers need it, so that a worker reads it through a function
+-- granted to pgdrain_worker instead of needing SELECT on outbox.queues. Errors like every function
+-- (42P01) when the queue is not registered.
+CREATE OR REPLACE FUNCTION outbox.queue_info(queue text)
+RETURNS TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval,
+              backoff_max interval, permanent_policy text, channel text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue('queue_info', queue);
+BEGIN
+  RETURN QUERY SELECT v_q.queue, v_q.partition_column, v_q.max_attempts, v_q.backoff_min, v_q.backoff_max,
+                      v_q.permanent_policy, v_q.channel;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lock mode: records outcomes for rows this transaction claimed with claim_locked and still holds.
+-- Refuses (SQLSTATE 55000, nothing changed) any id this transaction does not hold: the id must be
+-- in claim_locked's list for this transaction and its row lock must be this transaction's, taken at
+-- the top level or in a savepoint that is still open or was released (a rolled-back savepoint
+-- took its lock, and its part of the list, with it). Returns how many rows were recorded. A
+-- settled row leaves the held set, so it is recorded at most once per claim: settling it again is
+-- refused like any row not held (else a second 'transient' would count a second attempt).
+CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcomes text[], errors text[] DEFAULT NULL,
+                                                retry_at timestamptz[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'settle_locked';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_held bigint[];
+  v_foreign bigint;
+  v_count bigint;
+BEGIN
+  PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
+  PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  IF pg_catalog.cardinality(ids) = 0 THEN
+    RETURN 0;
+  END IF;
+  v_held := pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting('pgdrain.held_' || v_q.queue_id, true), ''), ',')::bigint[];
+  SELECT x INTO v_foreign FROM pg_catalog.unnest(ids) x WHERE x <> ALL (COALESCE(v_held, '{}')) LIMIT 1;
+  IF NOT FOUND THEN
+    -- The setting is only a list any session could SET LOCAL: the row lock itself must be ours
+    -- too (outbox._locked_here: claim_locked's FOR UPDATE, in this transaction or one of its
+    -- live savepoints).
+    v_foreign := outbox._locked_here(v_q.table_oid::regclass, ids);
+  END IF;
+  IF v_foreign IS NOT NULL THEN
+    RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',
+      fn, v_foreign, v_q.queue USING ERRCODE = '55000';
+  END IF;
+  v_count := pg_catalog.cardinality(outbox._record(v_q, ids, NULL, outcomes,
+    COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])), retry_at));
+  PERFORM pg_catalog.set_config('pgdrain.held_' || v_q.queue_id,
+    COALESCE((SELECT pg_catalog.string_agg(h::text, ',') FROM pg_catalog.unnest(v_held) h WHERE h <> ALL (ids)), ''),
+    true);
+  RETURN v_count;
 END;
 $$;
 -- +goose StatementEnd
@@ -1136,6 +2562,54 @@ BEGIN
     v_notified := outbox._commit_partitions(v_merged.q, v_merged.keys, v_merged.ids);
   END LOOP;
   RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Statement-level AFTER INSERT trigger of an unpartitioned queue: one NOTIFY per statement
+-- (PostgreSQL folds identical notifications of one transaction into one), never one per row. A
+-- partitioned queue has none: its rows become claimable at commit, and its commit step
+-- (outbox._commit_keys) notifies only when it made or woke a partition head; rows behind an
+-- existing head are claimed when the drainer that finishes the head claims again. NOTIFY takes a
+-- cluster-wide lock at commit, held through the commit's WAL flush, so concurrent producers that
+-- notify commit one at a time: a queue that notifies 'when_waiting' (outbox.set_notify) skips it
+-- unless a drainer waits for one (the check of outbox._drainer_waits, inlined: no lookup, its
+-- arguments name the queue and sequence).
+-- Arguments: channel, queue name (the payload); for 'when_waiting' also the queue_id and the oid
+-- of its drainer_waits_q<queue_id> sequence.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__notify()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = ''
+AS $$
+BEGIN
+  IF TG_NARGS > 2 THEN
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + TG_ARGV[2]::integer, -4);
+    IF COALESCE(pg_catalog.pg_sequence_last_value(TG_ARGV[3]::oid), 0)
+       <= (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint THEN
+      RETURN NULL;
+    END IF;
+  END IF;
+  PERFORM pg_catalog.pg_notify(TG_ARGV[0], TG_ARGV[1]);
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The NOTIFY triggers as 00024 made them (the waiting sequence by oid), and no CHECK on next_attempt_at.
+DO $$
+DECLARE
+  v_q outbox.queues;
+BEGIN
+  FOR v_q IN SELECT * FROM outbox.queues q
+             WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = q.table_oid)
+             ORDER BY q.queue_id LOOP
+    PERFORM outbox._install_notify_trigger(v_q);
+    EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS pgdrain_next_attempt_at_within_max_delay',
+                              v_q.table_oid::regclass);
+  END LOOP;
 END;
 $$;
 -- +goose StatementEnd

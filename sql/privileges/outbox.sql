@@ -15,6 +15,7 @@ ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid)
 ALTER FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__notify() SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]) SECURITY DEFINER;
@@ -34,6 +35,10 @@ ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.poison_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.retry_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.dismiss_poisoned(text, bigint[], text) SECURITY DEFINER;
+ALTER FUNCTION outbox.operator_log(text, integer, bigint) SECURITY DEFINER;
 
 -- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
 -- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
@@ -104,3 +109,14 @@ GRANT EXECUTE ON FUNCTION
   outbox.poisoned_rows(text, integer, bigint),
   outbox.release_lease(text, bigint)
   TO pgdrain_operator;
+
+-- Operators act on rows that will not move on their own (00025): skip (poison with a reason), retry
+-- now, dismiss poisoned rows; every action is fenced and logged, and the log is read by operators
+-- and readers.
+GRANT EXECUTE ON FUNCTION
+  outbox.poison_row(text, bigint, integer, text),
+  outbox.retry_row(text, bigint, integer, text),
+  outbox.dismiss_poisoned(text, bigint[], text),
+  outbox.operator_log(text, integer, bigint)
+  TO pgdrain_operator;
+GRANT EXECUTE ON FUNCTION outbox.operator_log(text, integer, bigint) TO pgdrain_reader;

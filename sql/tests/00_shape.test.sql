@@ -2,12 +2,12 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(130);
+SELECT plan(152);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
-  ('create_queue', ARRAY['text','text','integer','interval','interval','text','text'],
-   'queue text, partition_column text DEFAULT NULL::text, max_attempts integer DEFAULT 10, backoff_min interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:00:30''::interval, permanent_policy text DEFAULT ''poison''::text, channel text DEFAULT NULL::text',
+  ('create_queue', ARRAY['text','text','integer','interval','interval','text','text','interval'],
+   'queue text, partition_column text DEFAULT NULL::text, max_attempts integer DEFAULT 10, backoff_min interval DEFAULT ''00:00:01''::interval, backoff_max interval DEFAULT ''00:00:30''::interval, permanent_policy text DEFAULT ''poison''::text, channel text DEFAULT NULL::text, max_delay interval DEFAULT ''7 days''::interval',
    'void', 'void'),
   ('drop_queue', ARRAY['text','boolean'], 'queue text, drop_table boolean DEFAULT false', 'void', 'void'),
   ('enqueue', ARRAY['text','text','jsonb','text','timestamp with time zone','jsonb','uuid'],
@@ -46,7 +46,7 @@ INSERT INTO contract VALUES
   -- Beyond DESIGN.md's table (added in 00004): what a worker needs without reading tables, and the
   -- check and repair of the partition heads.
   ('queue_info', ARRAY['text'], 'queue text',
-   'TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval, backoff_max interval, permanent_policy text, channel text)',
+   'TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval, backoff_max interval, permanent_policy text, channel text, max_delay interval)',
    'setof record'),
   ('next_due', ARRAY['text'], 'queue text', 'timestamp with time zone', 'timestamp with time zone'),
   ('repair', ARRAY['text','boolean'], 'queue text, dry_run boolean DEFAULT false',
@@ -58,26 +58,36 @@ INSERT INTO contract VALUES
   -- 00020: producers NOTIFY only while a drainer waits, when a queue says so.
   ('set_notify', ARRAY['text','text'], 'queue text, notify text', 'void', 'void'),
   ('drainer_waits', ARRAY['text','interval'], 'queue text, wait interval', 'bigint', 'bigint'),
-  ('drainer_woke', ARRAY['text','bigint'], 'queue text, mark bigint', 'void', 'void');
+  ('drainer_woke', ARRAY['text','bigint'], 'queue text, mark bigint', 'void', 'void'),
+  -- 00025: operators skip (poison), retry now and dismiss rows, fenced and logged.
+  ('poison_row', ARRAY['text','bigint','integer','text'], 'queue text, id bigint, attempt_count integer, reason text',
+   'boolean', 'boolean'),
+  ('retry_row', ARRAY['text','bigint','integer','text'],
+   'queue text, id bigint, attempt_count integer, reason text DEFAULT NULL::text', 'boolean', 'boolean'),
+  ('dismiss_poisoned', ARRAY['text','bigint[]','text'], 'queue text, ids bigint[], reason text', 'bigint', 'bigint'),
+  ('operator_log', ARRAY['text','integer','bigint'],
+   'queue text, max_rows integer DEFAULT 50, before_action_id bigint DEFAULT NULL::bigint',
+   'TABLE(action_id bigint, acted_at timestamp with time zone, action text, id bigint, event_id uuid, partition_key text, attempt_count integer, reason text, acted_by text)',
+   'setof record');
 
--- 24 x has_function
+-- 28 x has_function
 SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 24 x function_returns
+-- 28 x function_returns
 SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
 FROM contract c ORDER BY c.name;
--- 24 x argument names, order and defaults
+-- 28 x argument names, order and defaults
 SELECT is(pg_get_function_arguments(p.oid), c.arguments,
           format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 24 x result shape (the columns of TABLE results)
+-- 28 x result shape (the columns of TABLE results)
 SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 24 x one overload only (a second signature would make calls ambiguous)
+-- 28 x one overload only (a second signature would make calls ambiguous)
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
           1::bigint, format('outbox.%s has exactly one signature', c.name))
 FROM contract c ORDER BY c.name;
@@ -97,8 +107,11 @@ SELECT is_empty(
 SELECT has_table('outbox', 'queues', 'the registry table outbox.queues exists');
 SELECT columns_are('outbox', 'queues',
   ARRAY['queue_id','queue','table_oid','partition_column','partition_type','max_attempts','backoff_min',
-        'backoff_max','permanent_policy','channel','created_at','id_sequence','clock_base','notify'],
+        'backoff_max','permanent_policy','channel','created_at','id_sequence','clock_base','notify','max_delay'],
   'outbox.queues records each queue''s table and settings');
+SELECT col_type_is('outbox', 'queues', 'table_oid', 'regclass',
+  'outbox.queues names its table by regclass (pg_dump writes a name, pg_restore reads back the restored table)');
+SELECT col_type_is('outbox', 'queues', 'id_sequence', 'regclass', 'and its id sequence too');
 SELECT col_is_pk('outbox', 'queues', 'queue_id', 'outbox.queues is keyed by queue_id');
 SELECT col_is_unique('outbox', 'queues', 'queue', 'a queue name is registered at most once');
 SELECT has_table('outbox', 'partition_heads', 'the partition head table outbox.partition_heads exists');

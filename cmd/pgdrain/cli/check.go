@@ -44,7 +44,7 @@ var checkCommand = command{
 		var partitioned bool
 		var reloptions []string
 		err = e.conn.QueryRow(ctx, `
-			SELECT q.queue, q.table_oid, q.partition_column IS NOT NULL, COALESCE(c.reloptions, '{}')
+			SELECT q.queue, q.table_oid::oid, q.partition_column IS NOT NULL, COALESCE(c.reloptions, '{}')
 			FROM outbox.queues q JOIN pg_catalog.pg_class c ON c.oid = q.table_oid
 			WHERE q.queue = CASE WHEN strpos($1, '.') > 0 THEN lower($1) ELSE 'public.' || lower($1) END`,
 			queue).Scan(&table, &tableOID, &partitioned, &reloptions)

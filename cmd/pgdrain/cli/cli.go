@@ -22,7 +22,8 @@ const (
 	// ExitOK means the command did what it was asked and found nothing wrong.
 	ExitOK = 0
 	// ExitProblems means the command ran but found problems: check found one, wedged found a
-	// wedged partition, or poisoned listed a poisoned row.
+	// wedged partition, poisoned listed a poisoned row, or skip, retry or dismiss left a row alone
+	// that had moved on since the operator looked (or that a worker was delivering).
 	ExitProblems = 1
 	// ExitUsage means the arguments were wrong; nothing was sent to the database.
 	ExitUsage = 2
@@ -45,6 +46,16 @@ commands:
   requeue QUEUE (ID... | --key K | --all)
                                   give poisoned rows (the given ids, those of key K, or all with
                                   --all) a fresh start, each at the tail of its key
+  skip QUEUE ID --attempts N --reason TEXT
+                                  poison a row that will never succeed (a wedged head): its key
+                                  moves on; requeue delivers it later (exit 1 if the row moved on)
+  retry QUEUE ID --attempts N [--reason TEXT]
+                                  end a backing-off row's backoff: the next claim takes it (exit 1
+                                  if the row moved on); --attempts as wedged or poisoned show it
+  dismiss QUEUE ID... --reason TEXT
+                                  dismiss poisoned rows for good: kept as history, never delivered,
+                                  no longer counted as poisoned (exit 1 if some were not taken)
+  actions QUEUE [--limit 50]      the operators' skips, retries and dismissals, newest first
   purge QUEUE [--older-than 7d] [--max-rows N] [--chunk 5000] [--dry-run]
                                   delete rows sent more than --older-than ago, --chunk rows per
                                   short transaction, at most --max-rows in all (0 = no limit);
@@ -132,7 +143,8 @@ func noFlags(run action) func(*flag.FlagSet) (func() error, action) {
 	return func(*flag.FlagSet) (func() error, action) { return func() error { return nil }, run }
 }
 
-var commands = []command{queuesCommand, statsCommand, wedgedCommand, poisonedCommand, requeueCommand, purgeCommand, checkCommand, webCommand, relayCommand, escalateCommand}
+var commands = []command{queuesCommand, statsCommand, wedgedCommand, poisonedCommand, requeueCommand, skipCommand,
+	retryCommand, dismissCommand, actionsCommand, purgeCommand, checkCommand, webCommand, relayCommand, escalateCommand}
 
 // Run runs the pgdrain command with args (without the program name), writing results to stdout
 // and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or

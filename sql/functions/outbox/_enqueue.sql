@@ -1,7 +1,7 @@
 -- The insert behind enqueue and enqueue_event (p_function names the caller in errors): validates
 -- the event and inserts it, returning its id (provisional until COMMIT on a partitioned queue, see
--- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt
--- (it is the row's next_attempt_at; on a partitioned queue it holds back the key's later events
+-- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt,
+-- at most the queue's max_delay (it is the row's next_attempt_at; on a partitioned queue it holds back the key's later events
 -- too, which keep their order). headers (an object of strings) travel with the event to the sink.
 CREATE OR REPLACE FUNCTION outbox._enqueue(p_function text, p_queue text, p_event_type text, p_payload jsonb,
                                            p_partition_key text, p_deliver_at timestamptz, p_headers jsonb,
@@ -28,6 +28,7 @@ BEGIN
   IF p_deliver_at IN ('infinity', '-infinity') THEN
     PERFORM outbox._invalid(p_function, 'deliver_at must be a finite time (NULL: deliver now)');
   END IF;
+  PERFORM outbox._check_delay(p_function, 'deliver_at', v_q, ARRAY[p_deliver_at], false);
   IF p_headers IS NOT NULL AND (pg_catalog.jsonb_typeof(p_headers) <> 'object'
                                 OR pg_catalog.jsonb_path_exists(p_headers, '$.* ? (@.type() != "string")')) THEN
     PERFORM outbox._invalid(p_function, pg_catalog.format(

@@ -5,7 +5,8 @@
 -- reconnect, and reconnecting wakes them), readable by every producer; and for an unpartitioned
 -- queue the statement trigger pgdrain_notify (outbox.tg_queue__notify), whose arguments say whether
 -- it notifies always or only when a drainer waits. A partitioned queue has no NOTIFY trigger: its
--- commit step notifies (outbox._commit_keys).
+-- commit step notifies (outbox._commit_keys). The arguments name the sequence, never carry its oid:
+-- pg_dump writes them as they are, and a restored database gives the sequence another oid.
 -- Made by create_queue and outbox.set_notify; dropped by drop_queue.
 CREATE OR REPLACE FUNCTION outbox._install_notify_trigger(p_q outbox.queues)
 RETURNS void
@@ -32,7 +33,7 @@ BEGIN
     EXECUTE pg_catalog.format(
       'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
          EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L, %L, %L)', v_rel, p_q.channel, p_q.queue,
-      p_q.queue_id, v_sequence::regclass::oid);
+      p_q.queue_id, v_sequence);
   END IF;
 END;
 $$;

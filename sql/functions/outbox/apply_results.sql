@@ -14,6 +14,7 @@ DECLARE
 BEGIN
   PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
   PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, retry_at, true);
   PERFORM outbox._check_one_dimension(fn, 'lease_tokens', pg_catalog.array_ndims(lease_tokens));
   IF lease_tokens IS NULL OR pg_catalog.cardinality(lease_tokens) <> pg_catalog.cardinality(ids) THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(

@@ -10,6 +10,9 @@
 -- are then rebuilt from the new table's rows.
 -- A partitioned queue needs the sequence its ids come from (outbox.queues.id_sequence): the commit
 -- step renumbers late rows with it.
+-- max_delay bounds every caller-chosen next attempt (enqueue's deliver_at, a worker's retry_at, a
+-- plain INSERT of next_attempt_at: outbox._check_delay and the table's CHECK made by
+-- outbox._guard_next_attempt_at), so nobody can park a key for ever.
 -- A created table gets fillfactor 50, so writing a lease is a HOT update (no index touched): a row
 -- is written twice, leased and then sent, and the sent version (which leaves the partial indexes)
 -- also takes room on the page; at 80, 10-23% of the updates of a drain were HOT (of 50% possible),
@@ -22,7 +25,8 @@ CREATE OR REPLACE FUNCTION outbox.create_queue(
   backoff_min interval DEFAULT '1 second',
   backoff_max interval DEFAULT '30 seconds',
   permanent_policy text DEFAULT 'poison',
-  channel text DEFAULT NULL)
+  channel text DEFAULT NULL,
+  max_delay interval DEFAULT '7 days')
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
@@ -68,6 +72,11 @@ BEGIN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'backoff_max must be between backoff_min (%s) and 1 day, got %s',
       backoff_min, COALESCE(backoff_max::text, 'NULL')));
+  END IF;
+  IF max_delay IS NULL OR max_delay < backoff_max OR max_delay > interval '3650 days' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'max_delay must be between backoff_max (%s) and 3650 days, got %s',
+      backoff_max, COALESCE(max_delay::text, 'NULL')));
   END IF;
   IF permanent_policy IS NULL OR permanent_policy NOT IN ('poison', 'retry') THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -199,19 +208,30 @@ BEGIN
     DELETE FROM outbox.partition_wakes w WHERE w.queue_id = v_old.queue_id;
   END IF;
 
+  -- A larger max_attempts does not make poisoned rows deliverable again: on a partitioned queue they
+  -- would come back in front of what followed them in their keys (a 'register' after the
+  -- 'unregister' delivered past it). They stay poisoned, at the new limit, until requeue_poisoned
+  -- moves them to the tail of their keys. Read through the claim index (attempt_count, id).
+  IF NOT v_new_table AND create_queue.max_attempts > v_old.max_attempts THEN
+    EXECUTE pg_catalog.format(
+      'UPDATE %s t SET attempt_count = $1, next_attempt_at = NULL
+       WHERE t.sent_at IS NULL AND t.attempt_count >= $2 AND t.attempt_count < $1', v_rel)
+      USING create_queue.max_attempts, v_old.max_attempts;
+  END IF;
+
   -- clock_base: every id the sequence gave out so far counts as committed for per-key commit order
   -- (sessions with a cached sequence may still hand out smaller ones; their rows are then late).
   INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
-                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence, clock_base)
+                                  backoff_min, backoff_max, permanent_policy, channel, id_sequence, clock_base, max_delay)
   VALUES (v_name, v_rel, v_col, v_type, create_queue.max_attempts, create_queue.backoff_min,
           create_queue.backoff_max, create_queue.permanent_policy, v_channel, v_sequence,
-          COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0))
+          COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0), create_queue.max_delay)
   ON CONFLICT ON CONSTRAINT queues_queue_key DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts, backoff_min = EXCLUDED.backoff_min,
         backoff_max = EXCLUDED.backoff_max, permanent_policy = EXCLUDED.permanent_policy,
         channel = EXCLUDED.channel, table_oid = EXCLUDED.table_oid,
         partition_column = EXCLUDED.partition_column, partition_type = EXCLUDED.partition_type,
-        id_sequence = EXCLUDED.id_sequence,
+        id_sequence = EXCLUDED.id_sequence, max_delay = EXCLUDED.max_delay,
         clock_base = CASE WHEN q.table_oid = EXCLUDED.table_oid THEN q.clock_base ELSE EXCLUDED.clock_base END
   RETURNING q.queue_id INTO v_queue_id;
 
@@ -229,6 +249,8 @@ BEGIN
   -- CHECKs, the producers' column privileges (plain INSERT of an event, RETURNING id; the heads
   -- trigger runs as owner) and the TRUNCATE trigger.
   PERFORM outbox._guard_queue_table(v_rel, v_col, NOT v_created);
+  PERFORM outbox._guard_next_attempt_at(v_rel, create_queue.max_delay,
+                                        v_new_table OR v_old.max_delay IS DISTINCT FROM create_queue.max_delay, v_created);
 
   -- The NOTIFY trigger wakes drainers of an unpartitioned queue; a partitioned queue's rows become
   -- claimable at commit, where its commit step notifies (outbox._commit_keys). Both as
@@ -241,9 +263,7 @@ BEGIN
     PERFORM outbox._install_claim_hints(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
     -- Rows that were pending before adoption (or in the table that replaced the registered one)
     -- need their partition heads too; a registered table already has them, kept by the triggers.
-    -- A larger max_attempts makes rows that were poisoned deliverable again, possibly below their
-    -- partitions' floors or in partitions without a head: they are searched from scratch too.
-    IF v_new_table OR create_queue.max_attempts > v_old.max_attempts THEN
+    IF v_new_table THEN
       PERFORM outbox._rebuild_heads(v_queue_id);
     END IF;
   END IF;

@@ -3,7 +3,7 @@
 -- (42P01) when the queue is not registered.
 CREATE OR REPLACE FUNCTION outbox.queue_info(queue text)
 RETURNS TABLE(queue_name text, partition_column text, max_attempts integer, backoff_min interval,
-              backoff_max interval, permanent_policy text, channel text)
+              backoff_max interval, permanent_policy text, channel text, max_delay interval)
 LANGUAGE plpgsql
 STABLE
 SET search_path = ''
@@ -12,6 +12,6 @@ DECLARE
   v_q outbox.queues := outbox._queue('queue_info', queue);
 BEGIN
   RETURN QUERY SELECT v_q.queue, v_q.partition_column, v_q.max_attempts, v_q.backoff_min, v_q.backoff_max,
-                      v_q.permanent_policy, v_q.channel;
+                      v_q.permanent_policy, v_q.channel, v_q.max_delay;
 END;
 $$;

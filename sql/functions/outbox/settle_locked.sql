@@ -21,6 +21,7 @@ DECLARE
 BEGIN
   PERFORM outbox._check_outcomes(fn, ids, outcomes, errors);
   PERFORM outbox._check_retry_at(fn, ids, outcomes, retry_at);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, retry_at, true);
   IF pg_catalog.cardinality(ids) = 0 THEN
     RETURN 0;
   END IF;

@@ -7,8 +7,9 @@
 -- notify commit one at a time: a queue that notifies 'when_waiting' (outbox.set_notify) skips it
 -- unless a drainer waits for one (the check of outbox._drainer_waits, inlined: no lookup, its
 -- arguments name the queue and sequence).
--- Arguments: channel, queue name (the payload); for 'when_waiting' also the queue_id and the oid
--- of its drainer_waits_q<queue_id> sequence.
+-- Arguments: channel, queue name (the payload); for 'when_waiting' also the queue_id and the name
+-- of its drainer_waits_q<queue_id> sequence (a name, so a restored database finds its own; a
+-- trigger made before 00025 gives an oid, which reads the same way).
 CREATE OR REPLACE FUNCTION outbox.tg_queue__notify()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -17,7 +18,7 @@ AS $$
 BEGIN
   IF TG_NARGS > 2 THEN
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + TG_ARGV[2]::integer, -4);
-    IF COALESCE(pg_catalog.pg_sequence_last_value(TG_ARGV[3]::oid), 0)
+    IF COALESCE(pg_catalog.pg_sequence_last_value(TG_ARGV[3]::regclass), 0)
        <= (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint THEN
       RETURN NULL;
     END IF;

@@ -14,7 +14,8 @@ SELECT lives_ok($$SELECT outbox.create_queue('public.reg_adopt_checks', 'k')$$,
                 'a table with rows that break the checks is adopted');
 SELECT results_eq($$SELECT conname::text COLLATE "default", convalidated FROM pg_constraint
                     WHERE conrelid = 'public.reg_adopt_checks'::regclass AND conname LIKE 'pgdrain%' ORDER BY 1$$,
-                  $$VALUES ('pgdrain_attempt_count_not_negative'::text, false), ('pgdrain_headers_string_object', false), ('pgdrain_partition_key_not_empty', false)$$,
+                  $$VALUES ('pgdrain_attempt_count_not_negative'::text, false), ('pgdrain_headers_string_object', false),
+                           ('pgdrain_next_attempt_at_within_max_delay', false), ('pgdrain_partition_key_not_empty', false)$$,
                   'its checks are NOT VALID, and the one a pending row breaks is left out');
 SELECT throws_ok($$INSERT INTO public.reg_adopt_checks (event_type, payload, k) VALUES ('e', '{}', '')$$, '23514', NULL,
                  'a new row with an empty key is refused');

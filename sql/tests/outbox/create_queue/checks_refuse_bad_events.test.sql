@@ -23,10 +23,11 @@ SELECT throws_ok(format('INSERT INTO %s (event_type, payload, k, attempt_count) 
 SELECT lives_ok(format('INSERT INTO %s (event_type, payload, k) VALUES (%L, %L, %L), (%L, %L, %L)', :'q', 'e', '{"a": null}', 'a', 'e', '"null"', ' a '),
                 'a payload holding a null, the JSON string "null" and a key with spaces around it are events');
 SELECT results_eq(format($$SELECT conname::text COLLATE "default", convalidated FROM pg_constraint WHERE conrelid = %L::regclass AND conname LIKE 'pgdrain%%' ORDER BY 1$$, :'q'),
-                  $$VALUES ('pgdrain_attempt_count_not_negative'::text, true), ('pgdrain_headers_string_object', true), ('pgdrain_partition_key_not_empty', true), ('pgdrain_payload_not_json_null', true)$$,
-                  'the created table has the four checks, validated');
+                  $$VALUES ('pgdrain_attempt_count_not_negative'::text, true), ('pgdrain_headers_string_object', true), ('pgdrain_next_attempt_at_within_max_delay', true),
+                           ('pgdrain_partition_key_not_empty', true), ('pgdrain_payload_not_json_null', true)$$,
+                  'the created table has the five checks, validated');
 SELECT lives_ok(format('SELECT outbox.create_queue(%L, %L)', :'q', 'k'), 'create_queue can run again');
-SELECT is((SELECT count(*) FROM pg_constraint WHERE conrelid = :'q'::regclass AND conname LIKE 'pgdrain%'), 4::bigint,
+SELECT is((SELECT count(*) FROM pg_constraint WHERE conrelid = :'q'::regclass AND conname LIKE 'pgdrain%'), 5::bigint,
           'and adds no second copy');
 
 CREATE TABLE public.reg_uuid_key (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, event_type text NOT NULL,
@@ -34,7 +35,8 @@ CREATE TABLE public.reg_uuid_key (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY
 SELECT outbox.create_queue('public.reg_uuid_key', 'k');
 SELECT is((SELECT array_agg(conname::text ORDER BY conname) FROM pg_constraint
            WHERE conrelid = 'public.reg_uuid_key'::regclass AND conname LIKE 'pgdrain%'),
-          ARRAY['pgdrain_attempt_count_not_negative', 'pgdrain_headers_string_object', 'pgdrain_payload_not_json_null'],
+          ARRAY['pgdrain_attempt_count_not_negative', 'pgdrain_headers_string_object', 'pgdrain_next_attempt_at_within_max_delay',
+                'pgdrain_payload_not_json_null'],
           'a partition key that is not a string has no emptiness check');
 
 SELECT * FROM finish();

@@ -32,7 +32,7 @@ SELECT throws_ok(format('INSERT INTO %s (event_type, payload) VALUES (''e'', ''{
 SELECT results_eq(
   format($$SELECT queue, table_oid, partition_column, partition_type, max_attempts, backoff_min, backoff_max,
                   permanent_policy, channel FROM outbox.queues WHERE queue = %L$$, :'q'),
-  format($$VALUES (%L::text, %L::regclass::oid, 'resource_id'::text, 'text'::text, 5, interval '2 seconds',
+  format($$VALUES (%L::text, %L::regclass, 'resource_id'::text, 'text'::text, 5, interval '2 seconds',
                    interval '1 minute', 'poison'::text, 'my_channel'::text)$$, :'q', :'q'),
   'create_queue records the queue''s settings in outbox.queues');
 

@@ -18,7 +18,7 @@ SELECT format('DROP TABLE %s', :'q') AS drop_it \gset
 :drop_it;
 SELECT lives_ok(format('SELECT outbox.create_queue(%L, %L)', :'q', 'k'),
                 'create_queue registers a new table under the name of a dropped one');
-SELECT is((SELECT table_oid FROM outbox.queues WHERE queue = :'q'), :'q'::regclass::oid,
+SELECT is((SELECT table_oid FROM outbox.queues WHERE queue = :'q')::oid, :'q'::regclass::oid,
           'the registration follows the new table');
 SELECT is_empty(format('SELECT 1 FROM outbox.partition_clocks WHERE queue_id = %s', :qid),
                 'the old table''s clocks are gone');

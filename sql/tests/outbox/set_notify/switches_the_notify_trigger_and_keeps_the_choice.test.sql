@@ -20,8 +20,8 @@ SELECT outbox.set_notify(:'q', 'always') IS NULL AS _ \gset
 SELECT outbox.set_notify(:'q', 'when_waiting') IS NULL AS _ \gset
 SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'),
           format('%s\000%s\000%s\000%s\000', (SELECT channel FROM outbox.queues WHERE queue = :'q'), :'q', :'qid',
-                 ('outbox.drainer_waits_q' || :'qid')::regclass::oid),
-          'when_waiting: the trigger carries the queue id and the oid of its waiting sequence');
+                 'outbox.drainer_waits_q' || :'qid'),
+          'when_waiting: the trigger carries the queue id and the name of its waiting sequence (a restore keeps names, not oids)');
 SELECT outbox.create_queue(:'q') IS NULL AS _ \gset
 SELECT is((SELECT notify FROM outbox.queues WHERE queue = :'q'), 'when_waiting', 'create_queue again keeps the choice');
 SELECT is((SELECT tgnargs::int FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_notify'), 4,

@@ -1,0 +1,37 @@
+-- A queue survives pg_dump / pg_restore (issue 30, item 1): the registry names its table by
+-- regclass, which pg_dump writes as the table's name and pg_restore reads back as the restored
+-- table's oid (an oid column kept the old number, and every function then said the table was
+-- gone). Binary-compatible: no rewrite. pg_upgrade accepts regclass columns (it keeps pg_class oids).
+ALTER TABLE outbox.queues ALTER COLUMN table_oid TYPE regclass USING table_oid::regclass;
+COMMENT ON COLUMN outbox.queues.table_oid IS
+  'The queue table (regclass: dumped as its name, so a restore registers the restored table).';
+
+-- Every caller-chosen next attempt is bounded by the queue's max_delay (issue 30, item 2): enqueue's
+-- deliver_at, a worker's retry_at and a plain INSERT of next_attempt_at. Registered queues get the
+-- default; create_queue takes it as a new last argument and queue_info returns it, so both are
+-- dropped first (a second signature would make calls ambiguous; a result can not change in place).
+ALTER TABLE outbox.queues ADD COLUMN max_delay interval NOT NULL DEFAULT '7 days'
+  CONSTRAINT queues_max_delay_check CHECK (max_delay > interval '0');
+COMMENT ON COLUMN outbox.queues.max_delay IS
+  'How far ahead a deliver_at, retry_at or plain next_attempt_at may be (create_queue''s max_delay).';
+DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text);
+DROP FUNCTION outbox.queue_info(text);
+
+-- Operators' actions on rows (issue 30, item 3): poison_row, retry_row and dismiss_poisoned write
+-- one row here per row they change, with the login role and the reason (read with operator_log).
+-- Kept by name, so it outlives a queue's registration; written only by those functions.
+CREATE TABLE outbox.operator_actions (
+  action_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  acted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+  acted_by text NOT NULL DEFAULT session_user,
+  queue text NOT NULL,
+  action text NOT NULL CHECK (action IN ('poison', 'retry', 'dismiss')),
+  row_id bigint NOT NULL,
+  event_id uuid,
+  partition_key text,
+  attempt_count integer NOT NULL,
+  reason text
+);
+CREATE INDEX operator_actions_queue ON outbox.operator_actions (queue, action_id);
+COMMENT ON TABLE outbox.operator_actions IS
+  'Operators'' actions on queue rows (poison_row, retry_row, dismiss_poisoned): who, when, why; read with outbox.operator_log.';
