@@ -1,0 +1,204 @@
+package gocheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/drainer"
+	"github.com/pgdrain/pgdrain/internal/testdb"
+	"github.com/pgdrain/pgdrain/relay"
+)
+
+// foLoginPool is a pool of a fresh login role that is a member of exactly pgdrain_worker and
+// pgdrain_producer: what a relay that fans out needs.
+func foLoginPool(t *testing.T, db *testdb.DB) *pgxpool.Pool {
+	t.Helper()
+	u := loginURL(t, db, "pgdrain_worker")
+	pcfg, err := pgxpool.ParseConfig(u)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), fmt.Sprintf("GRANT pgdrain_producer TO %s",
+		pgx.Identifier{pcfg.ConnConfig.User}.Sanitize()))
+	require.NoError(t, err)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// foAddSink adds sink to q's fan-out as the owner.
+func foAddSink(t *testing.T, q *drQueue, sink string, start relay.FanOutStart) int64 {
+	t.Helper()
+	n, err := relay.AddFanOutSink(context.Background(), q.pool, q.table, sink, start)
+	require.NoError(t, err)
+	return n
+}
+
+// foRoute is a fast route of sink's queue of q.
+func foRoute(q *drQueue, name string, mode drainer.ClaimMode, sink relay.Sink) relay.Route {
+	r := rlRoute(q, mode, sink, 4, 2)
+	r.Queue = relay.FanOutQueue(q.table, name)
+	r.SinkKind = name
+	return r
+}
+
+// foCount counts the rows of table (sent only, when sent).
+func foCount(t *testing.T, q *drQueue, table string, sent bool) int64 {
+	t.Helper()
+	where := ""
+	if sent {
+		where = " WHERE sent_at IS NOT NULL"
+	}
+	return q.count(t, "SELECT count(*) FROM "+pgx.Identifier(strings.Split(table, ".")).Sanitize()+where)
+}
+
+// foSourceIdentities maps every event of q's queue (key/seq) to its event_id.
+func foSourceIdentities(t *testing.T, q *drQueue) map[string]string {
+	t.Helper()
+	rows, err := q.pool.Query(context.Background(),
+		`SELECT payload->>'key' || '/' || (payload->>'seq'), event_id::text FROM public.events`)
+	require.NoError(t, err)
+	out := map[string]string{}
+	var k, id string
+	_, err = pgx.ForEachRow(rows, []any{&k, &id}, func() error {
+		out[k] = id
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// foRequireIdentities checks that every delivery of an event carries the source row's event_id.
+func foRequireIdentities(t *testing.T, events []relay.Event, source map[string]string) {
+	t.Helper()
+	for _, e := range events {
+		p := rlPayload(t, e)
+		k := fmt.Sprintf("%s/%d", p.Key, p.Seq)
+		require.Equal(t, source[k], e.Identity, "event %s: the sink's identity is the source row's event_id", k)
+	}
+}
+
+// One queue, two sinks: sink a fails (transiently) for a while, sink b goes on meanwhile and gets
+// every event; once a recovers it gets every event too. Each sink sees each key's events in commit
+// order, nothing is lost, and a duplicate only ever comes under the event's one identity, the
+// source row's event_id. Producers keep writing throughout; the relay runs as pgdrain_worker and
+// pgdrain_producer, two replicas.
+func TestRelayFanOut_AFailingSinkHoldsBackOnlyItself(t *testing.T) {
+	t.Parallel()
+	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+		foAddSink(t, q, "a", relay.FromNow)
+		foAddSink(t, q, "b", relay.FromNow)
+		keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
+		want := map[string]int{}
+		var wmu sync.Mutex
+		produce := func(from, to int) {
+			for seq := from; seq < to; seq++ {
+				for _, k := range keys {
+					q.enqueue(t, k, "op", seq)
+					wmu.Lock()
+					want[k] = seq + 1
+					wmu.Unlock()
+				}
+			}
+		}
+		produce(0, 10)
+
+		var down atomic.Bool
+		down.Store(true)
+		sinkA := &rlSink{decide: func(relay.Event) relay.Result {
+			if down.Load() {
+				return relay.TransientResult(errors.New("peer a is down"))
+			}
+			return relay.SentResult()
+		}}
+		sinkB := &rlSink{}
+		pool := foLoginPool(t, q.db)
+		routes := func() []relay.Route {
+			return []relay.Route{foRoute(q, "a", mode, sinkA), foRoute(q, "b", mode, sinkB)}
+		}
+		fo := relay.WithFanOut(relay.FanOut{Queue: q.table, BatchSize: 16})
+		start := func() func() error {
+			r, err := relay.New(pool, routes(), relay.WithLogger(drLogger(t)), fo)
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			stop := sync.OnceValue(func() error { cancel(); return <-done })
+			t.Cleanup(func() { _ = stop() })
+			return stop
+		}
+		stop1, stop2 := start(), start()
+
+		var producers sync.WaitGroup
+		producers.Go(func() { produce(10, 30) })
+		producers.Wait()
+		total := int64(len(keys) * 30)
+		drWaitFor(t, 60*time.Second, "sink b has every event while a is down", func() bool {
+			return foCount(t, q, "public.events__b", true) == total
+		})
+		require.Zero(t, foCount(t, q, "public.events__a", true), "sink a is down")
+		require.Equal(t, total, foCount(t, q, "public.events__a", false), "sink a's events wait in its queue")
+		require.Equal(t, total, q.sent(t), "the source is fanned out whatever a does")
+		require.Zero(t, q.count(t, `SELECT count(*) FROM public.events__a WHERE attempt_count >= 10`), "a transient failure never poisons")
+
+		down.Store(false)
+		drWaitFor(t, 60*time.Second, "sink a catches up", func() bool {
+			return foCount(t, q, "public.events__a", true) == total
+		})
+		require.NoError(t, stop1())
+		require.NoError(t, stop2())
+
+		source := foSourceIdentities(t, q)
+		require.Len(t, source, int(total))
+		for name, s := range map[string]*rlSink{"a": sinkA, "b": sinkB} {
+			events, _ := s.snapshot()
+			t.Logf("sink %s: %d deliveries of %d events", name, len(events), total)
+			rlRequireKeyOrder(t, events, func(e relay.Event) drEvent { return rlPayload(t, e) }, want)
+			foRequireIdentities(t, events, source)
+			require.Equal(t, relay.FanOutQueue(q.table, name), events[0].Queue)
+		}
+	})
+}
+
+// A table named like a sink's queue that is not a registered queue stops the fan-out (a sink
+// would otherwise miss events), and so does a queue without any sink queue: the events wait in
+// the source, none is recorded as sent.
+func TestRelayFanOut_WaitsRatherThanLoseEvents(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+	q.enqueue(t, "k", "op", 0)
+	pool := foLoginPool(t, q.db)
+	r, err := relay.New(pool, nil, relay.WithLogger(drLogger(t)), relay.WithFanOut(relay.FanOut{Queue: q.table}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	time.Sleep(time.Second)
+	require.Zero(t, q.sent(t), "no sink queue: nothing is fanned out")
+
+	_, err = q.pool.Exec(context.Background(), `CREATE TABLE public.events__stray (id int)`)
+	require.NoError(t, err)
+	foAddSink(t, q, "a", relay.FromNow)
+	time.Sleep(1500 * time.Millisecond)
+	require.Zero(t, q.sent(t), "a table named like a sink's queue but not registered stops the fan-out")
+	require.Zero(t, foCount(t, q, "public.events__a", false))
+
+	_, err = q.pool.Exec(context.Background(), `DROP TABLE public.events__stray`)
+	require.NoError(t, err)
+	drWaitFor(t, 30*time.Second, "fanned out once the stray table is gone", func() bool { return q.sent(t) == 1 })
+	require.EqualValues(t, 1, foCount(t, q, "public.events__a", false))
+	cancel()
+	require.NoError(t, <-done)
+	_ = rand.IntN
+}
