@@ -200,5 +200,109 @@ func TestRelayFanOut_WaitsRatherThanLoseEvents(t *testing.T) {
 	require.EqualValues(t, 1, foCount(t, q, "public.events__a", false))
 	cancel()
 	require.NoError(t, <-done)
-	_ = rand.IntN
+}
+
+// foRequireSuffix checks that, per key, a sink got a suffix of the key's events: from its first one
+// on, every next event in order (a redelivery of the same event aside), up to the last.
+func foRequireSuffix(t *testing.T, events []relay.Event, want map[string]int) map[string]int {
+	t.Helper()
+	first := map[string]int{}
+	last := map[string]int{}
+	for _, e := range events {
+		p := rlPayload(t, e)
+		prev, started := last[p.Key]
+		if !started {
+			first[p.Key] = p.Seq
+		} else {
+			require.Contains(t, []int{prev, prev + 1}, p.Seq, "key %s: seq %d delivered after seq %d", p.Key, p.Seq, prev)
+		}
+		last[p.Key] = p.Seq
+	}
+	for key, n := range want {
+		require.Equal(t, n-1, last[key], "key %s: the last event delivered", key)
+	}
+	return first
+}
+
+// A sink added while producers write and the fan-out runs: from now, it gets each key's events
+// from some point on, every one after it in order (no hole); from the oldest, it gets every event,
+// the retained sent ones first, each key in order. The replica still running with the old file
+// (one sink) feeds the new sinks' queues too: the set of sinks is the database's.
+func TestRelayFanOut_ASinkAddedLaterStartsFromNowOrFromTheOldest(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+	foAddSink(t, q, "a", relay.FromNow)
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
+	const first, all = 10, 40
+	for seq := range first {
+		for _, k := range keys {
+			q.enqueue(t, k, "op", seq)
+		}
+	}
+	pool := foLoginPool(t, q.db)
+	fo := relay.WithFanOut(relay.FanOut{Queue: q.table, BatchSize: 8})
+	start := func(routes ...relay.Route) func() error {
+		r, err := relay.New(pool, routes, relay.WithLogger(drLogger(t)), fo)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		stop := sync.OnceValue(func() error { cancel(); return <-done })
+		t.Cleanup(func() { _ = stop() })
+		return stop
+	}
+	sinkA, sinkB, sinkC := &rlSink{}, &rlSink{}, &rlSink{}
+	stop1 := start(foRoute(q, "a", drainer.ClaimLease, sinkA))
+	drWaitFor(t, 30*time.Second, "the first events reach sink a", func() bool {
+		return foCount(t, q, "public.events__a", true) == int64(first*len(keys))
+	})
+
+	var producers sync.WaitGroup
+	producers.Go(func() {
+		for seq := first; seq < all; seq++ {
+			for _, k := range keys {
+				q.enqueue(t, k, "op", seq)
+			}
+			time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+		}
+	})
+	time.Sleep(50 * time.Millisecond)
+	require.Zero(t, foAddSink(t, q, "b", relay.FromNow), "from now copies nothing")
+	time.Sleep(50 * time.Millisecond)
+	copied := foAddSink(t, q, "c", relay.FromOldest)
+	require.GreaterOrEqual(t, copied, int64(first*len(keys)), "from the oldest copies at least the first events")
+	stop2 := start(foRoute(q, "b", drainer.ClaimLock, sinkB), foRoute(q, "c", drainer.ClaimLease, sinkC))
+	producers.Wait()
+
+	total := int64(all * len(keys))
+	for _, name := range []string{"a", "c"} {
+		drWaitFor(t, 60*time.Second, "sink "+name+" has every event", func() bool {
+			return foCount(t, q, relay.FanOutQueue(q.table, name), true) == total
+		})
+	}
+	drWaitFor(t, 60*time.Second, "sink b has every event of its queue", func() bool {
+		b := foCount(t, q, "public.events__b", false)
+		return b > 0 && foCount(t, q, "public.events__b", true) == b
+	})
+	require.Equal(t, total, q.sent(t))
+	require.NoError(t, stop1())
+	require.NoError(t, stop2())
+
+	want := map[string]int{}
+	for _, k := range keys {
+		want[k] = all
+	}
+	source := foSourceIdentities(t, q)
+	for _, s := range []*rlSink{sinkA, sinkC} {
+		events, _ := s.snapshot()
+		rlRequireKeyOrder(t, events, func(e relay.Event) drEvent { return rlPayload(t, e) }, want)
+		foRequireIdentities(t, events, source)
+	}
+	events, _ := sinkB.snapshot()
+	firsts := foRequireSuffix(t, events, want)
+	foRequireIdentities(t, events, source)
+	for k, seq := range firsts {
+		require.GreaterOrEqual(t, seq, first, "key %s: sink b, added from now, got an event fanned out before it was added", k)
+	}
+	t.Logf("sink c copied %d retained events; sink b started at %v", copied, firsts)
 }
