@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgdrain/pgdrain/cmd/pgdrain/cli"
 	"github.com/pgdrain/pgdrain/drainer"
 	"github.com/pgdrain/pgdrain/internal/testdb"
 	"github.com/pgdrain/pgdrain/relay"
@@ -305,4 +306,56 @@ func TestRelayFanOut_ASinkAddedLaterStartsFromNowOrFromTheOldest(t *testing.T) {
 		require.GreaterOrEqual(t, seq, first, "key %s: sink b, added from now, got an event fanned out before it was added", k)
 	}
 	t.Logf("sink c copied %d retained events; sink b started at %v", copied, firsts)
+}
+
+// pgdrain fanout add creates a sink's queue with its queue's registration: from now empty, from
+// the oldest with every retained sent event (not the pending ones: the fan-out copies those), in
+// id order, with their event_id, key, headers and created_at.
+func TestCLI_FanOutAddCreatesASinksQueue(t *testing.T) {
+	t.Parallel()
+	db := cliFixture(t)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.cli_events', 'account_id', max_attempts => 7)`)
+	cliExec(t, db.Pool, `UPDATE public.cli_events SET sent_at = now(), headers = '{"x-n": "1"}' WHERE id <= 6`)
+
+	r := runCLI(t, "--dsn", db.URL, "fanout", "add", "public.cli_events", "hooks")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, "sink hooks of public.cli_events: queue public.cli_events__hooks created, from now\n", r.stdout)
+	var out struct {
+		SinkQueue string `json:"sink_queue"`
+		From      string `json:"from"`
+		Copied    int64  `json:"copied"`
+	}
+	runCLIJSON(t, cli.ExitOK, &out, "--dsn", db.URL, "fanout", "add", "public.cli_events", "audit", "--from", "oldest")
+	require.Equal(t, "public.cli_events__audit", out.SinkQueue)
+	require.Equal(t, "oldest", out.From)
+	require.EqualValues(t, 6, out.Copied)
+
+	var n int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM public.cli_events__hooks`).Scan(&n))
+	require.Zero(t, n)
+	var same bool
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+		SELECT array_agg(ROW(s.event_type, s.payload, s.account_id, s.event_id, s.headers, s.created_at) ORDER BY s.id)
+		     = (SELECT array_agg(ROW(a.event_type, a.payload, a.account_id, a.event_id, a.headers, a.created_at) ORDER BY a.id)
+		        FROM public.cli_events__audit a WHERE a.sent_at IS NULL AND a.attempt_count = 0)
+		FROM public.cli_events s WHERE s.sent_at IS NOT NULL`).Scan(&same))
+	require.True(t, same, "the retained sent events, in order, each as it was")
+	var column string
+	var maxAttempts int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT partition_column, max_attempts FROM outbox.queues WHERE queue = 'public.cli_events__audit'`).Scan(&column, &maxAttempts))
+	require.Equal(t, "account_id", column)
+	require.Equal(t, 7, maxAttempts, "the sink's queue takes its queue's registration")
+
+	r = runCLI(t, "--dsn", db.URL, "fanout", "add", "public.cli_events", "hooks")
+	require.Equal(t, cli.ExitDatabase, r.code)
+	require.Contains(t, r.stderr, "exists already")
+	r = runCLI(t, "--dsn", db.URL, "fanout", "add", "public.cli_events", "Hooks")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, `SINK must be lower case letters and digits`)
+	r = runCLI(t, "--dsn", db.URL, "fanout", "add", "public.nope", "hooks")
+	require.Equal(t, cli.ExitUsage, r.code, "an unknown queue: %s", r.stderr)
+	r = runCLI(t, "--dsn", db.URL, "fanout", "add", "public.cli_events", "x", "--from", "yesterday")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.stderr, `--from must be now or oldest, got "yesterday"`)
 }

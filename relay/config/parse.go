@@ -63,8 +63,13 @@ func Parse(name string, data []byte, lookupEnv func(string) (string, bool)) (*Fi
 	if err := p.err(); err != nil {
 		return nil, err
 	}
-	for i := range f.Queues {
+	for i, q := range f.Queues {
 		f.queueLines = append(f.queueLines, p.lineOf([]string{"queues", strconv.Itoa(i), "queue"}))
+		var lines []int
+		for j := range q.Sinks {
+			lines = append(lines, p.lineOf([]string{"queues", strconv.Itoa(i), "sinks", strconv.Itoa(j), "name"}))
+		}
+		f.sinkLines = append(f.sinkLines, lines)
 	}
 	return f, nil
 }
@@ -306,11 +311,18 @@ func nullify(n *yaml.Node) {
 	*n = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
 }
 
-// yamlFields maps the yaml keys of struct t to its fields (fields tagged "-" have none).
+// yamlFields maps the yaml keys of struct t to its fields (fields tagged "-" have none; those of
+// an inline struct are t's).
 func yamlFields(t reflect.Type) map[string]reflect.StructField {
 	out := map[string]reflect.StructField{}
 	for f := range t.Fields() {
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "" && opts == "inline" && f.Type.Kind() == reflect.Struct {
+			for k, v := range yamlFields(f.Type) {
+				out[k] = v
+			}
+			continue
+		}
 		if tag == "" || tag == "-" || !f.IsExported() {
 			continue
 		}

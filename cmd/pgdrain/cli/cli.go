@@ -58,6 +58,10 @@ commands:
                                   until interrupted
   relay --config FILE [--check]   relay queues to webhooks, Kafka or NATS JetStream as FILE says
                                   (docs/relay.md) until SIGTERM; --check only validates FILE
+  fanout add QUEUE SINK [--from now|oldest]
+                                  create the queue QUEUE__SINK that feeds sink SINK of a queue
+                                  the relay fans out; with --from oldest, copy the retained sent
+                                  events into it first (as the queue's owner; docs/relay.md)
 
 flags (before or after the command):
   --dsn URL    PostgreSQL URL (default $DATABASE_URL; without either, the PG* environment
@@ -113,7 +117,7 @@ func noFlags(run action) func(*flag.FlagSet) (func() error, action) {
 	return func(*flag.FlagSet) (func() error, action) { return func() error { return nil }, run }
 }
 
-var commands = []command{queuesCommand, statsCommand, wedgedCommand, poisonedCommand, requeueCommand, purgeCommand, checkCommand, webCommand, relayCommand}
+var commands = []command{queuesCommand, statsCommand, wedgedCommand, poisonedCommand, requeueCommand, purgeCommand, checkCommand, webCommand, relayCommand, fanoutCommand}
 
 // Run runs the pgdrain command with args (without the program name), writing results to stdout
 // and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or
