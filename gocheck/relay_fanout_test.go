@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -358,4 +359,44 @@ func TestCLI_FanOutAddCreatesASinksQueue(t *testing.T) {
 	r = runCLI(t, "--dsn", db.URL, "fanout", "add", "public.cli_events", "x", "--from", "yesterday")
 	require.Equal(t, cli.ExitUsage, r.code)
 	require.Contains(t, r.stderr, `--from must be now or oldest, got "yesterday"`)
+}
+
+// The SQL docs/relay.md gives for adding a sink from the oldest event, run as written, makes the
+// same sink queue as pgdrain fanout add --from oldest.
+func TestRelayFanOut_TheDocumentedSQLAddsASinkLikeTheCommand(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/relay.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(doc), "Without the command")
+	require.True(t, ok, "docs/relay.md no longer gives the SQL of adding a sink")
+	_, rest, ok = strings.Cut(rest, "```sql\n")
+	require.True(t, ok)
+	block, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok)
+	var sql strings.Builder
+	for line := range strings.Lines(block) {
+		sql.WriteString(strings.TrimPrefix(line, "  "))
+	}
+
+	db := testdb.New(t)
+	ctx := context.Background()
+	_, err = db.Pool.Exec(ctx, `SELECT outbox.create_queue('public.orders', 'customer_id');
+		INSERT INTO public.orders (event_type, payload, customer_id, headers)
+		SELECT 'e', jsonb_build_object('n', g), 'c' || (g % 3), CASE WHEN g % 2 = 0 THEN '{"x-a": "b"}'::jsonb END
+		FROM generate_series(1, 9) g;
+		UPDATE public.orders SET sent_at = now() WHERE id <= 6`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, sql.String())
+	require.NoError(t, err, "the documented SQL:\n%s", sql.String())
+	n, err := relay.AddFanOutSink(ctx, db.Pool, "public.orders", "hooks", relay.FromOldest)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, n)
+	var same bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		SELECT (SELECT array_agg(ROW(event_type, payload, customer_id, event_id, headers, created_at, sent_at, attempt_count) ORDER BY id)
+		        FROM public.orders__kafka)
+		     = (SELECT array_agg(ROW(event_type, payload, customer_id, event_id, headers, created_at, sent_at, attempt_count) ORDER BY id)
+		        FROM public.orders__hooks)
+		   AND (SELECT partition_column FROM outbox.queues WHERE queue = 'public.orders__kafka') = 'customer_id'`).Scan(&same))
+	require.True(t, same)
 }
