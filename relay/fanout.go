@@ -198,6 +198,8 @@ type fanOut struct {
 	partitioned *bool             // the queue's, once read
 	targets     map[int64]*target // by table oid, those resolved
 	last        []string          // the sinks' queues of the last batch, for the log
+	tx          pgx.Tx            // the transaction txTargets were read in
+	txTargets   []*target
 }
 
 // target is one sink's queue.
@@ -218,9 +220,22 @@ func newFanOut(f FanOut, pool *pgxpool.Pool, logger interface {
 
 // apply is the fan-out drainer's TxApplier: batch copied into every sink's queue, in tx.
 func (f *fanOut) apply(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) error {
-	targets, err := f.currentTargets(ctx, tx)
-	if err != nil {
-		return err
+	// The set read in this transaction holds until it ends: the lock taken with it stays, and
+	// whoever changes the set waits for it (its later rounds, for a busy key, skip the read).
+	f.mu.Lock()
+	targets := f.txTargets
+	if f.tx != tx {
+		targets = nil
+	}
+	f.mu.Unlock()
+	if targets == nil {
+		var err error
+		if targets, err = f.currentTargets(ctx, tx); err != nil {
+			return err
+		}
+		f.mu.Lock()
+		f.tx, f.txTargets = tx, targets
+		f.mu.Unlock()
 	}
 	args := fanOutArgs(batch)
 	var b pgx.Batch
