@@ -109,6 +109,7 @@ func New(pool *pgxpool.Pool, routes []Route, opts ...Option) (*Relay, error) {
 		key := canonicalQueue(f.Queue)
 		if j, dup := fanned[key]; dup && f.Queue != "" {
 			errs = append(errs, fmt.Errorf("fan-out[%d] (%s): Queue is already fanned out by fan-out[%d]", i, f.Queue, j))
+			continue
 		}
 		fanned[key] = i
 	}
