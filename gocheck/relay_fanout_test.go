@@ -26,16 +26,23 @@ import (
 // pgdrain_producer: what a relay that fans out needs.
 func foLoginPool(t *testing.T, db *testdb.DB) *pgxpool.Pool {
 	t.Helper()
+	pool, err := pgxpool.New(context.Background(), foLoginURL(t, db))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// foLoginURL is the URL of a fresh login role that is a member of exactly pgdrain_worker and
+// pgdrain_producer.
+func foLoginURL(t *testing.T, db *testdb.DB) string {
+	t.Helper()
 	u := loginURL(t, db, "pgdrain_worker")
 	pcfg, err := pgxpool.ParseConfig(u)
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(context.Background(), fmt.Sprintf("GRANT pgdrain_producer TO %s",
 		pgx.Identifier{pcfg.ConnConfig.User}.Sanitize()))
 	require.NoError(t, err)
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return u
 }
 
 // foAddSink adds sink to q's fan-out as the owner.
