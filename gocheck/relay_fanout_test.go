@@ -407,3 +407,20 @@ func TestRelayFanOut_TheDocumentedSQLAddsASinkLikeTheCommand(t *testing.T) {
 		   AND (SELECT partition_column FROM outbox.queues WHERE queue = 'public.orders__kafka') = 'customer_id'`).Scan(&same))
 	require.True(t, same)
 }
+
+// A sink whose queue was never made stops the relay at start (exit 3 in pgdrain relay), saying how
+// to make it.
+func TestRelayFanOut_AMissingSinkQueueSaysHowToMakeIt(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+	pool := foLoginPool(t, q.db)
+	r, err := relay.New(pool, []relay.Route{foRoute(q, "kafka", drainer.ClaimLease, &rlSink{})},
+		relay.WithLogger(drLogger(t)), relay.WithFanOut(relay.FanOut{Queue: q.table}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	require.ErrorIs(t, err, drainer.ErrQueueNotRegistered)
+	require.ErrorContains(t, err, "queue public.events__kafka: queue public.events__kafka is not registered")
+	require.ErrorContains(t, err, "(it is the queue of sink kafka of public.events: create it with pgdrain fanout add public.events kafka)")
+}

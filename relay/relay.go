@@ -254,7 +254,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			x.logger.InfoContext(ctx, "relaying", "mode", x.Drainer.ClaimMode.String())
 			if err := x.drainer.Run(ctx); err != nil {
 				x.setState("failed", err)
-				errs[i] = fmt.Errorf("queue %s: %w", x.Queue, err)
+				errs[i] = fmt.Errorf("queue %s: %w%s", x.Queue, err, r.sinkQueueHint(x, err))
 				x.logger.ErrorContext(ctx, "relay of the queue failed; stopping the relay", "err", err)
 				r.stopping.Store(true)
 				cancel()
@@ -276,6 +276,21 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sinkQueueHint says how to make the missing queue of a fan-out's sink.
+func (r *Relay) sinkQueueHint(x *route, err error) string {
+	if x.fanOut != nil || !errors.Is(err, drainer.ErrQueueNotRegistered) {
+		return ""
+	}
+	for _, f := range r.fanOuts {
+		prefix := canonicalQueue(f.Queue) + FanOutSeparator
+		if sink, ok := strings.CutPrefix(canonicalQueue(x.Queue), prefix); ok && fanOutSinkPattern.MatchString(sink) {
+			return fmt.Sprintf(" (it is the queue of sink %s of %s: create it with pgdrain fanout add %s %s)",
+				sink, canonicalQueue(f.Queue), canonicalQueue(f.Queue), sink)
+		}
+	}
+	return ""
 }
 
 func (x *route) setState(state string, err error) {
