@@ -119,7 +119,8 @@ type Drainer[T any] struct {
 }
 
 // New returns a Drainer for cfg.Table. It validates cfg but does not touch the database: Run
-// checks the queue's registration.
+// checks the queue's registration. apply may be nil with WithTxApplier, which applies whole
+// lock-mode batches instead.
 func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier[T], opts ...Option[T]) (*Drainer[T], error) {
 	if pool == nil {
 		return nil, errors.New("pool must not be nil")
