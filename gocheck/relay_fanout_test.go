@@ -424,3 +424,45 @@ func TestRelayFanOut_AMissingSinkQueueSaysHowToMakeIt(t *testing.T) {
 	require.ErrorContains(t, err, "queue public.events__kafka: queue public.events__kafka is not registered")
 	require.ErrorContains(t, err, "(it is the queue of sink kafka of public.events: create it with pgdrain fanout add public.events kafka)")
 }
+
+// An unpartitioned queue fans out to unpartitioned sink queues; a sink queue partitioned unlike its
+// queue stops the copying (its events would lose or gain an order) until it is dropped.
+func TestRelayFanOut_UnpartitionedQueuesAndAPartitioningMismatch(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{})
+	foAddSink(t, q, "a", relay.FromNow)
+	ctx := context.Background()
+	_, err := q.pool.Exec(ctx, `SELECT outbox.create_queue('public.events__b', 'partition_key')`)
+	require.NoError(t, err)
+	for seq := range 20 {
+		q.enqueue(t, "", "op", seq)
+	}
+	pool := foLoginPool(t, q.db)
+	sink := &rlSink{}
+	r, err := relay.New(pool, []relay.Route{foRoute(q, "a", drainer.ClaimLock, sink)},
+		relay.WithLogger(drLogger(t)), relay.WithFanOut(relay.FanOut{Queue: q.table}))
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	time.Sleep(time.Second)
+	require.Zero(t, q.sent(t), "a sink queue partitioned unlike its queue stops the copying")
+
+	_, err = q.pool.Exec(ctx, `SELECT outbox.drop_queue('public.events__b', drop_table => true)`)
+	require.NoError(t, err)
+	drWaitFor(t, 30*time.Second, "every event delivered once the mismatched queue is gone", func() bool {
+		return foCount(t, q, "public.events__a", true) == 20
+	})
+	cancel()
+	require.NoError(t, <-done)
+	events, _ := sink.snapshot()
+	source := foSourceIdentities(t, q)
+	seen := map[string]bool{}
+	for _, e := range events {
+		p := rlPayload(t, e)
+		seen[fmt.Sprint(p.Seq)] = true
+		require.Equal(t, "", e.PartitionKey)
+		require.Equal(t, source[fmt.Sprintf("/%d", p.Seq)], e.Identity)
+	}
+	require.Len(t, seen, 20)
+}
