@@ -114,20 +114,19 @@ type Drainer[T any] struct {
 	wedgeObserver func(context.Context, []WedgedPartition)
 	registerer    prometheus.Registerer
 	tracer        trace.Tracer // WithTracerProvider's; nil: no spans
+	txApply       TxApplier    // WithTxApplier's; nil: apply each row with apply
 	running       atomic.Bool
 }
 
 // New returns a Drainer for cfg.Table. It validates cfg but does not touch the database: Run
-// checks the queue's registration.
+// checks the queue's registration. apply may be nil with WithTxApplier, which applies whole
+// lock-mode batches instead.
 func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier[T], opts ...Option[T]) (*Drainer[T], error) {
 	if pool == nil {
 		return nil, errors.New("pool must not be nil")
 	}
 	if decode == nil {
 		return nil, errors.New("decode must not be nil")
-	}
-	if apply == nil {
-		return nil, errors.New("apply must not be nil")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -142,6 +141,12 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 	}
 	for _, o := range opts {
 		o(d)
+	}
+	switch {
+	case d.txApply != nil && cfg.ClaimMode != ClaimLock:
+		return nil, errTxApplierNeedsLock
+	case d.txApply == nil && apply == nil:
+		return nil, errors.New("apply must not be nil (unless WithTxApplier is given)")
 	}
 	if d.listenPool != nil && cfg.PollOnly {
 		return nil, errors.New("WithListenPool and Config.PollOnly exclude each other: PollOnly turns LISTEN off")

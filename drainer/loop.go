@@ -66,7 +66,11 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		n, err := r.lockBatch(ctx)
+		batch := r.lockBatch
+		if r.d.txApply != nil {
+			batch = r.txBatch
+		}
+		n, err := batch(ctx)
 		if ctx.Err() != nil {
 			return
 		}

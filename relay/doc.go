@@ -11,6 +11,10 @@
 // row's headers with the event. A peer's Retry-After (Result.RetryAfter) becomes the row's next
 // attempt.
 //
+// One queue can feed several sinks, each at its own pace (WithFanOut, FanOut): the relay copies
+// each event, in its claim transaction, into one queue per sink (FanOutQueue, made by
+// AddFanOutSink), and a Route delivers each of those queues. Producers write the queue only.
+//
 // The pgdrain command runs a Relay from a YAML file (pgdrain relay --config FILE, package
 // relay/config); a Go program builds Routes itself and calls New and Run. Relay.Handler serves
 // Prometheus metrics and a health endpoint.

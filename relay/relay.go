@@ -51,6 +51,12 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(r *Relay) { r.tracerProvider = tp }
 }
 
+// WithFanOut feeds each of fanOuts' queues to its sinks' queues (FanOut); Routes then deliver
+// those queues (FanOutQueue) to the sinks. A queue fanned out may not also be a Route's queue.
+func WithFanOut(fanOuts ...FanOut) Option {
+	return func(r *Relay) { r.fanOuts = append(r.fanOuts, fanOuts...) }
+}
+
 // Relay runs one drainer per Route and hands every claimed event to the route's Sink. Run as many
 // replicas as you like: the queue's claims (leases or row locks) share the work and keep each
 // partition key's order, whatever the number of replicas.
@@ -61,13 +67,15 @@ type Relay struct {
 	registerer prometheus.Registerer
 	// tracerProvider is WithTracerProvider's; nil: no spans.
 	tracerProvider trace.TracerProvider
+	fanOuts        []FanOut // WithFanOut's
 	running        atomic.Bool
 	stopping       atomic.Bool
 }
 
-// route is a Route at run time.
+// route is a Route at run time, or a FanOut's drainer (fanOut set, no Sink).
 type route struct {
 	Route
+	fanOut   *fanOut
 	drainer  *drainer.Drainer[json.RawMessage]
 	batcher  *batcher
 	logger   *slog.Logger
@@ -85,14 +93,26 @@ func New(pool *pgxpool.Pool, routes []Route, opts ...Option) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("pool must not be nil")
 	}
-	if len(routes) == 0 {
-		return nil, errors.New("routes must name at least one queue")
-	}
 	r := &Relay{pool: pool, logger: slog.Default()}
 	for _, o := range opts {
 		o(r)
 	}
+	if len(routes) == 0 && len(r.fanOuts) == 0 {
+		return nil, errors.New("routes must name at least one queue")
+	}
 	var errs []error
+	fanned := map[string]int{}
+	for i, f := range r.fanOuts {
+		for _, line := range splitLines(f.Validate()) {
+			errs = append(errs, fmt.Errorf("fan-out[%d] (%s): %s", i, f.Queue, line))
+		}
+		key := canonicalQueue(f.Queue)
+		if j, dup := fanned[key]; dup && f.Queue != "" {
+			errs = append(errs, fmt.Errorf("fan-out[%d] (%s): Queue is already fanned out by fan-out[%d]", i, f.Queue, j))
+			continue
+		}
+		fanned[key] = i
+	}
 	seen := map[string]int{}
 	for i, rt := range routes {
 		for _, line := range splitLines(rt.Validate()) {
@@ -101,6 +121,10 @@ func New(pool *pgxpool.Pool, routes []Route, opts ...Option) (*Relay, error) {
 		key := canonicalQueue(rt.Queue)
 		if j, dup := seen[key]; dup && rt.Queue != "" {
 			errs = append(errs, fmt.Errorf("routes[%d] (%s): Queue is already relayed by routes[%d]: one route per queue", i, rt.Queue, j))
+		}
+		if j, dup := fanned[key]; dup && rt.Queue != "" {
+			errs = append(errs, fmt.Errorf("routes[%d] (%s): Queue is fanned out by fan-out[%d]: nothing else may drain it; "+
+				"route its sinks' queues (FanOutQueue) instead", i, rt.Queue, j))
 		}
 		seen[key] = i
 	}
@@ -129,6 +153,23 @@ func New(pool *pgxpool.Pool, routes []Route, opts ...Option) (*Relay, error) {
 		d, err := drainer.New(pool, rt.Drainer, decodeRaw, x.apply, dopts...)
 		if err != nil {
 			return nil, fmt.Errorf("queue %s: %w", rt.Queue, err)
+		}
+		x.drainer = d
+		r.routes = append(r.routes, x)
+	}
+	for _, f := range r.fanOuts {
+		f = f.withDefaults()
+		logger := r.logger.With("queue", f.Queue, "sink", "fanout")
+		x := &route{Route: Route{Queue: f.Queue, SinkKind: "fanout", Drainer: f.drainerConfig()}, state: "idle", logger: logger,
+			fanOut: newFanOut(f, pool, logger)}
+		dopts := []drainer.Option[json.RawMessage]{drainer.WithLogger[json.RawMessage](r.logger),
+			drainer.WithTxApplier[json.RawMessage](x.fanOut.apply)}
+		if r.registerer != nil {
+			dopts = append(dopts, drainer.WithMetrics[json.RawMessage](r.registerer))
+		}
+		d, err := drainer.New(pool, x.Drainer, decodeRaw, nil, dopts...)
+		if err != nil {
+			return nil, fmt.Errorf("fan-out of queue %s: %w", f.Queue, err)
 		}
 		x.drainer = d
 		r.routes = append(r.routes, x)
@@ -216,7 +257,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			// returns its last start error: that is a clean shutdown, not a failure.
 			if err := x.drainer.Run(ctx); err != nil && shutdown.Err() == nil {
 				x.setState("failed", err)
-				errs[i] = fmt.Errorf("queue %s: %w", x.Queue, err)
+				errs[i] = fmt.Errorf("queue %s: %w%s", x.Queue, err, r.sinkQueueHint(x, err))
 				x.logger.ErrorContext(ctx, "relay of the queue failed; stopping the relay", "err", err)
 				r.stopping.Store(true)
 				cancel()
@@ -229,12 +270,30 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.stopping.Store(true)
 	wg.Wait()
 	for _, x := range r.routes {
+		if x.fanOut != nil {
+			continue
+		}
 		x.batcher.close()
 		if err := x.Sink.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("queue %s: closing sink %s: %w", x.Queue, x.SinkKind, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sinkQueueHint says how to make the missing queue of a fan-out's sink.
+func (r *Relay) sinkQueueHint(x *route, err error) string {
+	if x.fanOut != nil || !errors.Is(err, drainer.ErrQueueNotRegistered) {
+		return ""
+	}
+	for _, f := range r.fanOuts {
+		prefix := canonicalQueue(f.Queue) + FanOutSeparator
+		if sink, ok := strings.CutPrefix(canonicalQueue(x.Queue), prefix); ok && fanOutSinkPattern.MatchString(sink) {
+			return fmt.Sprintf(" (it is the queue of sink %s of %s: create it with pgdrain fanout add %s %s)",
+				sink, canonicalQueue(f.Queue), canonicalQueue(f.Queue), sink)
+		}
+	}
+	return ""
 }
 
 func (x *route) setState(state string, err error) {

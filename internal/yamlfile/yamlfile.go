@@ -326,7 +326,13 @@ func nullify(n *yaml.Node) {
 func yamlFields(t reflect.Type) map[string]reflect.StructField {
 	out := map[string]reflect.StructField{}
 	for f := range t.Fields() {
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "" && opts == "inline" && f.Type.Kind() == reflect.Struct {
+			for k, v := range yamlFields(f.Type) {
+				out[k] = v
+			}
+			continue
+		}
 		if tag == "" || tag == "-" || !f.IsExported() {
 			continue
 		}

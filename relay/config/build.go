@@ -15,23 +15,49 @@ import (
 	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
-// Routes builds each queue's sink and returns the relay's routes. A sink that cannot be built
-// (a broker that refuses the connection at start) is an error naming the queue; sinks already
-// built are closed.
+// Routes builds each queue's sink (each sink of a queue fanned out) and returns the relay's routes:
+// a queue fanned out has one route per sink, on the sink's queue (relay.FanOutQueue); FanOuts
+// lists those queues. A sink that cannot be built (a broker that refuses the connection at start)
+// is an error naming the queue; sinks already built are closed.
 func (f *File) Routes(ctx context.Context) ([]relay.Route, error) {
 	var routes []relay.Route
-	for i, q := range f.Queues {
-		sink, kind, t, err := q.Sink.build(ctx)
+	add := func(where, queue string, d Delivery) error {
+		sink, kind, t, err := d.Sink.build(ctx)
 		if err != nil {
 			for _, r := range routes {
 				_ = r.Sink.Close()
 			}
-			return nil, fmt.Errorf("%s (%s): building the %s sink: %s", f.Where(i), q.Queue, kind, yamlfile.InFileWords(t, err.Error()))
+			return fmt.Errorf("%s (%s): building the %s sink: %s", where, queue, kind, yamlfile.InFileWords(t, err.Error()))
 		}
-		mode, _ := q.claimMode() // validated
-		routes = append(routes, q.route(mode, sink, kind))
+		mode, _ := d.claimMode() // validated
+		routes = append(routes, d.route(queue, mode, sink, kind))
+		return nil
+	}
+	for i, q := range f.Queues {
+		if len(q.Sinks) == 0 {
+			if err := add(f.Where(i), q.Queue, q.Delivery); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		for j, s := range q.Sinks {
+			if err := add(f.whereSink(i, j), relay.FanOutQueue(q.Queue, s.Name), s.Delivery); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return routes, nil
+}
+
+// FanOuts returns the fan-out of every queue that has sinks (relay.WithFanOut).
+func (f *File) FanOuts() []relay.FanOut {
+	var out []relay.FanOut
+	for _, q := range f.Queues {
+		if len(q.Sinks) > 0 {
+			out = append(out, q.fanOut())
+		}
+	}
+	return out
 }
 
 // build returns the sink, its kind and its config's type (whose Go field names its errors use).

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/drainer"
+	"github.com/pgdrain/pgdrain/relay"
 	"github.com/pgdrain/pgdrain/relay/config"
 )
 
@@ -114,8 +115,8 @@ func TestParse_UnknownFieldsTypesAndEnvironment(t *testing.T) {
 	t.Parallel()
 	_, err := config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrenc: 4\n    sink:\n      webhok: {}\n"), env(nil))
 	require.EqualError(t, err, "r.yaml:3: queues[0].concurrenc is not a known field (known: batch_linger, batch_size, claim_mode, "+
-		"concurrency, failure_log_interval, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, sink, timeout, "+
-		"wedge_warn_after)\n"+
+		"concurrency, failure_log_interval, fanout, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, sink, sinks, "+
+		"timeout, wedge_warn_after)\n"+
 		"r.yaml:5: queues[0].sink.webhok is not a known field (known: jetstream, kafka, webhook)")
 
 	_, err = config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrency: many\n    timeout: soon\n"), env(nil))
@@ -220,4 +221,92 @@ func TestParse_SinkProblemsNameTheFilesKeys(t *testing.T) {
 	require.EqualError(t, err, "r.yaml:3: queues[0].sink.kafka.topic must be set, or topic_field to take each event's topic from its payload\n"+
 		"r.yaml:5: queues[1].sink.jetstream.allowed_subjects must be empty unless subject_field is set: they limit the subjects payloads name\n"+
 		"r.yaml:7: queues[2].sink.jetstream.subject must be set, or subject_field to take each event's subject from its payload")
+}
+
+// One queue, two sinks: each sink is a route on its own queue (<queue>__<name>) with its own
+// settings, and the queue is fanned out.
+func TestParse_AQueueFannedOutToSinks(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse("relay.yaml", []byte(`queues:
+  - queue: public.orders
+    fanout: {batch_size: 200, poll_fallback: 10s}
+    sinks:
+      - name: hooks
+        concurrency: 8
+        sink:
+          webhook: {url: "https://hooks.example.com/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw]}
+      - name: stream
+        claim_mode: lock
+        concurrency: 4
+        batch_size: 4
+        sink:
+          jetstream: {url: "nats://nats:4222", subject: orders.events}
+  - queue: public.audit
+    sink:
+      webhook: {url: "https://audit.example.com/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw]}
+`), env(nil))
+	require.NoError(t, err)
+	routes, err := f.Routes(context.Background())
+	require.NoError(t, err)
+	require.Len(t, routes, 3)
+	require.Equal(t, "public.orders__hooks", routes[0].Queue)
+	require.Equal(t, "webhook", routes[0].SinkKind)
+	require.Equal(t, 8, routes[0].Drainer.ApplyConcurrency)
+	require.Equal(t, "public.orders__stream", routes[1].Queue)
+	require.Equal(t, "jetstream", routes[1].SinkKind)
+	require.Equal(t, drainer.ClaimLock, routes[1].Drainer.ClaimMode)
+	require.Equal(t, 4, routes[1].BatchSize)
+	require.Equal(t, "public.audit", routes[2].Queue)
+	require.Equal(t, []relay.FanOut{{Queue: "public.orders", BatchSize: 200, PollFallback: 10 * time.Second}}, f.FanOuts())
+	for _, r := range routes {
+		require.NoError(t, r.Validate())
+		require.NoError(t, r.Sink.Close())
+	}
+}
+
+// A fan-out's problems name their fields: a sink's name, its settings, what is set beside sinks,
+// the fan-out's own settings, and a queue drained twice.
+func TestParse_FanOutProblemsNameTheirFields(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse("r.yaml", []byte(`queues:
+  - queue: public.orders
+    concurrency: 4
+    sink: {kafka: {brokers: [k:9092], topic: t}}
+    fanout: {batch_size: 0, timeout: -1s}
+    sinks:
+      - name: Hooks
+        sink: {kafka: {brokers: [k:9092], topic: t}}
+      - name: kafka
+        batch_size: 2
+        sink: {kafka: {brokers: [k:9092]}}
+      - name: kafka
+        sink: {kafka: {brokers: [k:9092], topic: t}}
+      - sink: {kafka: {brokers: [k:9092], topic: t}}
+      - name: a__b
+        claim_mode: fast
+  - queue: public.orders
+    sink: {kafka: {brokers: [k:9092], topic: t}}
+  - queue: public.orders__kafka
+    sink: {kafka: {brokers: [k:9092], topic: t}}
+  - queue: public.audit
+    fanout: {batch_size: 10}
+    sink: {kafka: {brokers: [k:9092], topic: t}}
+`), env(nil))
+	require.Error(t, err)
+	require.Equal(t, []string{
+		`r.yaml:3: queues[0].concurrency is set per sink when the queue is fanned out: move it under each of sinks`,
+		`r.yaml:4: queues[0].sink and sinks exclude each other: one sink, or a list of named sinks each with its own queue`,
+		`r.yaml:5: queues[0].fanout.timeout must be positive (or 0 for the default), got -1s`,
+		`r.yaml:7: queues[0].sinks[0].name must be lower case letters and digits, with single underscores between them (__ separates it from the queue's name), got "Hooks"`,
+		`r.yaml:10: queues[0].sinks[1].batch_size must be between 1 and concurrency (1): a batch groups events applied at the same time, got 2`,
+		`r.yaml:11: queues[0].sinks[1].sink.kafka.topic must be set, or topic_field to take each event's topic from its payload`,
+		`r.yaml:12: queues[0].sinks[2].name is already the name of sinks[1]`,
+		`r.yaml:14: queues[0].sinks[3].name must be set: the sink delivers the events of the queue public.orders__<name>`,
+		`r.yaml:15: queues[0].sinks[4].name must be lower case letters and digits, with single underscores between them (__ separates it from the queue's name), got "a__b"`,
+		`r.yaml:16: queues[0].sinks[4].claim_mode must be lease or lock, got "fast"`,
+		`r.yaml:15: queues[0].sinks[4].sink must name one sink: webhook, kafka, jetstream`,
+		`r.yaml:17: queues[1].queue is already fanned out by queues[0]: one entry per queue`,
+		`r.yaml:19: queues[2].queue is already relayed by queues[0].sinks[1]: one entry per queue`,
+		`r.yaml:22: queues[3].fanout is only for a queue fanned out to sinks (sinks)`,
+	}, strings.Split(err.Error(), "\n"))
 }

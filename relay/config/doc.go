@@ -1,5 +1,6 @@
 // Package config reads the YAML file of `pgdrain relay --config FILE`: which queues go to which
-// sink, with each queue's claim mode, concurrency, batch size, timeouts and lease. Every problem
+// sink (or, fanned out, to which sinks: relay.FanOut), with each sink's claim mode, concurrency,
+// batch size, timeouts and lease. Every problem
 // is reported at once, each naming the file, the line and the field ("relay.yaml:12:
 // queues[0].sink.webhook.url must be set ..."); unknown fields are errors, so a typo is never
 // silently a default. ${NAME} in a value is replaced by the environment variable NAME (an unset

@@ -23,8 +23,9 @@ type File struct {
 	// Queues maps each queue to its sink. At least one.
 	Queues []Queue `yaml:"queues"`
 
-	name       string // the file's name, for errors
-	queueLines []int  // the line of each queue's queue field
+	name       string  // the file's name, for errors
+	queueLines []int   // the line of each queue's queue field
+	sinkLines  [][]int // the line of each fan-out sink's name field, by queue
 }
 
 // Where says where queue i of the file is, as problems are reported: "relay.yaml:4:
@@ -41,10 +42,55 @@ func (f *File) Where(i int) string {
 // default) or text. The same section as in `pgdrain escalate`'s file.
 type Log = yamlfile.Log
 
-// Queue relays one queue to one sink. A zero field takes the drainer's or the relay's default.
+// whereSink says where sink j of queue i of the file is: "relay.yaml:9: queues[0].sinks[1].name".
+func (f *File) whereSink(i, j int) string {
+	line := 0
+	if i >= 0 && i < len(f.sinkLines) && j >= 0 && j < len(f.sinkLines[i]) {
+		line = f.sinkLines[i][j]
+	}
+	return fmt.Sprintf("%s:%d: queues[%d].sinks[%d].name", f.name, line, i, j)
+}
+
+// Queue relays one queue to one sink (sink), or fans it out to several (sinks), each delivering
+// from its own queue at its own pace (relay.FanOut).
 type Queue struct {
 	// Queue is the queue table ("schema.table"), registered with outbox.create_queue. Required.
 	Queue string `yaml:"queue"`
+	// Delivery is how the queue's events go to its sink (with sink; unset with sinks, where each
+	// sink has its own).
+	Delivery `yaml:",inline"`
+	// Sinks fans the queue out: each sink delivers the events of its own queue,
+	// <queue>__<name> (relay.FanOutQueue, made by pgdrain fanout add), with its own settings.
+	// Excludes Sink and the delivery fields beside it.
+	Sinks []FanOutSink `yaml:"sinks"`
+	// FanOut configures the copying of the queue's events into its sinks' queues (with sinks).
+	FanOut FanOut `yaml:"fanout"`
+}
+
+// FanOutSink is one sink of a queue that is fanned out.
+type FanOutSink struct {
+	// Name names the sink and its queue, <queue>__<name>: lower case letters and digits with
+	// single underscores between them. Required.
+	Name string `yaml:"name"`
+	// Delivery is how the sink's queue's events go to the sink.
+	Delivery `yaml:",inline"`
+}
+
+// FanOut configures a queue's fan-out (relay.FanOut). A zero field takes the relay's default.
+type FanOut struct {
+	// BatchSize is how many events one fan-out transaction copies at most. Defaults to 500.
+	BatchSize int `yaml:"batch_size"`
+	// Timeout bounds each round of a fan-out transaction. Defaults to 10s.
+	Timeout time.Duration `yaml:"timeout"`
+	// PollFallback is how often the queue is claimed without a NOTIFY. Defaults to 30s.
+	PollFallback time.Duration `yaml:"poll_fallback"`
+	// RepairInterval is how often the repair pass runs on the queue (negative: off). Defaults to 1m.
+	RepairInterval time.Duration `yaml:"repair_interval"`
+}
+
+// Delivery is how a queue's events go to its sink. A zero field takes the drainer's or the
+// relay's default.
+type Delivery struct {
 	// ClaimMode is lease (the default: safe for slow peers) or lock (faster for fast peers).
 	ClaimMode string `yaml:"claim_mode"`
 	// Concurrency is how many events are in flight at once (drainer.Config.ApplyConcurrency).

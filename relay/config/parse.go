@@ -30,8 +30,13 @@ func Parse(name string, data []byte, lookupEnv func(string) (string, bool)) (*Fi
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
-	for i := range f.Queues {
+	for i, q := range f.Queues {
 		f.queueLines = append(f.queueLines, p.LineOf([]string{"queues", strconv.Itoa(i), "queue"}))
+		var lines []int
+		for j := range q.Sinks {
+			lines = append(lines, p.LineOf([]string{"queues", strconv.Itoa(i), "sinks", strconv.Itoa(j), "name"}))
+		}
+		f.sinkLines = append(f.sinkLines, lines)
 	}
 	return f, nil
 }

@@ -46,30 +46,134 @@ func (f *File) validate(p *yamlfile.Problems) {
 	if len(f.Queues) == 0 {
 		p.At([]string{"queues"}, "must list at least one queue and its sink")
 	}
-	seen := map[string]int{}
+	// Each queue is drained by one entry: relayed to its sink, or fanned out (and each sink's
+	// queue relayed to its sink).
+	type owner struct {
+		where     string
+		fannedOut bool
+	}
+	seen := map[string]owner{}
+	claim := func(queue string, at []string, o owner) {
+		key := canonical(queue)
+		if prev, dup := seen[key]; dup {
+			verb := "relayed"
+			if prev.fannedOut {
+				verb = "fanned out"
+			}
+			p.At(at, "is already %s by %s: one entry per queue", verb, prev.where)
+			return
+		}
+		seen[key] = o
+	}
 	for i, q := range f.Queues {
 		path := []string{"queues", strconv.Itoa(i)}
 		q.validate(p, path)
-		key := canonical(q.Queue)
-		if j, dup := seen[key]; dup && q.Queue != "" {
-			p.At(append(path, "queue"), "is already relayed by queues[%d]: one entry per queue", j)
+		if q.Queue == "" {
+			continue
 		}
-		seen[key] = i
+		where := fmt.Sprintf("queues[%d]", i)
+		claim(q.Queue, append(path, "queue"), owner{where: where, fannedOut: len(q.Sinks) > 0})
+		named := map[string]bool{}
+		for j, s := range q.Sinks {
+			if s.Name != "" && !named[s.Name] && relay.CheckFanOutSink(q.Queue, s.Name) == "" { // a name twice is reported by q.validate
+				named[s.Name] = true
+				claim(relay.FanOutQueue(q.Queue, s.Name), append(append([]string(nil), path...), "sinks", strconv.Itoa(j), "name"),
+					owner{where: fmt.Sprintf("%s.sinks[%d]", where, j)})
+			}
+		}
 	}
+}
+
+// fanOutFields maps relay.FanOut's field names (as its Validate names them) to the file's keys.
+var fanOutFields = map[string][]string{
+	"Queue":          {"queue"},
+	"BatchSize":      {"fanout", "batch_size"},
+	"Timeout":        {"fanout", "timeout"},
+	"PollFallback":   {"fanout", "poll_fallback"},
+	"RepairInterval": {"fanout", "repair_interval"},
 }
 
 func (q Queue) validate(p *yamlfile.Problems, path []string) {
 	sub := func(keys ...string) []string { return append(append([]string(nil), path...), keys...) }
-	mode, err := q.claimMode()
+	if len(q.Sinks) == 0 {
+		if q.FanOut != (FanOut{}) {
+			p.At(sub("fanout"), "is only for a queue fanned out to sinks (sinks)")
+		}
+		q.Delivery.validate(p, path, q.Queue, "queue")
+		return
+	}
+	// Fanned out: the delivery fields are each sink's.
+	d := reflect.ValueOf(q.Delivery)
+	for i := range d.NumField() {
+		if d.Field(i).IsZero() {
+			continue
+		}
+		key := yamlfile.Key(reflect.TypeFor[Delivery](), d.Type().Field(i).Name)
+		if key == "sink" {
+			p.At(sub(key), "and sinks exclude each other: one sink, or a list of named sinks each with its own queue")
+			continue
+		}
+		p.At(sub(key), "is set per sink when the queue is fanned out: move it under each of sinks")
+	}
+	fo := q.fanOut()
+	for _, line := range yamlfile.SplitLines(fo.Validate()) {
+		field, msg, _ := strings.Cut(line, " ")
+		if keys, ok := fanOutFields[field]; ok {
+			p.At(sub(keys...), "%s", inMessage.Replace(msg))
+			continue
+		}
+		p.At(sub("fanout"), "%s", inMessage.Replace(line))
+	}
+	names := map[string]int{}
+	for j, s := range q.Sinks {
+		spath := sub("sinks", strconv.Itoa(j))
+		name := append(append([]string(nil), spath...), "name")
+		switch {
+		case s.Name == "":
+			p.At(name, "must be set: the sink delivers the events of the queue %s",
+				relay.FanOutQueue(cmpOr(q.Queue, "QUEUE"), "<name>"))
+		default:
+			if problem := relay.CheckFanOutSink(cmpOr(q.Queue, "q"), s.Name); problem != "" {
+				p.At(name, "%s", problem)
+			} else if k, dup := names[s.Name]; dup {
+				p.At(name, "is already the name of sinks[%d]", k)
+			}
+			names[s.Name] = j
+		}
+		s.Delivery.validate(p, spath, relay.FanOutQueue(cmpOr(q.Queue, "q"), cmpOr(s.Name, "sink")), "name")
+	}
+}
+
+func cmpOr(s, fallback string) string {
+	if s == "" {
+		return fallback
+	}
+	return s
+}
+
+// fanOut is the relay.FanOut of q.
+func (q Queue) fanOut() relay.FanOut {
+	return relay.FanOut{Queue: q.Queue, BatchSize: q.FanOut.BatchSize, Timeout: q.FanOut.Timeout,
+		PollFallback: q.FanOut.PollFallback, RepairInterval: q.FanOut.RepairInterval}
+}
+
+// validate reports d's problems, d being the delivery of queue at path (queueKey: the key its
+// Queue problems are reported at).
+func (d Delivery) validate(p *yamlfile.Problems, path []string, queue, queueKey string) {
+	sub := func(keys ...string) []string { return append(append([]string(nil), path...), keys...) }
+	mode, err := d.claimMode()
 	if err != nil {
 		p.At(sub("claim_mode"), "%v", err)
 	}
 	// relay.Route.Validate checks the drainer's fields and the batch; a placeholder sink stands in
 	// for the one built later, whose settings are checked below.
-	route := q.route(mode, placeholder{}, "placeholder")
+	route := d.route(queue, mode, placeholder{}, "placeholder")
 	for _, line := range yamlfile.SplitLines(route.Validate()) {
 		field, msg, _ := strings.Cut(line, " ")
 		key, ok := routeFields[field]
+		if key == "queue" {
+			key = queueKey
+		}
 		if !ok {
 			p.At(path, "%s", inMessage.Replace(line))
 			continue
@@ -77,7 +181,7 @@ func (q Queue) validate(p *yamlfile.Problems, path []string) {
 		p.At(sub(key), "%s", inMessage.Replace(msg))
 	}
 
-	kinds := q.Sink.kinds()
+	kinds := d.Sink.kinds()
 	switch len(kinds) {
 	case 0:
 		p.At(sub("sink"), "must name one sink: %s", strings.Join(sinkKinds, ", "))
@@ -85,15 +189,13 @@ func (q Queue) validate(p *yamlfile.Problems, path []string) {
 	default:
 		p.At(sub("sink"), "must name one sink, got %s", strings.Join(kinds, " and "))
 	}
-	// Each line of a sink's Validate error starts with a Go field name, possibly indexed
-	// ("Secrets[1] must ..."): it is placed at the line of that field, in the file's words.
-	if c := q.Sink.Webhook; c != nil {
+	if c := d.Sink.Webhook; c != nil {
 		p.FieldErrors(sub("sink", "webhook"), reflect.TypeFor[webhook.Config](), c.Validate())
 	}
-	if c := q.Sink.Kafka; c != nil {
+	if c := d.Sink.Kafka; c != nil {
 		p.FieldErrors(sub("sink", "kafka"), reflect.TypeFor[kafka.Config](), c.Validate())
 	}
-	if c := q.Sink.JetStream; c != nil {
+	if c := d.Sink.JetStream; c != nil {
 		p.FieldErrors(sub("sink", "jetstream"), reflect.TypeFor[jetstream.Config](), c.Validate())
 	}
 }
@@ -116,20 +218,21 @@ func (s Sink) kinds() []string {
 	return out
 }
 
-func (q Queue) claimMode() (drainer.ClaimMode, error) {
-	switch q.ClaimMode {
+func (d Delivery) claimMode() (drainer.ClaimMode, error) {
+	switch d.ClaimMode {
 	case "", "lease":
 		return drainer.ClaimLease, nil
 	case "lock":
 		return drainer.ClaimLock, nil
 	}
-	return drainer.ClaimLease, fmt.Errorf("must be lease or lock, got %q", q.ClaimMode)
+	return drainer.ClaimLease, fmt.Errorf("must be lease or lock, got %q", d.ClaimMode)
 }
 
-// route is the relay.Route of q with sink.
-func (q Queue) route(mode drainer.ClaimMode, sink relay.Sink, kind string) relay.Route {
+// route is the relay.Route of queue with d and sink.
+func (d Delivery) route(queue string, mode drainer.ClaimMode, sink relay.Sink, kind string) relay.Route {
+	q := d
 	return relay.Route{
-		Queue:              q.Queue,
+		Queue:              queue,
 		Sink:               sink,
 		SinkKind:           kind,
 		BatchSize:          q.BatchSize,

@@ -73,6 +73,10 @@ commands:
                                   run the escalation engine: deliver due ladder steps to the
                                   webhooks FILE names (docs/escalate.md) until SIGTERM; --check
                                   only validates FILE
+  fanout add QUEUE SINK [--from now|oldest]
+                                  create the queue QUEUE__SINK that feeds sink SINK of a queue
+                                  the relay fans out; with --from oldest, copy the retained sent
+                                  events into it first (as the queue's owner; docs/relay.md)
 
 flags (before or after the command):
   --dsn URL    PostgreSQL URL (default $DATABASE_URL; without either, the PG* environment
@@ -144,7 +148,8 @@ func noFlags(run action) func(*flag.FlagSet) (func() error, action) {
 }
 
 var commands = []command{queuesCommand, statsCommand, wedgedCommand, poisonedCommand, requeueCommand, skipCommand,
-	retryCommand, dismissCommand, actionsCommand, purgeCommand, checkCommand, webCommand, relayCommand, escalateCommand}
+	retryCommand, dismissCommand, actionsCommand, purgeCommand, checkCommand, webCommand, relayCommand, escalateCommand,
+	fanoutCommand}
 
 // Run runs the pgdrain command with args (without the program name), writing results to stdout
 // and errors to stderr, and returns the process exit code (ExitOK, ExitProblems, ExitUsage or

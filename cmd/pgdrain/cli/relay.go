@@ -62,9 +62,15 @@ func runRelay(ctx context.Context, e env, file *config.File) error {
 	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = "pgdrain-relay"
 	}
+	fanOuts := file.FanOuts()
 	if !strings.Contains(cmp.Or(file.DSN, e.dsn), "pool_max_conns") {
-		// A lock-mode queue holds a connection for each batch; leave room for claims and results.
-		pcfg.MaxConns = max(pcfg.MaxConns, int32(2*len(file.Queues)+2))
+		// A lock-mode queue (and a fan-out) holds a connection for each batch; leave room for
+		// claims and results.
+		drainers := len(fanOuts)
+		for _, q := range file.Queues {
+			drainers += max(1, len(q.Sinks))
+		}
+		pcfg.MaxConns = max(pcfg.MaxConns, int32(2*drainers+2))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -78,7 +84,7 @@ func runRelay(ctx context.Context, e env, file *config.File) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r, err := relay.New(pool, routes, relay.WithLogger(logger), relay.WithMetrics(reg))
+	r, err := relay.New(pool, routes, relay.WithLogger(logger), relay.WithMetrics(reg), relay.WithFanOut(fanOuts...))
 	if err != nil {
 		for _, rt := range routes {
 			_ = rt.Sink.Close()
@@ -103,7 +109,7 @@ func runRelay(ctx context.Context, e env, file *config.File) error {
 		}()
 		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
 	}
-	logger.Info("relay starting", "queues", len(routes))
+	logger.Info("relay starting", "queues", len(routes), "fan_outs", len(fanOuts))
 	err = r.Run(ctx)
 	logger.Log(ctx, levelOf(err), "relay stopped", "err", err)
 	if err != nil {
