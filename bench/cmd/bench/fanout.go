@@ -231,8 +231,8 @@ func benchFanOut(ctx context.Context, o options, emit func(string)) error {
 		"in flight in calls of %d; the fan-out copies up to %d events per transaction (relay.DefaultFanOutBatchSize). "+
 		"\"The fan-out alone\": no sink runs, the clock stops when the queue is fanned out. \"The sinks alone\": the fan-out "+
 		"filled the sinks' queues first (untimed), then only the sinks run. In the first columns the sinks' queues start "+
-		"empty while their drainers run, as in production; their claims then keep plans made for an empty table until "+
-		"autovacuum analyzes it (the same happens to any queue drained from the moment it is created). WAL: bytes written "+
+		"empty while their drainers run, as in production; such a drainer claims slowly once its queue fills, until the "+
+		"queue is analyzed (the same happens to any queue drained from the moment it is created). WAL: bytes written "+
 		"per event, everything included. Median (min–max) of %d runs.\n\n",
 		n, relayConcurrency, relayBatch, relay.DefaultFanOutBatchSize, o.runs))
 	emit(fmt.Sprintf("| | every sink has every event: events/s, %d keys | WAL bytes/event | the same, one key | "+
