@@ -37,31 +37,69 @@ var fanOutCases = []fanOutCase{
 	{"fan-out to 2 sinks", 2, true},
 }
 
-// fanOutRelay starts a relay of q as c says (the sinks' queues made first) and returns the tables
-// every event must end up sent in, and stop.
-func fanOutRelay(ctx context.Context, pool *pgxpool.Pool, q string, c fanOutCase, sinksRun bool) ([]string, func() error, error) {
+// fanOutPhase is what one measurement runs.
+type fanOutPhase int
+
+const (
+	endToEnd   fanOutPhase = iota // the fan-out and the sinks together, from an empty sink queue
+	stepAlone                     // the fan-out only
+	sinksAfter                    // the sinks only, once the fan-out (untimed) filled their queues
+)
+
+// fanOutSinks makes the sinks' queues of q (none when c relays directly) and returns them.
+func fanOutSinks(ctx context.Context, pool *pgxpool.Pool, q string, c fanOutCase) ([]string, error) {
 	if !c.fanOut {
-		stop, err := startRelay(ctx, pool, relayRoute(q, noopSink{}, "noop"))
-		return []string{q}, stop, err
+		return nil, nil
 	}
-	tables := []string{q}
-	var routes []relay.Route
+	var out []string
 	for i := range c.sinks {
 		name := fmt.Sprintf("s%d", i)
 		if _, err := relay.AddFanOutSink(ctx, pool, q, name, relay.FromNow); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		tables = append(tables, relay.FanOutQueue(q, name))
-		routes = append(routes, relayRoute(relay.FanOutQueue(q, name), noopSink{}, "noop")...)
+		out = append(out, relay.FanOutQueue(q, name))
 	}
-	if !sinksRun {
-		routes, tables = nil, tables[:1]
+	return out, nil
+}
+
+// fanOutRelay starts a relay of q as c says: the fan-out when fanOut, the sinks (of sinkQueues, or
+// q itself when c relays directly) when sinks.
+func fanOutRelay(ctx context.Context, pool *pgxpool.Pool, q string, c fanOutCase, sinkQueues []string, fanOut, sinks bool) (func() error, error) {
+	if !c.fanOut {
+		return startRelay(ctx, pool, relayRoute(q, noopSink{}, "noop"))
 	}
-	r, err := relay.New(pool, routes, relay.WithFanOut(relay.FanOut{Queue: q, PollFallback: fanOutPollFallback}))
+	var routes []relay.Route
+	if sinks {
+		for _, sq := range sinkQueues {
+			routes = append(routes, relayRoute(sq, noopSink{}, "noop")...)
+		}
+	}
+	var opts []relay.Option
+	if fanOut {
+		opts = append(opts, relay.WithFanOut(relay.FanOut{Queue: q, PollFallback: fanOutPollFallback}))
+	}
+	r, err := relay.New(pool, routes, opts...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return tables, runUntilStopped(ctx, r.Run), nil
+	return runUntilStopped(ctx, r.Run), nil
+}
+
+// waitAllSent waits (up to 5 minutes) until each of tables holds n rows, all sent.
+func waitAllSent(ctx context.Context, pool *pgxpool.Pool, tables []string, n int) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		done, err := allSent(ctx, pool, tables, n)
+		switch {
+		case err != nil:
+			return err
+		case done:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("not every event of %v sent after 5 minutes", tables)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // allSent reports whether each of tables holds n rows, all sent.
@@ -91,10 +129,10 @@ func walLSN(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return lsn, err
 }
 
-// fanOutDrainOnce fills q with n events (n/6 keys, or one key when hot), relays it as c says and
-// returns the events per second until every table had every event sent, and the WAL written per
-// event meanwhile.
-func fanOutDrainOnce(ctx context.Context, pool *pgxpool.Pool, q string, c fanOutCase, n int, sinksRun, hot bool) (float64, float64, error) {
+// fanOutDrainOnce fills q with n events (n/6 keys, or one key when hot), runs phase of c and
+// returns the events per second until every table it fills had every event sent, and the WAL
+// written per event meanwhile.
+func fanOutDrainOnce(ctx context.Context, pool *pgxpool.Pool, q string, c fanOutCase, n int, phase fanOutPhase, hot bool) (float64, float64, error) {
 	if hot {
 		if err := execAll(ctx, pool, fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", q),
 			insertSQL(q, n, "'hot'"), "VACUUM ANALYZE "+q); err != nil {
@@ -103,31 +141,40 @@ func fanOutDrainOnce(ctx context.Context, pool *pgxpool.Pool, q string, c fanOut
 	} else if err := fillQueue(ctx, pool, q, n, true); err != nil {
 		return 0, 0, err
 	}
+	sinkQueues, err := fanOutSinks(ctx, pool, q, c)
+	if err != nil {
+		return 0, 0, err
+	}
+	tables := append([]string{q}, sinkQueues...)
+	if phase == sinksAfter {
+		stop, err := fanOutRelay(ctx, pool, q, c, sinkQueues, true, false)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := errors.Join(waitAllSent(ctx, pool, tables[:1], n), stop()); err != nil {
+			return 0, 0, err
+		}
+		tables = sinkQueues
+	}
+	if phase == stepAlone {
+		tables = tables[:1]
+	}
 	lsn0, err := walLSN(ctx, pool)
 	if err != nil {
 		return 0, 0, err
 	}
 	start := time.Now()
-	tables, stop, err := fanOutRelay(ctx, pool, q, c, sinksRun)
+	stop, err := fanOutRelay(ctx, pool, q, c, sinkQueues, phase != sinksAfter, phase != stepAlone)
 	if err != nil {
 		return 0, 0, err
 	}
-	deadline := start.Add(5 * time.Minute)
-	for {
-		done, err := allSent(ctx, pool, tables, n)
-		if err != nil || done || time.Now().After(deadline) {
-			elapsed := time.Since(start)
-			lsn1, lerr := walLSN(ctx, pool)
-			if err := errors.Join(err, stop(), lerr); err != nil {
-				return 0, 0, err
-			}
-			if !done {
-				return 0, 0, fmt.Errorf("%s: not every event sent after 5 minutes", c.name)
-			}
-			return float64(n) / elapsed.Seconds(), float64(lsn1-lsn0) / float64(n), nil
-		}
-		time.Sleep(20 * time.Millisecond)
+	werr := waitAllSent(ctx, pool, tables, n)
+	elapsed := time.Since(start)
+	lsn1, lerr := walLSN(ctx, pool)
+	if err := errors.Join(werr, stop(), lerr); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", c.name, err)
 	}
+	return float64(n) / elapsed.Seconds(), float64(lsn1-lsn0) / float64(n), nil
 }
 
 // dropFanOut drops q and every sink queue of c.
@@ -179,19 +226,28 @@ func benchFanOut(ctx context.Context, o options, emit func(string)) error {
 	defer pool.Close()
 	n := o.events
 	emit(fmt.Sprintf("## 9. Fan-out: one queue, several sinks\n\n"+
-		"Partitioned queue pre-filled with %d events; the relay starts, and the clock stops when every sink's queue "+
-		"(or, relayed directly, the queue) has every event sent. Sinks are no-op sinks in lease mode, %d events in flight "+
-		"in calls of %d; the fan-out copies up to %d events per transaction (relay.DefaultFanOutBatchSize). WAL: bytes "+
-		"written per event, everything included. Median (min–max) of %d runs.\n\n",
+		"Partitioned queue pre-filled with %d events (VACUUM ANALYZE); the relay starts, and the clock stops when every "+
+		"sink's queue (or, relayed directly, the queue) has every event sent. Sinks are no-op sinks in lease mode, %d events "+
+		"in flight in calls of %d; the fan-out copies up to %d events per transaction (relay.DefaultFanOutBatchSize). "+
+		"\"The fan-out alone\": no sink runs, the clock stops when the queue is fanned out. \"The sinks alone\": the fan-out "+
+		"filled the sinks' queues first (untimed), then only the sinks run. In the first columns the sinks' queues start "+
+		"empty while their drainers run, as in production; such a drainer claims slowly once its queue fills, until the "+
+		"queue is analyzed (the same happens to any queue drained from the moment it is created). WAL: bytes written "+
+		"per event, everything included. Median (min–max) of %d runs.\n\n",
 		n, relayConcurrency, relayBatch, relay.DefaultFanOutBatchSize, o.runs))
-	emit(fmt.Sprintf("| | events/s, %d keys | WAL bytes/event | events/s, one key | fan-out step alone (no sink running): events/s, %d keys | the same, one key |\n"+
-		"|---|---:|---:|---:|---:|---:|\n", max(n/6, 1), max(n/6, 1)))
+	emit(fmt.Sprintf("| | every sink has every event: events/s, %d keys | WAL bytes/event | the same, one key | "+
+		"the fan-out alone: events/s, %d keys | the same, one key | the sinks alone, their queues filled: events/s |\n"+
+		"|---|---:|---:|---:|---:|---:|---:|\n", max(n/6, 1), max(n/6, 1)))
 	run := 0
+	type shape struct {
+		phase fanOutPhase
+		hot   bool
+		wal   bool
+	}
 	for _, c := range fanOutCases {
 		row := "| " + c.name + " |"
-		type shape struct{ sinksRun, hot bool }
-		for _, s := range []shape{{true, false}, {true, true}, {false, false}, {false, true}} {
-			if !s.sinksRun && !c.fanOut {
+		for _, s := range []shape{{endToEnd, false, true}, {endToEnd, true, false}, {stepAlone, false, false}, {stepAlone, true, false}, {sinksAfter, false, false}} {
+			if s.phase != endToEnd && !c.fanOut {
 				row += " — |"
 				continue
 			}
@@ -203,7 +259,7 @@ func benchFanOut(ctx context.Context, o options, emit func(string)) error {
 				if s.hot {
 					events = min(n, hotEvents) // one key: each event waits for the one before
 				}
-				r, w, err := fanOutDrainOnce(ctx, pool, q, c, events, s.sinksRun, s.hot)
+				r, w, err := fanOutDrainOnce(ctx, pool, q, c, events, s.phase, s.hot)
 				if err != nil {
 					return fmt.Errorf("%s: %w", c.name, err)
 				}
@@ -213,7 +269,7 @@ func benchFanOut(ctx context.Context, o options, emit func(string)) error {
 				}
 			}
 			row += " " + summarize(rates).format("%.0f") + " |"
-			if s.sinksRun && !s.hot {
+			if s.wal {
 				row += " " + summarize(wal).format("%.0f") + " |"
 			}
 		}
@@ -243,11 +299,13 @@ func benchFanOut(ctx context.Context, o options, emit func(string)) error {
 			c := fanOutCase{}
 			if p.c != nil {
 				c = *p.c
-				_, s, err := fanOutRelay(ctx, pool, q, c, true)
+				sinkQueues, err := fanOutSinks(ctx, pool, q, c)
 				if err != nil {
 					return err
 				}
-				stop = s
+				if stop, err = fanOutRelay(ctx, pool, q, c, sinkQueues, true, true); err != nil {
+					return err
+				}
 			}
 			r, l, err := fanOutProduce(ctx, pool, q, producers, o.produce)
 			if err := errors.Join(err, stop()); err != nil {
