@@ -237,23 +237,26 @@ func runPartition(t *testing.T, c ptCase) {
 			break
 		}
 	}
-	drWaitFor(t, 60*time.Second, "every row sent", func() bool { return q.sent(t) == int64(total) })
+	// The heal, as soon as B has them (the stall case: while A still waits for its results' answer).
 	claimsFailed := strings.Count(a.log.String(), "claiming batch failed")
+	link.heal()
 	healAt := time.Now()
+	log, _ = peer.snapshot()
 	aWhileCut := 0
 	for _, d := range log {
-		if d.by == "A" && d.at.After(cutAt) {
+		if d.by == "A" && d.at.After(cutAt) && d.at.Before(healAt) {
 			aWhileCut++
 		}
 	}
 
-	// The heal: B stops; A alone must drain what comes next.
+	// Then B stops, and A alone must drain what comes next.
+	drWaitFor(t, 60*time.Second, "every row sent", func() bool { return q.sent(t) == int64(total) })
 	require.NoError(t, b.stop())
-	link.heal()
+	producedAt := time.Now()
 	ptProduce(t, q, ptSeqs, ptAfter)
 	total += ptKeys * ptAfter
 	drWaitFor(t, 60*time.Second, "A drained the rows written after the heal", func() bool { return q.sent(t) == int64(total) })
-	recovered := time.Since(healAt)
+	recovered := time.Since(producedAt)
 	require.NoError(t, a.stop())
 
 	// Nothing lost, nothing leased, per-key order, fencing.
@@ -291,9 +294,10 @@ func runPartition(t *testing.T, c ptCase) {
 
 	msg := fmt.Sprintf("partition %s: rows=%d, A held %d at the cut (%d delivered, unanswered), delivered=%d, redelivered=%d, "+
 		"refused late results=%.0f, A's failed claims while cut=%d, rows to B %s after the cut, partition %s, "+
-		"A drained new rows %s after the heal (first delivery %s)",
+		"A's first delivery %s after the heal, A alone drained %d rows written %s after the heal in %s",
 		c.name, total, held, len(gated), len(log), again, refused, claimsFailed, movedAt.Sub(cutAt).Round(time.Millisecond),
-		healAt.Sub(cutAt).Round(time.Millisecond), recovered.Round(time.Millisecond), firstA.Sub(healAt).Round(time.Millisecond))
+		healAt.Sub(cutAt).Round(time.Millisecond), firstA.Sub(healAt).Round(time.Millisecond), ptKeys*ptAfter,
+		producedAt.Sub(healAt).Round(time.Millisecond), recovered.Round(time.Millisecond))
 	switch {
 	case c.mode == drainer.ClaimLock && lastStatementToEnd > 0:
 		msg += fmt.Sprintf(", the server ended A's claim transaction (freeing its row locks) %s after the cut, %s after its last statement "+
