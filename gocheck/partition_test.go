@@ -31,8 +31,8 @@ import (
 // deliveries are in flight (their results not yet recorded); B is started; A's deliveries return.
 // Then, per case:
 //
-//   - lease/stall: the partition heals only after A's leases ran out and B took the rows: the
-//     results A sent before the heal reach the server late (as TCP retransmission delivers them)
+//   - lease/stall: the partition heals once A's leases ran out and B took the rows, while A still
+//     waits for the answer to its results: the results A sent before the heal reach the server late (as TCP retransmission delivers them)
 //     and are refused by the token: A counts each (pgdrain_outbox_lease_lost_total).
 //   - lease/reset: both ends get resets; A retries recording while the leases last, then drops the
 //     results; the rows go to B when the leases end.
@@ -43,9 +43,9 @@ import (
 //   - relay: a relay (lease mode, webhook sink) cut off by a blackhole, another relay direct.
 //
 // Every case then shows: the rows A held went to B (delivered again: those A had delivered); A
-// claimed nothing while cut off (its claims failed, with backoff) and nothing A delivered is
-// counted twice in the queue; redeliveries are at most the rows A held at the cut, however long
-// the partition lasts; after the heal A (alone, B stopped) drains new rows; every event is sent,
+// delivered nothing while cut off (its claims failed, with backoff, or waited for the heal);
+// redeliveries are at most the rows A held at the cut, although the partition outlasts their
+// leases; after the heal A (alone, B stopped) drains new rows; every event is sent,
 // none is leased, each reached the peer, per key in commit order; an audit trigger finds no result
 // written with a stale token and no row marked sent twice. Run as pgdrain_worker. The figures are
 // logged ("partition <case>: ...").
