@@ -208,8 +208,8 @@ func (l *partitionLink) pipe(p *linkPair, src, dst net.Conn) {
 	}
 }
 
-// hold keeps a pair's sockets open, silent, until the test ends (a blackhole), or returns at once
-// when they were reset.
+// hold parks a pipe that will never move a byte again until the test ends, keeping its sockets
+// open and silent (a blackhole; reset sockets are closed already).
 func (l *partitionLink) hold() { <-l.done }
 
 func (p *linkPair) reset() {

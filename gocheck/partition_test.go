@@ -31,8 +31,8 @@ import (
 // deliveries are in flight (their results not yet recorded); B is started; A's deliveries return.
 // Then, per case:
 //
-//   - lease/stall: the partition heals only after A's leases ran out and B took the rows: the
-//     results A sent before the heal reach the server late (as TCP retransmission delivers them)
+//   - lease/stall: the partition heals once A's leases ran out and B took the rows, while A still
+//     waits for the answer to its results: the results A sent before the heal reach the server late (as TCP retransmission delivers them)
 //     and are refused by the token: A counts each (pgdrain_outbox_lease_lost_total).
 //   - lease/reset: both ends get resets; A retries recording while the leases last, then drops the
 //     results; the rows go to B when the leases end.
@@ -43,9 +43,9 @@ import (
 //   - relay: a relay (lease mode, webhook sink) cut off by a blackhole, another relay direct.
 //
 // Every case then shows: the rows A held went to B (delivered again: those A had delivered); A
-// claimed nothing while cut off (its claims failed, with backoff) and nothing A delivered is
-// counted twice in the queue; redeliveries are at most the rows A held at the cut, however long
-// the partition lasts; after the heal A (alone, B stopped) drains new rows; every event is sent,
+// delivered nothing while cut off (its claims failed, with backoff, or waited for the heal);
+// redeliveries are at most the rows A held at the cut, although the partition outlasts their
+// leases; after the heal A (alone, B stopped) drains new rows; every event is sent,
 // none is leased, each reached the peer, per key in commit order; an audit trigger finds no result
 // written with a stale token and no row marked sent twice. Run as pgdrain_worker. The figures are
 // logged ("partition <case>: ...").
@@ -237,23 +237,26 @@ func runPartition(t *testing.T, c ptCase) {
 			break
 		}
 	}
-	drWaitFor(t, 60*time.Second, "every row sent", func() bool { return q.sent(t) == int64(total) })
+	// The heal, as soon as B has them (the stall case: while A still waits for its results' answer).
 	claimsFailed := strings.Count(a.log.String(), "claiming batch failed")
+	link.heal()
 	healAt := time.Now()
+	log, _ = peer.snapshot()
 	aWhileCut := 0
 	for _, d := range log {
-		if d.by == "A" && d.at.After(cutAt) {
+		if d.by == "A" && d.at.After(cutAt) && d.at.Before(healAt) {
 			aWhileCut++
 		}
 	}
 
-	// The heal: B stops; A alone must drain what comes next.
+	// Then B stops, and A alone must drain what comes next.
+	drWaitFor(t, 60*time.Second, "every row sent", func() bool { return q.sent(t) == int64(total) })
 	require.NoError(t, b.stop())
-	link.heal()
+	producedAt := time.Now()
 	ptProduce(t, q, ptSeqs, ptAfter)
 	total += ptKeys * ptAfter
 	drWaitFor(t, 60*time.Second, "A drained the rows written after the heal", func() bool { return q.sent(t) == int64(total) })
-	recovered := time.Since(healAt)
+	recovered := time.Since(producedAt)
 	require.NoError(t, a.stop())
 
 	// Nothing lost, nothing leased, per-key order, fencing.
@@ -291,9 +294,10 @@ func runPartition(t *testing.T, c ptCase) {
 
 	msg := fmt.Sprintf("partition %s: rows=%d, A held %d at the cut (%d delivered, unanswered), delivered=%d, redelivered=%d, "+
 		"refused late results=%.0f, A's failed claims while cut=%d, rows to B %s after the cut, partition %s, "+
-		"A drained new rows %s after the heal (first delivery %s)",
+		"A's first delivery %s after the heal, A alone drained %d rows written %s after the heal in %s",
 		c.name, total, held, len(gated), len(log), again, refused, claimsFailed, movedAt.Sub(cutAt).Round(time.Millisecond),
-		healAt.Sub(cutAt).Round(time.Millisecond), recovered.Round(time.Millisecond), firstA.Sub(healAt).Round(time.Millisecond))
+		healAt.Sub(cutAt).Round(time.Millisecond), firstA.Sub(healAt).Round(time.Millisecond), ptKeys*ptAfter,
+		producedAt.Sub(healAt).Round(time.Millisecond), recovered.Round(time.Millisecond))
 	switch {
 	case c.mode == drainer.ClaimLock && lastStatementToEnd > 0:
 		msg += fmt.Sprintf(", the server ended A's claim transaction (freeing its row locks) %s after the cut, %s after its last statement "+
