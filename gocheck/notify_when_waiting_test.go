@@ -140,6 +140,58 @@ func TestNotify_WhenWaiting_NoMarkWhileAProducerCommits(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 }
 
+// A drainer that a NOTIFY woke clears its mark even while producers hold the notify gate shared
+// (producers that commit back to back hold it nearly all the time): before, drainer_woke needed the
+// gate, so under load the mark stayed until it ran out (PollFallback + 1 s) and every producer
+// meanwhile notified, each commit queued on NOTIFY's lock (issue 29: producers beside one lease
+// drainer at a quarter of their rate).
+func TestNotify_WhenWaiting_WokeClearsWhileProducersCommit(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	exec(t, db.Pool, `SELECT outbox.create_queue('public.flat', channel => 'flat_wake');
+		SELECT outbox.set_notify('public.flat', 'when_waiting')`)
+	producer := loginPool(t, db, "pgdrain_producer")
+	worker := loginPool(t, db, "pgdrain_worker")
+	listener, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer listener.Close(ctx)
+	_, err = listener.Exec(ctx, "LISTEN flat_wake")
+	require.NoError(t, err)
+	const insert = `INSERT INTO public.flat (event_type, payload) VALUES ('e', '{}')`
+
+	mark := drainerWaits(t, worker, "public.flat")
+	require.NotNil(t, mark)
+	// A producer between its check (it saw the mark: it will notify) and its commit holds the gate.
+	tx, err := producer.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, insert)
+	require.NoError(t, err)
+	start := time.Now()
+	exec(t, worker, `SELECT outbox.drainer_woke($1, $2)`, "public.flat", *mark)
+	require.Less(t, time.Since(start), 5*time.Second, "drainer_woke does not wait for the producer")
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, 1, heard(t, listener), "the producer that saw the mark notifies")
+	_, err = producer.Exec(ctx, insert)
+	require.NoError(t, err)
+	require.Zero(t, heard(t, listener), "the mark is cleared: the next producer does not notify")
+
+	// A drainer that marked meanwhile keeps its mark, with or without the gate held.
+	first := drainerWaits(t, worker, "public.flat")
+	second := drainerWaits(t, worker, "public.flat")
+	require.Greater(t, *second, *first)
+	tx, err = producer.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, insert)
+	require.NoError(t, err)
+	exec(t, worker, `SELECT outbox.drainer_woke($1, $2)`, "public.flat", *first)
+	require.NoError(t, tx.Commit(ctx))
+	_, err = producer.Exec(ctx, insert)
+	require.NoError(t, err)
+	require.Equal(t, 2, heard(t, listener), "the second drainer still waits: both commits notify")
+}
+
 // The Go drainer of a queue that notifies 'when_waiting' marks itself waiting before it sleeps and
 // clears the mark when a NOTIFY wakes it: rows inserted while it sleeps are delivered at once
 // (PollFallback is a minute), and it marks itself again before the next sleep. Both claim modes,

@@ -1224,6 +1224,130 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- A drainer of a queue that notifies 'when_waiting' (outbox.set_notify) says it is about to wait up
+-- to `wait` for a NOTIFY, so that producers send one. Returns its mark, a number that is 0 when the
+-- queue notifies 'always' (nothing to say: wait as usual) and NULL when a producer is between its
+-- check and its commit: then look again soon (claim, and call this again), do not wait long. After
+-- a mark, claim once more before waiting: rows that committed before the mark sent no NOTIFY. Pass
+-- the mark to outbox.drainer_woke when a NOTIFY wakes the drainer.
+-- Why nothing is missed: a producer checks for a mark holding the queue's notify gate shared until
+-- it commits (outbox._drainer_waits); this takes the gate exclusively without waiting, so it marks
+-- only when no producer is between its check and its commit, and each producer either sees the mark
+-- (and notifies) or committed before it (and the claim after the mark sees its rows).
+-- The gate is held for the call only, whatever transaction it runs in. Drainers exclude each other
+-- with a lock of their own (key -5, as outbox.drainer_woke, which clears a mark without the gate):
+-- a mark waits up to 100 ms for it, else answers NULL like a held gate.
+-- Marks only grow: a later mark replaces an earlier one, even a longer one, so drainer_woke of a
+-- drainer never clears another's mark.
+CREATE OR REPLACE FUNCTION outbox.drainer_waits(queue text, wait interval)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET lock_timeout = '100ms'
+AS $$
+DECLARE
+  v_q outbox.queues;
+  v_sequence regclass;
+  v_mark bigint;
+BEGIN
+  IF wait IS NULL OR wait <= interval '0' OR wait > interval '1 day' THEN
+    RAISE EXCEPTION 'drainer_waits: wait must be positive and at most 1 day, got %', COALESCE(wait::text, 'NULL')
+      USING ERRCODE = '22023';
+  END IF;
+  v_q := outbox._queue('drainer_waits', queue);
+  IF v_q.notify = 'always' THEN
+    RETURN 0;
+  END IF;
+  v_sequence := pg_catalog.to_regclass('outbox.drainer_waits_q' || v_q.queue_id);
+  IF v_sequence IS NULL THEN
+    RAISE EXCEPTION 'drainer_waits: queue % has no sequence outbox.drainer_waits_q% (call outbox.set_notify again)',
+      v_q.queue, v_q.queue_id USING ERRCODE = '55000';
+  END IF;
+  -- The gate is taken for this call only (a session lock, released on every way out; a
+  -- transaction lock would make producers that must notify wait for the caller's transaction).
+  IF NOT pg_catalog.pg_try_advisory_lock(1885823232 + v_q.queue_id, -4) THEN
+    RETURN NULL;
+  END IF;
+  BEGIN
+    PERFORM pg_catalog.pg_advisory_lock(1885823232 + v_q.queue_id, -5);
+  EXCEPTION WHEN lock_not_available THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+    RETURN NULL;
+  WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+    RAISE;
+  END;
+  BEGIN
+    v_mark := GREATEST(COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) + 1,
+                       (EXTRACT(epoch FROM pg_catalog.clock_timestamp() + wait) * 1000)::bigint);
+    PERFORM pg_catalog.setval(v_sequence, v_mark);
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+    RAISE;
+  END;
+  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
+  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+  RETURN v_mark;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- A drainer that outbox.drainer_waits marked as waiting was woken by a NOTIFY: producers stop
+-- notifying, unless another drainer marked itself since (marks only grow, so its mark is then not
+-- this one: every drainer that LISTENs on the channel got the same NOTIFY, so clearing after one is
+-- safe only when nobody marked after it). A mark of 0 (a queue that notifies 'always') does nothing.
+-- Clearing needs no producer to be out of the way (it is a mark that ran out early, which the
+-- protocol already allows: a drainer claims once more after every mark), so it does not take the
+-- notify gate: producers that commit back to back hold it shared nearly all the time, and a clear
+-- that needed it left every producer notifying, each commit queued on NOTIFY's lock, until the
+-- mark ran out (PollFallback + 1 s; issue 29: producers beside one drainer at a quarter of their
+-- rate). Drainers exclude each other with a lock of their own (key -5), held for the compare and
+-- the setval only; one that waits 100 ms for it (someone else holds that key) lets the mark run out.
+CREATE OR REPLACE FUNCTION outbox.drainer_woke(queue text, mark bigint)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET lock_timeout = '100ms'
+AS $$
+DECLARE
+  v_q outbox.queues;
+  v_sequence regclass;
+BEGIN
+  IF mark IS NULL OR mark < 0 THEN
+    RAISE EXCEPTION 'drainer_woke: mark must be a mark outbox.drainer_waits returned (0 or more), got %',
+      COALESCE(mark::text, 'NULL') USING ERRCODE = '22023';
+  END IF;
+  v_q := outbox._queue('drainer_woke', queue);
+  IF mark = 0 OR v_q.notify = 'always' THEN
+    RETURN;
+  END IF;
+  v_sequence := pg_catalog.to_regclass('outbox.drainer_waits_q' || v_q.queue_id);
+  IF v_sequence IS NULL THEN
+    RETURN;
+  END IF;
+  BEGIN
+    PERFORM pg_catalog.pg_advisory_lock(1885823232 + v_q.queue_id, -5);
+  EXCEPTION WHEN lock_not_available THEN
+    RETURN;
+  END;
+  BEGIN
+    IF pg_catalog.pg_sequence_last_value(v_sequence) = mark THEN
+      PERFORM pg_catalog.setval(v_sequence, 1);
+    END IF;
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
+    RAISE;
+  END;
+  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- A queue's registration as the drainers need it, so that a worker reads it through a function
 -- granted to pgdrain_worker instead of needing SELECT on outbox.queues. Errors like every function
 -- (42P01) when the queue is not registered.
@@ -2415,6 +2539,104 @@ BEGIN
       PERFORM outbox._rebuild_heads(v_queue_id);
     END IF;
   END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- A drainer of a queue that notifies 'when_waiting' (outbox.set_notify) says it is about to wait up
+-- to `wait` for a NOTIFY, so that producers send one. Returns its mark, a number that is 0 when the
+-- queue notifies 'always' (nothing to say: wait as usual) and NULL when a producer is between its
+-- check and its commit: then look again soon (claim, and call this again), do not wait long. After
+-- a mark, claim once more before waiting: rows that committed before the mark sent no NOTIFY. Pass
+-- the mark to outbox.drainer_woke when a NOTIFY wakes the drainer.
+-- Why nothing is missed: a producer checks for a mark holding the queue's notify gate shared until
+-- it commits (outbox._drainer_waits); this takes the gate exclusively without waiting, so it marks
+-- only when no producer is between its check and its commit, and each producer either sees the mark
+-- (and notifies) or committed before it (and the claim after the mark sees its rows).
+-- The gate is held for the call only, whatever transaction it runs in.
+-- Marks only grow: a later mark replaces an earlier one, even a longer one, so drainer_woke of a
+-- drainer never clears another's mark.
+CREATE OR REPLACE FUNCTION outbox.drainer_waits(queue text, wait interval)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues;
+  v_sequence regclass;
+  v_mark bigint;
+BEGIN
+  IF wait IS NULL OR wait <= interval '0' OR wait > interval '1 day' THEN
+    RAISE EXCEPTION 'drainer_waits: wait must be positive and at most 1 day, got %', COALESCE(wait::text, 'NULL')
+      USING ERRCODE = '22023';
+  END IF;
+  v_q := outbox._queue('drainer_waits', queue);
+  IF v_q.notify = 'always' THEN
+    RETURN 0;
+  END IF;
+  v_sequence := pg_catalog.to_regclass('outbox.drainer_waits_q' || v_q.queue_id);
+  IF v_sequence IS NULL THEN
+    RAISE EXCEPTION 'drainer_waits: queue % has no sequence outbox.drainer_waits_q% (call outbox.set_notify again)',
+      v_q.queue, v_q.queue_id USING ERRCODE = '55000';
+  END IF;
+  -- The gate is taken for this call only (a session lock, released on every way out; a
+  -- transaction lock would make producers that must notify wait for the caller's transaction).
+  IF NOT pg_catalog.pg_try_advisory_lock(1885823232 + v_q.queue_id, -4) THEN
+    RETURN NULL;
+  END IF;
+  BEGIN
+    v_mark := GREATEST(COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) + 1,
+                       (EXTRACT(epoch FROM pg_catalog.clock_timestamp() + wait) * 1000)::bigint);
+    PERFORM pg_catalog.setval(v_sequence, v_mark);
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+    RAISE;
+  END;
+  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+  RETURN v_mark;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- A drainer that outbox.drainer_waits marked as waiting was woken by a NOTIFY: producers stop
+-- notifying, unless another drainer marked itself since (marks only grow, so its mark is then not
+-- this one: every drainer that LISTENs on the channel got the same NOTIFY, so clearing after one is
+-- safe only when nobody marked after it). Skipped when a producer holds the notify gate (the mark
+-- then expires by itself). A mark of 0 (a queue that notifies 'always') does nothing.
+CREATE OR REPLACE FUNCTION outbox.drainer_woke(queue text, mark bigint)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues;
+  v_sequence regclass;
+BEGIN
+  IF mark IS NULL OR mark < 0 THEN
+    RAISE EXCEPTION 'drainer_woke: mark must be a mark outbox.drainer_waits returned (0 or more), got %',
+      COALESCE(mark::text, 'NULL') USING ERRCODE = '22023';
+  END IF;
+  v_q := outbox._queue('drainer_woke', queue);
+  IF mark = 0 OR v_q.notify = 'always' THEN
+    RETURN;
+  END IF;
+  v_sequence := pg_catalog.to_regclass('outbox.drainer_waits_q' || v_q.queue_id);
+  IF v_sequence IS NULL OR NOT pg_catalog.pg_try_advisory_lock(1885823232 + v_q.queue_id, -4) THEN
+    RETURN;
+  END IF;
+  BEGIN
+    IF pg_catalog.pg_sequence_last_value(v_sequence) = mark THEN
+      PERFORM pg_catalog.setval(v_sequence, 1);
+    END IF;
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+    RAISE;
+  END;
+  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
 END;
 $$;
 -- +goose StatementEnd

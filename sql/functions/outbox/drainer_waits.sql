@@ -8,7 +8,9 @@
 -- it commits (outbox._drainer_waits); this takes the gate exclusively without waiting, so it marks
 -- only when no producer is between its check and its commit, and each producer either sees the mark
 -- (and notifies) or committed before it (and the claim after the mark sees its rows).
--- The gate is held for the call only, whatever transaction it runs in.
+-- The gate is held for the call only, whatever transaction it runs in. Drainers exclude each other
+-- with a lock of their own (key -5, as outbox.drainer_woke, which clears a mark without the gate):
+-- a mark waits up to 100 ms for it, else answers NULL like a held gate.
 -- Marks only grow: a later mark replaces an earlier one, even a longer one, so drainer_woke of a
 -- drainer never clears another's mark.
 CREATE OR REPLACE FUNCTION outbox.drainer_waits(queue text, wait interval)
@@ -16,6 +18,7 @@ RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
+SET lock_timeout = '100ms'
 AS $$
 DECLARE
   v_q outbox.queues;
@@ -41,13 +44,24 @@ BEGIN
     RETURN NULL;
   END IF;
   BEGIN
+    PERFORM pg_catalog.pg_advisory_lock(1885823232 + v_q.queue_id, -5);
+  EXCEPTION WHEN lock_not_available THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+    RETURN NULL;
+  WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+    RAISE;
+  END;
+  BEGIN
     v_mark := GREATEST(COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) + 1,
                        (EXTRACT(epoch FROM pg_catalog.clock_timestamp() + wait) * 1000)::bigint);
     PERFORM pg_catalog.setval(v_sequence, v_mark);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
     PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
     RAISE;
   END;
+  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
   PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
   RETURN v_mark;
 END;

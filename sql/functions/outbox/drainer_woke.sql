@@ -1,13 +1,20 @@
 -- A drainer that outbox.drainer_waits marked as waiting was woken by a NOTIFY: producers stop
 -- notifying, unless another drainer marked itself since (marks only grow, so its mark is then not
 -- this one: every drainer that LISTENs on the channel got the same NOTIFY, so clearing after one is
--- safe only when nobody marked after it). Skipped when a producer holds the notify gate (the mark
--- then expires by itself). A mark of 0 (a queue that notifies 'always') does nothing.
+-- safe only when nobody marked after it). A mark of 0 (a queue that notifies 'always') does nothing.
+-- Clearing needs no producer to be out of the way (it is a mark that ran out early, which the
+-- protocol already allows: a drainer claims once more after every mark), so it does not take the
+-- notify gate: producers that commit back to back hold it shared nearly all the time, and a clear
+-- that needed it left every producer notifying, each commit queued on NOTIFY's lock, until the
+-- mark ran out (PollFallback + 1 s; issue 29: producers beside one drainer at a quarter of their
+-- rate). Drainers exclude each other with a lock of their own (key -5), held for the compare and
+-- the setval only; one that waits 100 ms for it (someone else holds that key) lets the mark run out.
 CREATE OR REPLACE FUNCTION outbox.drainer_woke(queue text, mark bigint)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
+SET lock_timeout = '100ms'
 AS $$
 DECLARE
   v_q outbox.queues;
@@ -22,17 +29,22 @@ BEGIN
     RETURN;
   END IF;
   v_sequence := pg_catalog.to_regclass('outbox.drainer_waits_q' || v_q.queue_id);
-  IF v_sequence IS NULL OR NOT pg_catalog.pg_try_advisory_lock(1885823232 + v_q.queue_id, -4) THEN
+  IF v_sequence IS NULL THEN
     RETURN;
   END IF;
+  BEGIN
+    PERFORM pg_catalog.pg_advisory_lock(1885823232 + v_q.queue_id, -5);
+  EXCEPTION WHEN lock_not_available THEN
+    RETURN;
+  END;
   BEGIN
     IF pg_catalog.pg_sequence_last_value(v_sequence) = mark THEN
       PERFORM pg_catalog.setval(v_sequence, 1);
     END IF;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
     RAISE;
   END;
-  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
 END;
 $$;
