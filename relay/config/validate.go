@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"reflect"
@@ -102,7 +103,12 @@ func (q Queue) validate(p *yamlfile.Problems, path []string) {
 		q.Delivery.validate(p, path, q.Queue, "queue")
 		return
 	}
-	// Fanned out: the delivery fields are each sink's.
+	q.validateFannedOut(p, sub)
+}
+
+// validateFannedOut reports the problems of a queue fanned out to sinks: the delivery fields are
+// each sink's, the fan-out's own settings, and each sink's name and delivery.
+func (q Queue) validateFannedOut(p *yamlfile.Problems, sub func(keys ...string) []string) {
 	d := reflect.ValueOf(q.Delivery)
 	for i := range d.NumField() {
 		if d.Field(i).IsZero() {
@@ -131,24 +137,17 @@ func (q Queue) validate(p *yamlfile.Problems, path []string) {
 		switch {
 		case s.Name == "":
 			p.At(name, "must be set: the sink delivers the events of the queue %s",
-				relay.FanOutQueue(cmpOr(q.Queue, "QUEUE"), "<name>"))
+				relay.FanOutQueue(cmp.Or(q.Queue, "QUEUE"), "<name>"))
 		default:
-			if problem := relay.CheckFanOutSink(cmpOr(q.Queue, "q"), s.Name); problem != "" {
+			if problem := relay.CheckFanOutSink(cmp.Or(q.Queue, "q"), s.Name); problem != "" {
 				p.At(name, "%s", problem)
 			} else if k, dup := names[s.Name]; dup {
 				p.At(name, "is already the name of sinks[%d]", k)
 			}
 			names[s.Name] = j
 		}
-		s.Delivery.validate(p, spath, relay.FanOutQueue(cmpOr(q.Queue, "q"), cmpOr(s.Name, "sink")), "name")
+		s.Delivery.validate(p, spath, relay.FanOutQueue(cmp.Or(q.Queue, "q"), cmp.Or(s.Name, "sink")), "name")
 	}
-}
-
-func cmpOr(s, fallback string) string {
-	if s == "" {
-		return fallback
-	}
-	return s
 }
 
 // fanOut is the relay.FanOut of q.
