@@ -124,7 +124,14 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 					if a := p.slotAverage(); len(jobs) == n && a > 0 && gatherRatio*a < claimAvg {
 						gatherUntil = time.Now().Add(min(gatherRatio*a, claimGather))
 					}
-					continue
+					if len(jobs) == n {
+						continue
+					}
+					// Fewer than asked for: the queue is drained for now, and a claim at once would
+					// mostly find nothing (at a trickle, every other claim). Claim again after the
+					// busy-poll pause, or sooner on a NOTIFY or when results were recorded (a recorded
+					// head may have made its successor claimable).
+					hungry = false
 				default:
 					errDelay = errorDelayMin
 					hungry = false

@@ -10,10 +10,15 @@ STABLE
 SET search_path = ''
 AS $$
 DECLARE
-  v_name text := outbox._queue_name(p_function, p_queue);
+  v_name text := p_queue;
   v_row outbox.queues;
 BEGIN
-  SELECT * INTO v_row FROM outbox.queues q WHERE q.queue = v_name;
+  -- Registered names are canonical: a name found as given needs no parsing (the usual call).
+  SELECT * INTO v_row FROM outbox.queues q WHERE q.queue = p_queue;
+  IF NOT FOUND THEN
+    v_name := outbox._queue_name(p_function, p_queue);
+    SELECT * INTO v_row FROM outbox.queues q WHERE q.queue = v_name;
+  END IF;
   IF NOT FOUND THEN
     RAISE EXCEPTION '%: queue % is not registered (call outbox.create_queue first)', p_function, v_name
       USING ERRCODE = '42P01';
