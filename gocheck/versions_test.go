@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	osexec "os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/cmd/pgdrain/cli"
@@ -189,4 +191,50 @@ func TestVersions_EscalationRefusesAnOlderSchema(t *testing.T) {
 	require.EqualError(t, err, fmt.Sprintf("database schema alr predates migration 00006 (it has no alr.version()), "+
 		"this escalation engine needs %05d or later: run goose-run up (cmd/goose-run), "+
 		"or apply the migrations/alr/*.sql it lacks in order (docs/install.md)", escalation.AlrMigrationNeeded))
+}
+
+// docs/install.md: the Up part of every migration file (everything before "-- +goose Down"), applied
+// in order with psql, gives the same functions, bodies and grants as goose, and the same versions.
+func TestVersions_PlainSQLFilesEqualGoose(t *testing.T) {
+	t.Parallel()
+	_, err := osexec.LookPath("psql")
+	require.NoError(t, err, "psql is needed (scripts/ensure-deps.sh installs it)")
+	ctx := context.Background()
+	goose := testdb.New(t)
+	plain := testdb.NewEmpty(t)
+	for _, module := range []string{"outbox", "alr"} {
+		entries, err := fs.ReadDir(migrations.FS, module)
+		require.NoError(t, err)
+		for _, e := range entries { // ReadDir sorts by name: number order
+			b, err := fs.ReadFile(migrations.FS, module+"/"+e.Name())
+			require.NoError(t, err)
+			up, _, found := strings.Cut(string(b), "\n-- +goose Down")
+			require.True(t, found, "%s/%s has a Down section", module, e.Name())
+			cmd := osexec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "-d", plain.URL)
+			cmd.Stdin = strings.NewReader(up)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s/%s with psql: %s", module, e.Name(), out)
+		}
+	}
+	const functions = `
+		SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), p.prosecdef, coalesce(p.proacl::text, '')
+		FROM pg_proc p WHERE p.pronamespace IN ('outbox'::regnamespace, 'alr'::regnamespace, 'core'::regnamespace)
+		ORDER BY 1`
+	read := func(db *testdb.DB) [][]any {
+		rows, err := db.Pool.Query(ctx, functions)
+		require.NoError(t, err)
+		all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+		require.NoError(t, err)
+		return all
+	}
+	want := read(goose)
+	require.NotEmpty(t, want)
+	require.Equal(t, want, read(plain))
+	for _, module := range []string{"outbox", "alr"} {
+		g, err := version.Read(ctx, goose.Pool, module)
+		require.NoError(t, err)
+		p, err := version.Read(ctx, plain.Pool, module)
+		require.NoError(t, err)
+		require.Equal(t, g, p)
+	}
 }
