@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgdrain/pgdrain/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -156,7 +157,9 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 	return d, nil
 }
 
-// Run drains the queue until ctx is cancelled. It first reads the queue's registration
+// Run drains the queue until ctx is cancelled. It first checks that the database's outbox schema is
+// at migration OutboxMigrationNeeded or later (outbox.version(): an older schema, or none, is an
+// error matching ErrSchemaTooOld that says which migrations to run), then reads the queue's registration
 // (outbox.queue_info: an unregistered queue is an error matching ErrQueueNotRegistered) and checks
 // the Config's Expect fields against it (a disagreement is an error matching
 // ErrRegistrationMismatch that names every disagreeing field), logs check_indexes findings as
@@ -267,7 +270,9 @@ func (d *Drainer[T]) logIndexFindings(ctx context.Context) {
 	}
 }
 
-// connect pings the database and reads the queue's registration (outbox.queue_info), retrying with
+// connect pings the database, checks that its outbox schema is at least OutboxMigrationNeeded
+// (outbox.version(); an older one is an error matching ErrSchemaTooOld) and reads the queue's
+// registration (outbox.queue_info), retrying with
 // backoff while the database is unavailable (see unavailable): a drainer that starts during a
 // failover waits for the new primary rather than failing. Any other error is returned at once, and
 // so is the last one when ctx ends first.
@@ -279,12 +284,16 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 		// Each attempt is bounded (ClaimTimeout): a host that never answers is waited for, with
 		// backoff, instead of hanging the first attempt forever.
 		actx, cancel := context.WithTimeout(ctx, bound)
+		// Ping, the schema's version (an old schema is not "unavailable": it is returned at once
+		// below), then the registration.
 		err := d.pool.Ping(actx)
 		if err != nil {
 			err = fmt.Errorf("pinging database: %w", err)
-		} else if reg, err = loadRegistration(actx, d.pool, d.table); err == nil {
-			cancel()
-			return reg, nil
+		} else if err = version.Check(actx, d.pool, "outbox", OutboxMigrationNeeded, "this drainer"); err == nil {
+			if reg, err = loadRegistration(actx, d.pool, d.table); err == nil {
+				cancel()
+				return reg, nil
+			}
 		}
 		cancel()
 		if ctx.Err() != nil || unavailable(err) == "" {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgdrain/pgdrain/internal/pgerr"
+	"github.com/pgdrain/pgdrain/internal/version"
 )
 
 // Class says whether a failed apply may succeed if tried again.
@@ -145,6 +146,17 @@ var ErrAlreadyRunning = errors.New("drainer is already running")
 // registered with outbox.create_queue, or its table was dropped outside outbox.drop_queue
 // (SQLSTATE 42P01 from the outbox functions).
 var ErrQueueNotRegistered = errors.New("queue is not registered")
+
+// ErrSchemaTooOld is matched (errors.Is) by the error Run returns when the database's outbox schema
+// is older than OutboxMigrationNeeded, or predates outbox.version(), or is not installed. The error
+// says which migration the schema is at, which one the drainer needs, and how to migrate:
+//
+//	database schema outbox is at migration 00024, this drainer needs 00025 or later: run goose-run up (cmd/goose-run), or apply the migrations/outbox/*.sql it lacks in order (docs/install.md)
+var ErrSchemaTooOld = version.ErrSchemaTooOld
+
+// OutboxMigrationNeeded is the oldest outbox migration this drainer works with (Run checks
+// outbox.version() against it).
+const OutboxMigrationNeeded = version.OutboxNeeded
 
 // ErrRegistrationMismatch is matched (errors.Is) by the error Run returns when an Expect field of
 // the Config disagrees with the queue's registration (outbox.queue_info). The error names every

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgdrain/pgdrain/internal/errtext"
 	"github.com/pgdrain/pgdrain/internal/pgerr"
+	"github.com/pgdrain/pgdrain/internal/version"
 )
 
 const (
@@ -122,7 +123,9 @@ func New(pool *pgxpool.Pool, notifiers map[string]Notifier, cfg Config) (*Engine
 // finished and the unapplied rest of its batch is released. A full batch is followed at once by
 // the next take; otherwise the engine waits Tick.
 //
-// At start Run compares the channels the policies use with its notifiers (UnservedChannels) and
+// At start Run checks that the database's alr schema is at migration AlrMigrationNeeded or later
+// (alr.version(): an older schema, or none, is an error matching ErrSchemaTooOld that says which
+// migrations to run). It then compares the channels the policies use with its notifiers (UnservedChannels) and
 // logs every channel no Notifier serves at Warn; it does not fail, because an engine that refuses
 // to start pages nobody, and a step of an unserved channel is never lost: it is given back
 // unapplied every time it is taken (see RunOnce). Callers who prefer to fail call
@@ -182,7 +185,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 }
 
-// start pings the database and lists the channels the policies use (UnservedChannels), each
+// start pings the database, checks the alr schema's version (checkSchema) and lists the channels
+// the policies use (UnservedChannels), each
 // attempt bounded by DBTimeout, waiting with backoff while the database is unavailable (a restart,
 // a failover, a standby not yet promoted): an engine started during a failover waits for the new
 // primary. Any other error (authentication, a missing grant, an unmigrated database) is returned
@@ -196,8 +200,10 @@ func (e *Engine) start(ctx context.Context) ([]ChannelUse, error) {
 		var unserved []ChannelUse
 		if err != nil {
 			err = fmt.Errorf("pinging database: %w", err)
-		} else if unserved, err = e.UnservedChannels(ctx); err == nil {
-			return unserved, nil
+		} else if err = e.checkSchema(ctx); err == nil {
+			if unserved, err = e.UnservedChannels(ctx); err == nil {
+				return unserved, nil
+			}
 		}
 		if ctx.Err() != nil || pgerr.Unavailable(err) == "" {
 			return nil, err
@@ -210,6 +216,14 @@ func (e *Engine) start(ctx context.Context) ([]ChannelUse, error) {
 		}
 		delay = pgerr.Next(delay)
 	}
+}
+
+// checkSchema refuses an alr schema older than AlrMigrationNeeded (alr.version()): an error matching
+// ErrSchemaTooOld that says which migrations to run. It is not "unavailable", so start returns it at once.
+func (e *Engine) checkSchema(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.DBTimeout)
+	defer cancel()
+	return version.Check(ctx, e.pool, "alr", AlrMigrationNeeded, "this escalation engine")
 }
 
 // UnservedChannels returns the channels some policy uses that no Notifier of e serves, sorted by

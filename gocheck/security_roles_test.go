@@ -199,6 +199,7 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"outbox.retry_row(text,bigint,integer,text)":                                  "definer operator",
 		"outbox.dismiss_poisoned(text,bigint[],text)":                                 "definer operator",
 		"outbox.operator_log(text,integer,bigint)":                                    "definer operator,reader",
+		"outbox.version()":                                                            "invoker operator,producer,reader,worker",
 	}
 	// A partitioned queue has a heads trigger function of its own (outbox._install_heads_trigger).
 	// A claim and its result make the queue's statements with kept plans (outbox._prepared).

@@ -15,10 +15,17 @@ last=$(ls "$dir" 2>/dev/null | grep -E '^[0-9]{5}_' | sort | tail -n1 | cut -c1-
 next=$(printf '%05d' $((10#${last:-0} + 1)))
 out=$dir/${next}_${name}.sql
 [ -e "$out" ] && { echo "new-migration: $out exists" >&2; exit 2; }
+# Every migration carries the module's version() with its own number (gocheck TestVersions_*).
+version_sql=sql/functions/$module/version.sql
+if [ -e "$version_sql" ]; then
+  sed -i -E "s/^(  SELECT '[^']*'::text, )[0-9]+;\$/\1$((10#$next));/" "$version_sql"
+  grep -qE "::text, $((10#$next));\$" "$version_sql" || { echo "new-migration: could not bump $version_sql" >&2; exit 2; }
+fi
 if [ "$1" = all ]; then
   mapfile -t files < <(ls sql/functions/$module/*.sql | sort)
 else
   files=(); for f in "$@"; do files+=("sql/functions/$module/$f.sql"); done
+  [ -e "$version_sql" ] && [[ " $* " != *" version "* ]] && files+=("$version_sql")
 fi
 {
   echo "-- +goose Up"

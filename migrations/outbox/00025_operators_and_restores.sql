@@ -389,6 +389,22 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The version of the outbox schema installed in this database: the release it belongs to and the
+-- number of the last migration applied (the file migrations/outbox/NNNNN_*.sql). A client that needs
+-- a function added by migration N checks migration >= N before it starts (the Go drainer does).
+-- Every migration carries this function with its own number (a test compares the two), and its
+-- Down restores the body before it, so the answer is right after goose up or down to any migration.
+CREATE OR REPLACE FUNCTION outbox.version(OUT version text, OUT migration integer)
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SET search_path = ''
+AS $$
+  SELECT '0.1.0-dev'::text, 25;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Commit step of one partitioned queue for the current transaction (called by
 -- outbox._commit_partitions with the keys it wrote and their ids, repeats allowed; p_locked: the
 -- commit locks of their hashes are taken, step 1 is done): makes per-key delivery order equal
@@ -1722,10 +1738,15 @@ GRANT EXECUTE ON FUNCTION
   outbox.operator_log(text, integer, bigint)
   TO pgdrain_operator;
 GRANT EXECUTE ON FUNCTION outbox.operator_log(text, integer, bigint) TO pgdrain_reader;
+
+-- Everyone who may use the schema reads its version (outbox.version: a constant, no data): the Go
+-- drainer checks it at start, pgdrain --version prints it.
+GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
 -- +goose StatementEnd
 
 -- +goose Down
 -- +goose StatementBegin
+DROP FUNCTION outbox.version();
 DROP FUNCTION outbox.poison_row(text, bigint, integer, text);
 DROP FUNCTION outbox.retry_row(text, bigint, integer, text);
 DROP FUNCTION outbox.dismiss_poisoned(text, bigint[], text);

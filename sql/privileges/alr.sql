@@ -57,3 +57,7 @@ GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.a
 GRANT EXECUTE ON FUNCTION alr.resolve_alert(uuid) TO pgdrain_operator;
 GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
   alr.delivery_journal TO pgdrain_reader;
+
+-- Everyone who may use the schema reads its version (alr.version: a constant, no data): the
+-- escalation engine checks it at start, pgdrain --version prints it.
+GRANT EXECUTE ON FUNCTION alr.version() TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;

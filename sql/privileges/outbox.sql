@@ -120,3 +120,7 @@ GRANT EXECUTE ON FUNCTION
   outbox.operator_log(text, integer, bigint)
   TO pgdrain_operator;
 GRANT EXECUTE ON FUNCTION outbox.operator_log(text, integer, bigint) TO pgdrain_reader;
+
+-- Everyone who may use the schema reads its version (outbox.version: a constant, no data): the Go
+-- drainer checks it at start, pgdrain --version prints it.
+GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;

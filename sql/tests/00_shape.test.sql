@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(152);
+SELECT plan(157);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -68,26 +68,28 @@ INSERT INTO contract VALUES
   ('operator_log', ARRAY['text','integer','bigint'],
    'queue text, max_rows integer DEFAULT 50, before_action_id bigint DEFAULT NULL::bigint',
    'TABLE(action_id bigint, acted_at timestamp with time zone, action text, id bigint, event_id uuid, partition_key text, attempt_count integer, reason text, acted_by text)',
-   'setof record');
+   'setof record'),
+  -- The schema's release and last migration (pgdrain --version; the drainer's start-up check).
+  ('version', '{}', 'OUT version text, OUT migration integer', 'record', 'record');
 
--- 28 x has_function
+-- 29 x has_function
 SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 28 x function_returns
+-- 29 x function_returns
 SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
 FROM contract c ORDER BY c.name;
--- 28 x argument names, order and defaults
+-- 29 x argument names, order and defaults
 SELECT is(pg_get_function_arguments(p.oid), c.arguments,
           format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 28 x result shape (the columns of TABLE results)
+-- 29 x result shape (the columns of TABLE results)
 SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 28 x one overload only (a second signature would make calls ambiguous)
+-- 29 x one overload only (a second signature would make calls ambiguous)
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
           1::bigint, format('outbox.%s has exactly one signature', c.name))
 FROM contract c ORDER BY c.name;

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -83,7 +82,8 @@ flags (before or after the command):
                and libpq's defaults, as psql)
   --json       machine-readable output; errors too, as {"error", "code", "exit_code",
                "sqlstate"} on stderr
-  --version    print pgdrain's version
+  --version    print pgdrain's version and, when the database is reachable, the version of its
+               outbox and alr schemas (outbox.version(), alr.version())
 
 exit codes: 0 ok, 1 problems found, 2 usage error (an unknown queue too), 3 database error
 (relay, escalate: 2 for a bad config file, 3 when it stops on an error)`
@@ -271,8 +271,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return flagError(err)
 	}
 	if *showVersion {
-		fmt.Fprintln(stdout, "pgdrain", version())
-		return nil
+		return printVersion(ctx, dsn, asJSON, stdout)
 	}
 	if global.NArg() == 0 {
 		return usagef(noCommand)
@@ -389,12 +388,4 @@ func describe(err error) string {
 		return fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
 	}
 	return strings.Join(strings.Fields(err.Error()), " ")
-}
-
-// version is the module version pgdrain was built from ("(devel)" in a checkout).
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

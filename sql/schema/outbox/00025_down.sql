@@ -1,3 +1,4 @@
+DROP FUNCTION outbox.version();
 DROP FUNCTION outbox.poison_row(text, bigint, integer, text);
 DROP FUNCTION outbox.retry_row(text, bigint, integer, text);
 DROP FUNCTION outbox.dismiss_poisoned(text, bigint[], text);

@@ -2,7 +2,7 @@
 -- exactly its argument names, order and defaults, its result, a pinned search_path; the tables and
 -- the lease_token column added by migration 00002 (nullable, documented).
 BEGIN;
-SELECT plan(48);
+SELECT plan(50);
 
 CREATE TEMP TABLE contract(schema_name text, name text, args text[], arguments text, result text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -17,13 +17,14 @@ INSERT INTO contract VALUES
   ('alr', 'release_step', ARRAY['uuid','uuid'], 'escalation_id uuid, lease_token uuid', 'boolean'),
   ('alr', 'resolve_alert', ARRAY['uuid'], 'alert_id uuid', 'void'),
   ('alr', 'record_delivery', ARRAY['uuid','integer','uuid','text'],
-   'escalation_id uuid, step_idx integer, lease_token uuid, error text DEFAULT NULL::text', 'bigint');
+   'escalation_id uuid, step_idx integer, lease_token uuid, error text DEFAULT NULL::text', 'bigint'),
+  ('alr', 'version', '{}', 'OUT version text, OUT migration integer', 'record');
 
--- 9 x has_function
+-- 10 x has_function
 SELECT has_function(c.schema_name, c.name, c.args,
                     format('%s.%s(%s) exists', c.schema_name, c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 9 x arguments and result
+-- 10 x arguments and result
 SELECT is(pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid),
           c.arguments || ' -> ' || c.result,
           format('%s.%s takes exactly the contract''s arguments and returns its result', c.schema_name, c.name))

@@ -1,0 +1,150 @@
+-- +goose Up
+-- +goose StatementBegin
+-- The version of the alr schema (the escalation ladder) installed in this database: the release it
+-- belongs to and the number of the last migration applied (the file migrations/alr/NNNNN_*.sql). The
+-- escalation engine checks migration >= the one it needs before it starts.
+-- Every migration carries this function with its own number (a test compares the two), and its
+-- Down restores the body before it, so the answer is right after goose up or down to any migration.
+CREATE OR REPLACE FUNCTION alr.version(OUT version text, OUT migration integer)
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SET search_path = ''
+AS $$
+  SELECT '0.1.0-dev'::text, 6;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema alr (canonical source; migration alr/00004 carries the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+-- The roles are the outbox's three (pgdrain_worker, pgdrain_producer, pgdrain_operator).
+--
+-- Nothing in alr is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alr FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA alr REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA alr TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- SECURITY DEFINER: callers get exactly what the function does and no privilege on any alr table,
+-- so an engine can not advance a ladder or clear a token with a plain UPDATE, and nobody but the
+-- owner writes the delivery journal except through record_delivery. Each validates its arguments
+-- and pins search_path = ''.
+ALTER FUNCTION alr.take_due_steps(integer, interval) SECURITY DEFINER;
+ALTER FUNCTION alr.apply_escalation(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.release_step(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.record_delivery(uuid, integer, uuid, text) SECURITY DEFINER;
+ALTER FUNCTION alr.alert_name(uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.channels_in_use() SECURITY DEFINER;
+ALTER FUNCTION alr.add_alert(text) SECURITY DEFINER;
+ALTER FUNCTION alr.start_escalation(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.resolve_alert(uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.create_policy(text, jsonb) SECURITY DEFINER;
+
+-- Workers run the escalation engine: take, record, give back, journal; the alert's name for the
+-- message and the channels the policies use (the engine's start-up check).
+GRANT EXECUTE ON FUNCTION
+  alr.take_due_steps(integer, interval),
+  alr.apply_escalation(uuid, uuid),
+  alr.release_step(uuid, uuid),
+  alr.record_delivery(uuid, integer, uuid, text),
+  alr.alert_name(uuid),
+  alr.channels_in_use()
+  TO pgdrain_worker;
+
+-- Producers are what raises alerts (the monitoring system): add, start a ladder, resolve.
+GRANT EXECUTE ON FUNCTION
+  alr.add_alert(text),
+  alr.start_escalation(uuid, uuid),
+  alr.resolve_alert(uuid)
+  TO pgdrain_producer;
+
+-- Operators write policies, see which channels they use, and read the ladder's state (no payloads
+-- live here: names, channels, targets, steps, the journal). They can change no row directly.
+GRANT EXECUTE ON FUNCTION
+  alr.create_policy(text, jsonb),
+  alr.channels_in_use()
+  TO pgdrain_operator;
+GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
+  alr.delivery_journal TO pgdrain_operator;
+
+-- The _ helpers (_invalid, _not_found, _escalation_known) stay INVOKER and are granted to nobody:
+-- only the functions above, running as the owner, call them.
+
+-- Operators resolve an alert from the console; readers see the ladders (no payloads live here).
+GRANT EXECUTE ON FUNCTION alr.resolve_alert(uuid) TO pgdrain_operator;
+GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
+  alr.delivery_journal TO pgdrain_reader;
+
+-- Everyone who may use the schema reads its version (alr.version: a constant, no data): the
+-- escalation engine checks it at start, pgdrain --version prints it.
+GRANT EXECUTE ON FUNCTION alr.version() TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+DROP FUNCTION alr.version();
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema alr (canonical source; migration alr/00004 carries the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+-- The roles are the outbox's three (pgdrain_worker, pgdrain_producer, pgdrain_operator).
+--
+-- Nothing in alr is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alr FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA alr REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA alr TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- SECURITY DEFINER: callers get exactly what the function does and no privilege on any alr table,
+-- so an engine can not advance a ladder or clear a token with a plain UPDATE, and nobody but the
+-- owner writes the delivery journal except through record_delivery. Each validates its arguments
+-- and pins search_path = ''.
+ALTER FUNCTION alr.take_due_steps(integer, interval) SECURITY DEFINER;
+ALTER FUNCTION alr.apply_escalation(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.release_step(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.record_delivery(uuid, integer, uuid, text) SECURITY DEFINER;
+ALTER FUNCTION alr.alert_name(uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.channels_in_use() SECURITY DEFINER;
+ALTER FUNCTION alr.add_alert(text) SECURITY DEFINER;
+ALTER FUNCTION alr.start_escalation(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.resolve_alert(uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.create_policy(text, jsonb) SECURITY DEFINER;
+
+-- Workers run the escalation engine: take, record, give back, journal; the alert's name for the
+-- message and the channels the policies use (the engine's start-up check).
+GRANT EXECUTE ON FUNCTION
+  alr.take_due_steps(integer, interval),
+  alr.apply_escalation(uuid, uuid),
+  alr.release_step(uuid, uuid),
+  alr.record_delivery(uuid, integer, uuid, text),
+  alr.alert_name(uuid),
+  alr.channels_in_use()
+  TO pgdrain_worker;
+
+-- Producers are what raises alerts (the monitoring system): add, start a ladder, resolve.
+GRANT EXECUTE ON FUNCTION
+  alr.add_alert(text),
+  alr.start_escalation(uuid, uuid),
+  alr.resolve_alert(uuid)
+  TO pgdrain_producer;
+
+-- Operators write policies, see which channels they use, and read the ladder's state (no payloads
+-- live here: names, channels, targets, steps, the journal). They can change no row directly.
+GRANT EXECUTE ON FUNCTION
+  alr.create_policy(text, jsonb),
+  alr.channels_in_use()
+  TO pgdrain_operator;
+GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
+  alr.delivery_journal TO pgdrain_operator;
+
+-- The _ helpers (_invalid, _not_found, _escalation_known) stay INVOKER and are granted to nobody:
+-- only the functions above, running as the owner, call them.
+
+-- Operators resolve an alert from the console; readers see the ladders (no payloads live here).
+GRANT EXECUTE ON FUNCTION alr.resolve_alert(uuid) TO pgdrain_operator;
+GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
+  alr.delivery_journal TO pgdrain_reader;
+-- +goose StatementEnd
+
