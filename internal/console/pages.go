@@ -37,6 +37,13 @@ type queueBody struct {
 	PayloadHidden bool
 	Limit         int
 	PoisonedKeys  []string // distinct keys of the listed rows, for "requeue all of a key"
+	// Actions are the newest operator actions on the queue (outbox.operator_log); ActionCounts
+	// counts the ActionsTotal read by kind; ActionsMore: the queue has more than were read.
+	Actions      []OperatorAction
+	ActionCounts []ActionCount
+	ActionsTotal int
+	ActionsMore  bool
+	ActionsErr   string
 }
 
 func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
@@ -65,6 +72,9 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 			seen[*p.PartitionKey] = true
 			b.PoisonedKeys = append(b.PoisonedKeys, *p.PartitionKey)
 		}
+	}
+	if b.Actions, b.ActionCounts, b.ActionsTotal, b.ActionsMore, err = readOperatorLog(ctx, s.cfg.Reader, name); err != nil {
+		b.ActionsErr = describe(err)
 	}
 	s.render(w, r, http.StatusOK, "queue", pageData{Title: name, Nav: "queues", Live: true, Body: b})
 }
