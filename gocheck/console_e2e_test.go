@@ -27,7 +27,8 @@ import (
 // dismiss go through their confirmations with a reason and the queue page lists them; a release confirmed
 // after another operator already released the lease says nothing changed; at 420 px no page is
 // wider than the screen; the escalations page says no engine runs and highlights the overdue
-// step; a --read-only console shows no action and refuses a POST. The screenshots go to a
+// step, the alert is acknowledged (its ladder stops) and resolved, and listed under "Recently
+// resolved"; a --read-only console shows no action and refuses a POST. The screenshots go to a
 // temporary directory, or with PGDRAIN_UPDATE_SCREENSHOTS=1 to docs/screenshots/ (linked from the
 // README and docs/console.md): a plain make test leaves the tree as it found it.
 // Chromium is a dependency of make test (scripts/ensure-deps.sh): missing, the test fails.
@@ -107,6 +108,33 @@ channels:
 	require.Zero(t, rejected)
 	shoot(ctx, "escalations-engine.png")
 
+	// Acknowledge the alert (its ladder stops: nobody is paged further), then resolve it: it is
+	// listed as acknowledged, then under "Recently resolved" with who acknowledged it.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/escalations"),
+		clickNow(`section.ladder form.acknowledge button`),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.SendKeys(chromedp.CSS("#reason"), "on it"),
+		chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.CSS(".flash.changed")),
+	))
+	flash := run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+	require.Contains(t, flash, "Done: acknowledged alert \"api 5xx above 2%\"")
+	require.Contains(t, flash, "running ladders 1 → 0")
+	page = mainHTML(ctx)
+	require.Contains(t, page, `class="acked"`)
+	require.Contains(t, page, "on it (via pgdrain web, local)")
+	shoot(ctx, "escalations-acknowledged.png")
+	require.NoError(t, chromedp.Do(ctx,
+		clickNow(`tr.acked form.resolve button`),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.CSS("table#resolved")),
+	))
+	page = mainHTML(ctx)
+	require.Regexp(t, `(?s)<table class="grid stack" id="resolved">.*?api 5xx above 2%.*? by pgdrain_t_[0-9a-f]+ \(on it \(via pgdrain web, local\)\)`, page)
+	shoot(ctx, "escalations-resolved.png")
+
 	// Requeue poisoned row 7 through the confirmation page; the page after it says what changed.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(base+"/queues/public.events"),
@@ -124,7 +152,7 @@ channels:
 		chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
 		chromedp.WaitVisible(chromedp.CSS(".flash.changed")),
 	))
-	flash := run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+	flash = run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
 	require.Contains(t, flash, "Done: requeued 1 poisoned row(s) of public.events")
 	require.Contains(t, flash, "poisoned 2 → 1")
 	shoot(ctx, "after-action.png")

@@ -604,3 +604,63 @@ func (s *Server) dismissAction(w http.ResponseWriter, r *http.Request) {
 	}
 	s.done(w, r, back, o, "queue", queue, "ids", ids, "reason", typed, "dismissed", n)
 }
+
+// acknowledgeAction acknowledges a firing alert (alr.acknowledge_alert): its ladders stop, no
+// further step pages anyone, the alert stays firing until resolved.
+func (s *Server) acknowledgeAction(w http.ResponseWriter, r *http.Request) {
+	const back = "/escalations"
+	alert := r.PostFormValue("alert")
+	if !uuidText.MatchString(alert) {
+		s.message(w, r, http.StatusBadRequest, "Bad alert", fmt.Sprintf("alert: must be an alert id (uuid), got %q", alert), back)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
+	defer cancel()
+	if r.PostFormValue("confirm") != "yes" {
+		name, state, err := readAlert(ctx, s.cfg.Reader, alert)
+		if err != nil {
+			s.failed(w, r, back, err, "alert", alert)
+			return
+		}
+		s.confirm(w, r, "Acknowledge the alert?", confirmBody{
+			Action: "/actions/acknowledge", Fields: []field{{"alert", alert}}, Button: "Acknowledge", Back: back,
+			Reason: &reasonField{Hint: "optional note, e.g. looking into it (logged with the acknowledgement)"},
+			Lines: []string{
+				fmt.Sprintf("Acknowledge alert %q (%s, now %s): you are on it.", name, alert, state),
+				"Its running ladders stop at once: no further step pages anyone, and a step an engine already took is not delivered. The alert stays firing until it is resolved (alr.acknowledge_alert).",
+			}})
+		return
+	}
+	typed, ok := s.checkReason(w, r, back, false)
+	if !ok {
+		return
+	}
+	name, _, runningBefore, err := alertState(ctx, s.cfg.Operator, alert)
+	if err != nil {
+		s.failed(w, r, back, err, "alert", alert)
+		return
+	}
+	acked, err := acknowledgeAlert(ctx, s.cfg.Operator, alert, consoleReason(typed, r))
+	if err != nil {
+		s.failed(w, r, back, err, "alert", alert)
+		return
+	}
+	_, stateAfter, runningAfter, err := alertState(ctx, s.cfg.Operator, alert)
+	if err != nil {
+		s.failed(w, r, back, err, "alert", alert)
+		return
+	}
+	o := outcome{Changed: acked,
+		Text: fmt.Sprintf("acknowledged alert %q (%s): its ladders are stopped, no further step is delivered; it stays firing until resolved.", name, alert)}
+	if runningBefore != runningAfter {
+		o.Lines = append(o.Lines, fmt.Sprintf("running ladders %d → %d", runningBefore, runningAfter))
+	}
+	if !acked {
+		o.Text = fmt.Sprintf("alert %q (%s) was already acknowledged: nothing changed, the first acknowledgement is kept.", name, alert)
+		if stateAfter != "firing" {
+			o.Text = fmt.Sprintf("alert %q (%s) is %s: nothing was acknowledged.", name, alert, stateAfter)
+		}
+		o.Lines = nil
+	}
+	s.done(w, r, back, o, "alert", alert, "note", typed, "acknowledged", acked, "running_ladders_stopped", runningBefore-runningAfter)
+}

@@ -94,6 +94,12 @@ type escalationsBody struct {
 	Overdue      int
 	OverdueAfter time.Duration
 	Now          time.Time
+	// AckInstalled: alr is at 00006 or later. Acknowledged are the firing alerts someone
+	// acknowledged; Resolved the recently resolved alerts (alr.resolved_alerts).
+	AckInstalled bool
+	Acknowledged []AckedAlert
+	Resolved     []AckedAlert
+	ResolvedMax  int
 }
 
 func (s *Server) escalationsPage(w http.ResponseWriter, r *http.Request) {
@@ -115,6 +121,15 @@ func (s *Server) escalationsPage(w http.ResponseWriter, r *http.Request) {
 		}
 		b.Engines = engines
 		if b.LastDelivery, err = readLastDelivery(ctx, s.cfg.Reader); err != nil && b.Err == "" {
+			b.Err = describe(err)
+		}
+		if b.AckInstalled, err = ackInstalled(ctx, s.cfg.Reader); err == nil && b.AckInstalled {
+			b.ResolvedMax = resolvedShown
+			if b.Acknowledged, err = readAcknowledged(ctx, s.cfg.Reader); err == nil {
+				b.Resolved, err = readResolved(ctx, s.cfg.Reader)
+			}
+		}
+		if err != nil && b.Err == "" {
 			b.Err = describe(err)
 		}
 		now, noEngine := b.Now, len(b.Engines) == 0 && b.EnginesErr == ""

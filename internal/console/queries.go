@@ -530,3 +530,80 @@ func readOperatorLog(ctx context.Context, db *pgxpool.Pool, queue string) (shown
 	}
 	return list[:min(len(list), actionLogShown)], counts, len(list), len(list) == actionLogDepth, nil
 }
+
+// ackInstalled reports whether alr is at 00006 or later (acknowledgements, resolved_alerts).
+func ackInstalled(ctx context.Context, db *pgxpool.Pool) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT pg_catalog.to_regclass('alr.alert_acknowledgements') IS NOT NULL`).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("looking for alr.alert_acknowledgements: %w", err)
+	}
+	return ok, nil
+}
+
+// AckedAlert is an alert someone acknowledged, firing or resolved.
+type AckedAlert struct {
+	AlertID        string
+	Name           string
+	Since          time.Time
+	AcknowledgedAt *time.Time
+	AcknowledgedBy *string
+	Note           *string
+	ResolvedAt     *time.Time
+	Delivered      int64
+}
+
+// readAcknowledged lists the firing alerts someone acknowledged (their ladders stopped), newest
+// acknowledgement first, at most listLimit: the acknowledgements joined to their alerts by primary key.
+func readAcknowledged(ctx context.Context, db *pgxpool.Pool) ([]AckedAlert, error) {
+	rows, err := db.Query(ctx, `
+		SELECT a.id::text, a.name, a.created_at, k.acknowledged_at, k.acknowledged_by, k.note
+		FROM alr.alert_acknowledgements k JOIN alr.alerts a ON a.id = k.alert_id
+		WHERE a.state = 'firing'
+		ORDER BY k.acknowledged_at DESC, a.id LIMIT $1`, listLimit)
+	if err != nil {
+		return nil, fmt.Errorf("reading acknowledged alerts: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AckedAlert, error) {
+		var a AckedAlert
+		err := r.Scan(&a.AlertID, &a.Name, &a.Since, &a.AcknowledgedAt, &a.AcknowledgedBy, &a.Note)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading acknowledged alerts: %w", err)
+	}
+	return list, nil
+}
+
+// resolvedShown is how many recently resolved alerts the escalations page lists.
+const resolvedShown = 20
+
+// readResolved lists the recently resolved alerts through alr.resolved_alerts (granted to
+// pgdrain_reader; partial index alerts_resolved).
+func readResolved(ctx context.Context, db *pgxpool.Pool) ([]AckedAlert, error) {
+	rows, err := db.Query(ctx, `
+		SELECT r.alert_id::text, r.name, r.created_at, r.acknowledged_at, r.acknowledged_by, r.note, r.resolved_at, r.steps_delivered
+		FROM alr.resolved_alerts($1) r`, resolvedShown)
+	if err != nil {
+		return nil, fmt.Errorf("reading alr.resolved_alerts: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AckedAlert, error) {
+		var a AckedAlert
+		err := r.Scan(&a.AlertID, &a.Name, &a.Since, &a.AcknowledgedAt, &a.AcknowledgedBy, &a.Note, &a.ResolvedAt, &a.Delivered)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading alr.resolved_alerts: %w", err)
+	}
+	return list, nil
+}
+
+// acknowledgeAlert is alr.acknowledge_alert: false when the alert was already acknowledged or is
+// resolved (nothing changed).
+func acknowledgeAlert(ctx context.Context, db *pgxpool.Pool, alertID, note string) (bool, error) {
+	var ok bool
+	if err := db.QueryRow(ctx, `SELECT alr.acknowledge_alert($1::uuid, $2)`, alertID, note).Scan(&ok); err != nil {
+		return false, fmt.Errorf("acknowledging alert %s: %w", alertID, err)
+	}
+	return ok, nil
+}

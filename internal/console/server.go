@@ -49,6 +49,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /actions/skip", s.skipAction)
 	mux.HandleFunc("POST /actions/retry", s.retryAction)
 	mux.HandleFunc("POST /actions/dismiss", s.dismissAction)
+	mux.HandleFunc("POST /actions/acknowledge", s.acknowledgeAction)
 	s.handler = s.access(s.readOnly(s.csrf(mux)))
 	return s, nil
 }
