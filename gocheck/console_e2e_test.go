@@ -23,10 +23,12 @@ import (
 // TestConsole_EndToEndInChromium builds pgdrain, starts `pgdrain web` as the roles docs/security.md
 // names, and drives it with headless Chromium: every page loads and is screenshot; the overview
 // flags the wedged, leased, stalled and poisoned queues; a requeue goes through its confirmation,
-// changes the row in the database, and the page after it says what changed; a release confirmed
+// changes the row in the database, and the page after it says what changed; retry now, skip and
+// dismiss go through their confirmations with a reason and the queue page lists them; a release confirmed
 // after another operator already released the lease says nothing changed; at 420 px no page is
 // wider than the screen; the escalations page says no engine runs and highlights the overdue
-// step; a --read-only console shows no action and refuses a POST. The screenshots go to a
+// step, the alert is acknowledged (its ladder stops) and resolved, and listed under "Recently
+// resolved"; a --read-only console shows no action and refuses a POST. The screenshots go to a
 // temporary directory, or with PGDRAIN_UPDATE_SCREENSHOTS=1 to docs/screenshots/ (linked from the
 // README and docs/console.md): a plain make test leaves the tree as it found it.
 // Chromium is a dependency of make test (scripts/ensure-deps.sh): missing, the test fails.
@@ -106,10 +108,37 @@ channels:
 	require.Zero(t, rejected)
 	shoot(ctx, "escalations-engine.png")
 
+	// Acknowledge the alert (its ladder stops: nobody is paged further), then resolve it: it is
+	// listed as acknowledged, then under "Recently resolved" with who acknowledged it.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/escalations"),
+		clickNow(`section.ladder form.acknowledge button`),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.SendKeys(chromedp.CSS("#reason"), "on it"),
+		chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.CSS(".flash.changed")),
+	))
+	flash := run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+	require.Contains(t, flash, "Done: acknowledged alert \"api 5xx above 2%\"")
+	require.Contains(t, flash, "running ladders 1 → 0")
+	page = mainHTML(ctx)
+	require.Contains(t, page, `class="acked"`)
+	require.Contains(t, page, "on it (via pgdrain web, local)")
+	shoot(ctx, "escalations-acknowledged.png")
+	require.NoError(t, chromedp.Do(ctx,
+		clickNow(`tr.acked form.resolve button`),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.CSS("table#resolved")),
+	))
+	page = mainHTML(ctx)
+	require.Regexp(t, `(?s)<table class="grid stack" id="resolved">.*?api 5xx above 2%.*? by pgdrain_t_[0-9a-f]+ \(on it \(via pgdrain web, local\)\)`, page)
+	shoot(ctx, "escalations-resolved.png")
+
 	// Requeue poisoned row 7 through the confirmation page; the page after it says what changed.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(base+"/queues/public.events"),
-		clickNow(`tr[data-id="7"] button`),
+		clickNow(`tr[data-id="7"] form.requeue button`),
 		chromedp.WaitVisible(chromedp.CSS("#confirm")),
 	))
 	page = mainHTML(ctx)
@@ -123,13 +152,58 @@ channels:
 		chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
 		chromedp.WaitVisible(chromedp.CSS(".flash.changed")),
 	))
-	flash := run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+	flash = run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
 	require.Contains(t, flash, "Done: requeued 1 poisoned row(s) of public.events")
 	require.Contains(t, flash, "poisoned 2 → 1")
 	shoot(ctx, "after-action.png")
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 		`SELECT attempt_count FROM public.events WHERE (payload->>'n')::int = 7`).Scan(&attempts))
 	require.Zero(t, attempts, "row 7 was requeued")
+
+	// Retry now, then skip, the wedged head of acct-1 (row 1, backing off) and dismiss poisoned
+	// row 3, each through its confirmation with a typed reason; the page after each says what
+	// changed, and the queue page lists the actions (outbox.operator_log).
+	confirmWithReason := func(button, reason, want string) string {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.Navigate(base+"/queues/public.events"),
+			clickNow(button),
+			chromedp.WaitVisible(chromedp.CSS("#confirm")),
+			chromedp.SendKeys(chromedp.CSS("#reason"), reason),
+		))
+		if button == `tr[data-key="acct-1"] form.skip button` {
+			shoot(ctx, "confirm-skip.png")
+		}
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
+			chromedp.WaitVisible(chromedp.CSS(".flash.changed")),
+		))
+		flash := run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+		require.Contains(t, flash, want)
+		return flash
+	}
+	confirmWithReason(`tr[data-key="acct-1"] form.retry button`, "peer fixed", "Done: retried row 1 of public.events")
+	var backingOff bool
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT COALESCE(next_attempt_at > now(), false) FROM public.events WHERE id = 1`).Scan(&backingOff))
+	require.False(t, backingOff, "row 1's backoff ended")
+	// Wedged again (another attempt failed), then skipped.
+	_, err = b.db.Pool.Exec(context.Background(), `UPDATE public.events SET next_attempt_at = now() + interval '5 minutes' WHERE id = 1`)
+	require.NoError(t, err)
+	flash = confirmWithReason(`tr[data-key="acct-1"] form.skip button`, "payload rejected for ever", "Done: skipped row 1 of public.events")
+	require.Contains(t, flash, "poisoned 1 → 2")
+	shoot(ctx, "after-skip.png")
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT attempt_count FROM public.events WHERE id = 1`).Scan(&attempts))
+	require.Equal(t, 3, attempts, "row 1 was skipped (poisoned)")
+	confirmWithReason(`tr[data-id="3"] form.dismiss button`, "delivered by hand", "Done: dismissed 1 poisoned row(s) of public.events (3)")
+	var dismissed bool
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT sent_at IS NOT NULL FROM public.events WHERE id = 3`).Scan(&dismissed))
+	require.True(t, dismissed, "row 3 was dismissed")
+	page = mainHTML(ctx)
+	require.Contains(t, page, `<span class="count" data-action="retry">retry 1</span>`)
+	require.Contains(t, page, "payload rejected for ever (via pgdrain web, local)")
 
 	// Two operators release the same stuck lease: the first one's page says what changed, the
 	// second, confirmed a moment later, says nothing changed and looks different.
@@ -168,7 +242,7 @@ channels:
 	roBase := startWeb(t, bin, "--dsn", b.readerURL, "--read-only")
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(roBase+"/queues/public.events"),
-		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="3"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="1"]`)),
 	))
 	page = run(t, ctx, chromedp.OuterHTML(chromedp.CSS("html")))
 	require.NotContains(t, page, "<form")
@@ -178,7 +252,7 @@ channels:
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		`SELECT attempt_count FROM public.events WHERE (payload->>'n')::int = 3`).Scan(&attempts))
+		`SELECT attempt_count FROM public.events WHERE id = 1`).Scan(&attempts))
 	require.Equal(t, 3, attempts, "the read-only console changed nothing")
 }
 

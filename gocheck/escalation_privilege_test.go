@@ -265,6 +265,8 @@ func TestEscalation_EveryAlrFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"alr.resolve_alert(uuid)":                     {true, []string{"pgdrain_operator", "pgdrain_producer"}},
 		"alr.create_policy(text,jsonb)":               {true, operator},
 		"alr.version()":                               {false, []string{"pgdrain_operator", "pgdrain_producer", "pgdrain_worker"}},
+		"alr.acknowledge_alert(uuid,text)":            {true, operator},
+		"alr.resolved_alerts(integer)":                {true, operator},
 		"alr._invalid(text,text)":                     {false, []string{}},
 		"alr._not_found(text,text,text,uuid)":         {false, []string{}},
 		"alr._escalation_known(text,uuid,uuid)":       {false, []string{}},

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,6 +30,15 @@ type confirmBody struct {
 	Fields []field
 	Button string
 	Back   string
+	// Reason, when set, asks for a reason on the confirmation page (skip, retry, dismiss: the SQL
+	// function logs it in outbox.operator_actions).
+	Reason *reasonField
+}
+
+// reasonField is the reason input of a confirmation page.
+type reasonField struct {
+	Required bool
+	Hint     string
 }
 
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request, title string, b confirmBody) {
@@ -394,4 +404,263 @@ func joinIDs(ids []int64) string {
 		parts[i] = strconv.FormatInt(id, 10)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// maxReason bounds the reason an operator types: the SQL functions take at most 1000 characters,
+// and the console adds who asked (consoleReason).
+const maxReason = 800
+
+// consoleReason is the reason the SQL function logs: what the operator typed, then who asked
+// through the console. outbox.operator_actions records the login role (session_user), which is
+// the console's operator login for everyone; the reason keeps the person.
+func consoleReason(typed string, r *http.Request) string {
+	typed = strings.TrimSpace(typed)
+	if typed == "" {
+		return "via pgdrain web (" + who(r) + ")"
+	}
+	return typed + " (via pgdrain web, " + who(r) + ")"
+}
+
+// rowActionForm reads the queue, id and attempts of a skip or retry; ok is false after it answered.
+func (s *Server) rowActionForm(w http.ResponseWriter, r *http.Request) (reg queueReg, back string, id int64, attempts int, ok bool) {
+	queue := r.PostFormValue("queue")
+	_, reg, found := s.sampler.view(queue)
+	if !found {
+		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
+		return reg, "", 0, 0, false
+	}
+	back = "/queues/" + url.PathEscape(queue)
+	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %q", r.PostFormValue("id")), back)
+		return reg, back, 0, 0, false
+	}
+	a, err := strconv.Atoi(r.PostFormValue("attempts"))
+	if err != nil || a < 0 {
+		s.message(w, r, http.StatusBadRequest, "Bad attempt count",
+			fmt.Sprintf("attempts: must be the row's attempt count as the page showed it (0 or more), got %q", r.PostFormValue("attempts")), back)
+		return reg, back, 0, 0, false
+	}
+	return reg, back, id, a, true
+}
+
+// checkReason refuses a reason that is too long, or blank when required; ok is false after it
+// answered.
+func (s *Server) checkReason(w http.ResponseWriter, r *http.Request, back string, required bool) (string, bool) {
+	typed := strings.TrimSpace(r.PostFormValue("reason"))
+	switch {
+	case required && typed == "":
+		s.message(w, r, http.StatusBadRequest, "No reason", "reason: must not be blank: it is logged with the action (outbox.operator_log)", back)
+		return "", false
+	case utf8.RuneCountInString(typed) > maxReason:
+		s.message(w, r, http.StatusBadRequest, "Reason too long",
+			fmt.Sprintf("reason: at most %d characters, got %d", maxReason, utf8.RuneCountInString(typed)), back)
+		return "", false
+	}
+	return typed, true
+}
+
+// skipAction poisons a wedged head with a reason (outbox.poison_row), so its key moves on.
+func (s *Server) skipAction(w http.ResponseWriter, r *http.Request) {
+	reg, back, id, attempts, ok := s.rowActionForm(w, r)
+	if !ok {
+		return
+	}
+	queue := reg.Name
+	fields := []field{{"queue", queue}, {"id", strconv.FormatInt(id, 10)}, {"attempts", strconv.Itoa(attempts)}}
+	if r.PostFormValue("confirm") != "yes" {
+		s.confirm(w, r, "Skip the row?", confirmBody{
+			Action: "/actions/skip", Fields: fields, Button: "Skip", Back: back,
+			Reason: &reasonField{Required: true, Hint: "why it will never succeed (logged)"},
+			Lines: []string{
+				fmt.Sprintf("Queue %s: skip row %d (at %d attempt(s)): it is poisoned with your reason, and the later rows of its key are delivered past it.", queue, id, attempts),
+				"It is not lost: requeue it later to deliver it at the tail of its key. Only if it is still pending at that attempt count and no worker is delivering it right now (outbox.poison_row).",
+			}})
+		return
+	}
+	typed, ok := s.checkReason(w, r, back, true)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
+	defer cancel()
+	before := s.snapshot(ctx, reg)
+	skipped, err := poisonRow(ctx, s.cfg.Operator, queue, id, attempts, consoleReason(typed, r))
+	if err != nil {
+		s.failed(w, r, back, err, "queue", queue, "id", id, "attempts", attempts)
+		return
+	}
+	after := s.snapshot(ctx, reg)
+	s.sampler.refresh(ctx, queue)
+	o := outcome{Changed: skipped, Lines: changes(before, after),
+		Text: fmt.Sprintf("skipped row %d of %s: poisoned with your reason, its key's later rows are delivered past it; requeue it to deliver it later.", id, queue)}
+	if !skipped {
+		o.Text = fmt.Sprintf("row %d of %s was not skipped: it is no longer pending at %d attempt(s) (sent, requeued, skipped or another attempt recorded since the page was shown), or a worker is delivering it right now.", id, queue, attempts)
+		o.Lines = nil
+	}
+	s.done(w, r, back, o, "queue", queue, "id", id, "attempts", attempts, "reason", typed, "skipped", skipped)
+}
+
+// retryAction ends a backing-off head's backoff (outbox.retry_row): the next claim takes it.
+func (s *Server) retryAction(w http.ResponseWriter, r *http.Request) {
+	reg, back, id, attempts, ok := s.rowActionForm(w, r)
+	if !ok {
+		return
+	}
+	queue := reg.Name
+	fields := []field{{"queue", queue}, {"id", strconv.FormatInt(id, 10)}, {"attempts", strconv.Itoa(attempts)}}
+	if r.PostFormValue("confirm") != "yes" {
+		s.confirm(w, r, "Retry the row now?", confirmBody{
+			Action: "/actions/retry", Fields: fields, Button: "Retry now", Back: back,
+			Reason: &reasonField{Hint: "optional, e.g. the peer is fixed (logged)"},
+			Lines: []string{
+				fmt.Sprintf("Queue %s: end the backoff of row %d (at %d attempt(s)): the next claim takes it; no attempt is counted.", queue, id, attempts),
+				"Only if it is still backing off at that attempt count and no worker is delivering it right now (outbox.retry_row).",
+			}})
+		return
+	}
+	typed, ok := s.checkReason(w, r, back, false)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
+	defer cancel()
+	before := s.snapshot(ctx, reg)
+	retried, err := retryRow(ctx, s.cfg.Operator, queue, id, attempts, consoleReason(typed, r))
+	if err != nil {
+		s.failed(w, r, back, err, "queue", queue, "id", id, "attempts", attempts)
+		return
+	}
+	after := s.snapshot(ctx, reg)
+	s.sampler.refresh(ctx, queue)
+	o := outcome{Changed: retried, Lines: changes(before, after),
+		Text: fmt.Sprintf("retried row %d of %s: its backoff ended, the next claim takes it (no attempt counted).", id, queue)}
+	if !retried {
+		o.Text = fmt.Sprintf("row %d of %s was not retried: it is no longer backing off at %d attempt(s) (due already, sent, skipped or another attempt recorded since the page was shown), or a worker is delivering it right now.", id, queue, attempts)
+		o.Lines = nil
+	}
+	s.done(w, r, back, o, "queue", queue, "id", id, "attempts", attempts, "reason", typed, "retried", retried)
+}
+
+// dismissAction dismisses poisoned rows for good (outbox.dismiss_poisoned): kept as history,
+// never delivered, no longer counted as poisoned.
+func (s *Server) dismissAction(w http.ResponseWriter, r *http.Request) {
+	queue := r.PostFormValue("queue")
+	_, reg, found := s.sampler.view(queue)
+	if !found {
+		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
+		return
+	}
+	back := "/queues/" + url.PathEscape(queue)
+	var ids []int64
+	for _, v := range r.PostForm["id"] {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || id < 1 {
+			s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("id: must be a positive integer, got %q", v), back)
+			return
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 || len(ids) > listLimit {
+		s.message(w, r, http.StatusBadRequest, "Nothing to dismiss", fmt.Sprintf("id: give between 1 and %d poisoned row ids, got %d", listLimit, len(ids)), back)
+		return
+	}
+	fields := []field{{"queue", queue}}
+	for _, id := range ids {
+		fields = append(fields, field{"id", strconv.FormatInt(id, 10)})
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		s.confirm(w, r, "Dismiss poisoned rows?", confirmBody{
+			Action: "/actions/dismiss", Fields: fields, Button: "Dismiss", Back: back,
+			Reason: &reasonField{Required: true, Hint: "why they will never be delivered (logged)"},
+			Lines: []string{
+				fmt.Sprintf("Queue %s: dismiss poisoned row(s) %s for good: never delivered, no longer counted or listed as poisoned.", queue, joinIDs(ids)),
+				"They are kept as history (like sent rows, until purged) with your reason; rows that are not poisoned any more are left alone (outbox.dismiss_poisoned). This can not be undone from the console.",
+			}})
+		return
+	}
+	typed, ok := s.checkReason(w, r, back, true)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
+	defer cancel()
+	before := s.snapshot(ctx, reg)
+	n, err := dismissPoisoned(ctx, s.cfg.Operator, queue, ids, consoleReason(typed, r))
+	if err != nil {
+		s.failed(w, r, back, err, "queue", queue, "ids", ids)
+		return
+	}
+	after := s.snapshot(ctx, reg)
+	s.sampler.refresh(ctx, queue)
+	o := outcome{Changed: n > 0, Lines: changes(before, after),
+		Text: fmt.Sprintf("dismissed %d poisoned row(s) of %s (%s) for good: kept as history, never delivered.", n, queue, joinIDs(ids))}
+	switch {
+	case n == 0:
+		o.Text = fmt.Sprintf("row(s) %s of %s: not poisoned any more (requeued or dismissed since the page was shown) or being delivered: nothing was dismissed.", joinIDs(ids), queue)
+		o.Lines = nil
+	case int(n) < len(ids):
+		o.Lines = append([]string{fmt.Sprintf("%d of the %d row(s) asked for were not poisoned any more", len(ids)-int(n), len(ids))}, o.Lines...)
+	}
+	s.done(w, r, back, o, "queue", queue, "ids", ids, "reason", typed, "dismissed", n)
+}
+
+// acknowledgeAction acknowledges a firing alert (alr.acknowledge_alert): its ladders stop, no
+// further step pages anyone, the alert stays firing until resolved.
+func (s *Server) acknowledgeAction(w http.ResponseWriter, r *http.Request) {
+	const back = "/escalations"
+	alert := r.PostFormValue("alert")
+	if !uuidText.MatchString(alert) {
+		s.message(w, r, http.StatusBadRequest, "Bad alert", fmt.Sprintf("alert: must be an alert id (uuid), got %q", alert), back)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
+	defer cancel()
+	if r.PostFormValue("confirm") != "yes" {
+		name, state, err := readAlert(ctx, s.cfg.Reader, alert)
+		if err != nil {
+			s.failed(w, r, back, err, "alert", alert)
+			return
+		}
+		s.confirm(w, r, "Acknowledge the alert?", confirmBody{
+			Action: "/actions/acknowledge", Fields: []field{{"alert", alert}}, Button: "Acknowledge", Back: back,
+			Reason: &reasonField{Hint: "optional note, e.g. looking into it (logged with the acknowledgement)"},
+			Lines: []string{
+				fmt.Sprintf("Acknowledge alert %q (%s, now %s): you are on it.", name, alert, state),
+				"Its running ladders stop at once: no further step pages anyone, and a step an engine already took is not delivered. The alert stays firing until it is resolved (alr.acknowledge_alert).",
+			}})
+		return
+	}
+	typed, ok := s.checkReason(w, r, back, false)
+	if !ok {
+		return
+	}
+	name, _, runningBefore, err := alertState(ctx, s.cfg.Operator, alert)
+	if err != nil {
+		s.failed(w, r, back, err, "alert", alert)
+		return
+	}
+	acked, err := acknowledgeAlert(ctx, s.cfg.Operator, alert, consoleReason(typed, r))
+	if err != nil {
+		s.failed(w, r, back, err, "alert", alert)
+		return
+	}
+	_, stateAfter, runningAfter, err := alertState(ctx, s.cfg.Operator, alert)
+	if err != nil {
+		s.failed(w, r, back, err, "alert", alert)
+		return
+	}
+	o := outcome{Changed: acked,
+		Text: fmt.Sprintf("acknowledged alert %q (%s): its ladders are stopped, no further step is delivered; it stays firing until resolved.", name, alert)}
+	if runningBefore != runningAfter {
+		o.Lines = append(o.Lines, fmt.Sprintf("running ladders %d → %d", runningBefore, runningAfter))
+	}
+	if !acked {
+		o.Text = fmt.Sprintf("alert %q (%s) was already acknowledged: nothing changed, the first acknowledgement is kept.", name, alert)
+		if stateAfter != "firing" {
+			o.Text = fmt.Sprintf("alert %q (%s) is %s: nothing was acknowledged.", name, alert, stateAfter)
+		}
+		o.Lines = nil
+	}
+	s.done(w, r, back, o, "alert", alert, "note", typed, "acknowledged", acked, "running_ladders_stopped", runningBefore-runningAfter)
 }

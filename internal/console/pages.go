@@ -37,6 +37,13 @@ type queueBody struct {
 	PayloadHidden bool
 	Limit         int
 	PoisonedKeys  []string // distinct keys of the listed rows, for "requeue all of a key"
+	// Actions are the newest operator actions on the queue (outbox.operator_log); ActionCounts
+	// counts the ActionsTotal read by kind; ActionsMore: the queue has more than were read.
+	Actions      []OperatorAction
+	ActionCounts []ActionCount
+	ActionsTotal int
+	ActionsMore  bool
+	ActionsErr   string
 }
 
 func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
@@ -66,6 +73,9 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 			b.PoisonedKeys = append(b.PoisonedKeys, *p.PartitionKey)
 		}
 	}
+	if b.Actions, b.ActionCounts, b.ActionsTotal, b.ActionsMore, err = readOperatorLog(ctx, s.cfg.Reader, name); err != nil {
+		b.ActionsErr = describe(err)
+	}
 	s.render(w, r, http.StatusOK, "queue", pageData{Title: name, Nav: "queues", Live: true, Body: b})
 }
 
@@ -84,6 +94,12 @@ type escalationsBody struct {
 	Overdue      int
 	OverdueAfter time.Duration
 	Now          time.Time
+	// AckInstalled: alr is at 00006 or later. Acknowledged are the firing alerts someone
+	// acknowledged; Resolved the recently resolved alerts (alr.resolved_alerts).
+	AckInstalled bool
+	Acknowledged []AckedAlert
+	Resolved     []AckedAlert
+	ResolvedMax  int
 }
 
 func (s *Server) escalationsPage(w http.ResponseWriter, r *http.Request) {
@@ -105,6 +121,15 @@ func (s *Server) escalationsPage(w http.ResponseWriter, r *http.Request) {
 		}
 		b.Engines = engines
 		if b.LastDelivery, err = readLastDelivery(ctx, s.cfg.Reader); err != nil && b.Err == "" {
+			b.Err = describe(err)
+		}
+		if b.AckInstalled, err = ackInstalled(ctx, s.cfg.Reader); err == nil && b.AckInstalled {
+			b.ResolvedMax = resolvedShown
+			if b.Acknowledged, err = readAcknowledged(ctx, s.cfg.Reader); err == nil {
+				b.Resolved, err = readResolved(ctx, s.cfg.Reader)
+			}
+		}
+		if err != nil && b.Err == "" {
 			b.Err = describe(err)
 		}
 		now, noEngine := b.Now, len(b.Engines) == 0 && b.EnginesErr == ""

@@ -444,3 +444,166 @@ func readAlert(ctx context.Context, db *pgxpool.Pool, alertID string) (name, sta
 	}
 	return name, state, nil
 }
+
+// poisonRow is `pgdrain skip`: outbox.poison_row, fenced by the attempt count the page showed;
+// false when the row moved on or a worker is delivering it (nothing changed).
+func poisonRow(ctx context.Context, db *pgxpool.Pool, queue string, id int64, attempts int, reason string) (bool, error) {
+	var ok bool
+	if err := db.QueryRow(ctx, `SELECT outbox.poison_row($1, $2, $3, $4)`, queue, id, attempts, reason).Scan(&ok); err != nil {
+		return false, fmt.Errorf("skipping row %d of %s: %w", id, queue, err)
+	}
+	return ok, nil
+}
+
+// retryRow is `pgdrain retry`: outbox.retry_row ends a backing-off row's backoff, fenced like
+// poisonRow.
+func retryRow(ctx context.Context, db *pgxpool.Pool, queue string, id int64, attempts int, reason string) (bool, error) {
+	var ok bool
+	if err := db.QueryRow(ctx, `SELECT outbox.retry_row($1, $2, $3, $4)`, queue, id, attempts, reason).Scan(&ok); err != nil {
+		return false, fmt.Errorf("retrying row %d of %s: %w", id, queue, err)
+	}
+	return ok, nil
+}
+
+// dismissPoisoned is `pgdrain dismiss`: outbox.dismiss_poisoned, the number of rows dismissed
+// (those still poisoned and not being delivered).
+func dismissPoisoned(ctx context.Context, db *pgxpool.Pool, queue string, ids []int64, reason string) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT outbox.dismiss_poisoned($1, $2::bigint[], $3)`, queue, ids, reason).Scan(&n); err != nil {
+		return 0, fmt.Errorf("dismissing poisoned rows of %s: %w", queue, err)
+	}
+	return n, nil
+}
+
+// OperatorAction is one row of outbox.operator_log.
+type OperatorAction struct {
+	At           time.Time
+	Action       string // poison, retry, dismiss
+	ID           int64
+	PartitionKey *string
+	AttemptCount int
+	Reason       *string
+	By           string
+}
+
+// ActionCount is how many of the logged actions were of one kind.
+type ActionCount struct {
+	Action string
+	N      int
+}
+
+// actionLogDepth is how many of a queue's newest operator actions the queue page reads to count
+// them by kind (outbox.operator_log returns at most 1000); actionLogShown of them are listed.
+const (
+	actionLogDepth = 1000
+	actionLogShown = 10
+)
+
+// readOperatorLog reads a queue's newest operator actions through outbox.operator_log (granted to
+// pgdrain_reader; index operator_actions_queue, so the cost follows the rows read) and counts them
+// by kind. more is true when the queue has more actions than were read.
+func readOperatorLog(ctx context.Context, db *pgxpool.Pool, queue string) (shown []OperatorAction, counts []ActionCount, total int, more bool, err error) {
+	rows, err := db.Query(ctx, `
+		SELECT l.acted_at, l.action, l.id, l.partition_key, l.attempt_count, l.reason, l.acted_by
+		FROM outbox.operator_log($1, $2) l`, queue, actionLogDepth)
+	if err != nil {
+		return nil, nil, 0, false, fmt.Errorf("reading outbox.operator_log(%s): %w", queue, err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OperatorAction, error) {
+		var a OperatorAction
+		err := r.Scan(&a.At, &a.Action, &a.ID, &a.PartitionKey, &a.AttemptCount, &a.Reason, &a.By)
+		return a, err
+	})
+	if err != nil {
+		return nil, nil, 0, false, fmt.Errorf("reading outbox.operator_log(%s): %w", queue, err)
+	}
+	for _, kind := range []string{"poison", "retry", "dismiss"} {
+		n := 0
+		for _, a := range list {
+			if a.Action == kind {
+				n++
+			}
+		}
+		if n > 0 {
+			counts = append(counts, ActionCount{Action: kind, N: n})
+		}
+	}
+	return list[:min(len(list), actionLogShown)], counts, len(list), len(list) == actionLogDepth, nil
+}
+
+// ackInstalled reports whether alr is at 00006 or later (acknowledgements, resolved_alerts).
+func ackInstalled(ctx context.Context, db *pgxpool.Pool) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT pg_catalog.to_regclass('alr.alert_acknowledgements') IS NOT NULL`).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("looking for alr.alert_acknowledgements: %w", err)
+	}
+	return ok, nil
+}
+
+// AckedAlert is an alert someone acknowledged, firing or resolved.
+type AckedAlert struct {
+	AlertID        string
+	Name           string
+	Since          time.Time
+	AcknowledgedAt *time.Time
+	AcknowledgedBy *string
+	Note           *string
+	ResolvedAt     *time.Time
+	Delivered      int64
+}
+
+// readAcknowledged lists the firing alerts someone acknowledged (their ladders stopped), newest
+// acknowledgement first, at most listLimit: the acknowledgements joined to their alerts by primary key.
+func readAcknowledged(ctx context.Context, db *pgxpool.Pool) ([]AckedAlert, error) {
+	rows, err := db.Query(ctx, `
+		SELECT a.id::text, a.name, a.created_at, k.acknowledged_at, k.acknowledged_by, k.note
+		FROM alr.alert_acknowledgements k JOIN alr.alerts a ON a.id = k.alert_id
+		WHERE a.state = 'firing'
+		ORDER BY k.acknowledged_at DESC, a.id LIMIT $1`, listLimit)
+	if err != nil {
+		return nil, fmt.Errorf("reading acknowledged alerts: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AckedAlert, error) {
+		var a AckedAlert
+		err := r.Scan(&a.AlertID, &a.Name, &a.Since, &a.AcknowledgedAt, &a.AcknowledgedBy, &a.Note)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading acknowledged alerts: %w", err)
+	}
+	return list, nil
+}
+
+// resolvedShown is how many recently resolved alerts the escalations page lists.
+const resolvedShown = 20
+
+// readResolved lists the recently resolved alerts through alr.resolved_alerts (granted to
+// pgdrain_reader; partial index alerts_resolved).
+func readResolved(ctx context.Context, db *pgxpool.Pool) ([]AckedAlert, error) {
+	rows, err := db.Query(ctx, `
+		SELECT r.alert_id::text, r.name, r.created_at, r.acknowledged_at, r.acknowledged_by, r.note, r.resolved_at, r.steps_delivered
+		FROM alr.resolved_alerts($1) r`, resolvedShown)
+	if err != nil {
+		return nil, fmt.Errorf("reading alr.resolved_alerts: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AckedAlert, error) {
+		var a AckedAlert
+		err := r.Scan(&a.AlertID, &a.Name, &a.Since, &a.AcknowledgedAt, &a.AcknowledgedBy, &a.Note, &a.ResolvedAt, &a.Delivered)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading alr.resolved_alerts: %w", err)
+	}
+	return list, nil
+}
+
+// acknowledgeAlert is alr.acknowledge_alert: false when the alert was already acknowledged or is
+// resolved (nothing changed).
+func acknowledgeAlert(ctx context.Context, db *pgxpool.Pool, alertID, note string) (bool, error) {
+	var ok bool
+	if err := db.QueryRow(ctx, `SELECT alr.acknowledge_alert($1::uuid, $2)`, alertID, note).Scan(&ok); err != nil {
+		return false, fmt.Errorf("acknowledging alert %s: %w", alertID, err)
+	}
+	return ok, nil
+}

@@ -46,6 +46,10 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /actions/purge", s.purgeAction)
 	mux.HandleFunc("POST /actions/resolve", s.resolveAction)
 	mux.HandleFunc("POST /actions/release", s.releaseAction)
+	mux.HandleFunc("POST /actions/skip", s.skipAction)
+	mux.HandleFunc("POST /actions/retry", s.retryAction)
+	mux.HandleFunc("POST /actions/dismiss", s.dismissAction)
+	mux.HandleFunc("POST /actions/acknowledge", s.acknowledgeAction)
 	s.handler = s.access(s.readOnly(s.csrf(mux)))
 	return s, nil
 }

@@ -229,6 +229,13 @@ var funcs = template.FuncMap{
 	"ago":   func(t, now time.Time) string { return fromNow(t, now) },
 	"qpath": func(q string) string { return "/queues/" + url.PathEscape(q) },
 	"add":   func(a, b int) int { return a + b },
+	"sub":   func(a, b time.Time) time.Duration { return a.Sub(b) },
+	"deref": func(t *time.Time) time.Time {
+		if t == nil {
+			return time.Time{}
+		}
+		return *t
+	},
 }
 
 // human rounds a duration for a person: 850ms, 42s, 3m12s, 5m, 2h5m, 3d4h, 7d.

@@ -61,3 +61,12 @@ GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.a
 -- Everyone who may use the schema reads its version (alr.version: a constant, no data): the
 -- escalation engine checks it at start, pgdrain --version prints it.
 GRANT EXECUTE ON FUNCTION alr.version() TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- Acknowledgement (alr 00006): operators acknowledge (the console, on call); readers and operators
+-- read the resolved alerts and who acknowledged what. acknowledge_alert is DEFINER: nobody writes
+-- alert_acknowledgements or stops a ladder directly.
+ALTER FUNCTION alr.acknowledge_alert(uuid, text) SECURITY DEFINER;
+ALTER FUNCTION alr.resolved_alerts(integer) SECURITY DEFINER;
+GRANT EXECUTE ON FUNCTION alr.acknowledge_alert(uuid, text) TO pgdrain_operator;
+GRANT EXECUTE ON FUNCTION alr.resolved_alerts(integer) TO pgdrain_reader, pgdrain_operator;
+GRANT SELECT ON alr.alert_acknowledgements TO pgdrain_reader, pgdrain_operator;

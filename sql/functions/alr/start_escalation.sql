@@ -1,6 +1,7 @@
 -- Starts the policy's ladder for a firing alert: step 0 becomes due after its delay. Idempotent:
 -- while a ladder of this alert and policy is running, returns that ladder's id (a unique partial
--- index settles concurrent starts).
+-- index settles concurrent starts). An acknowledged alert is refused like a resolved one: someone is
+-- on it, and a new ladder would page again.
 CREATE OR REPLACE FUNCTION alr.start_escalation(alert_id uuid, policy_id uuid)
 RETURNS uuid
 LANGUAGE plpgsql
@@ -27,6 +28,10 @@ BEGIN
   IF v_state <> 'firing' THEN
     PERFORM alr._invalid(fn, pg_catalog.format('alert_id must name a firing alert, got %s (%s)',
       start_escalation.alert_id, v_state));
+  END IF;
+  IF EXISTS (SELECT 1 FROM alr.alert_acknowledgements k WHERE k.alert_id = start_escalation.alert_id) THEN
+    PERFORM alr._invalid(fn, pg_catalog.format('alert_id must name an alert nobody acknowledged, got %s (acknowledged)',
+      start_escalation.alert_id));
   END IF;
   SELECT s.delay INTO v_delay FROM alr.escalation_steps s
   WHERE s.policy_id = start_escalation.policy_id AND s.step_idx = 0;

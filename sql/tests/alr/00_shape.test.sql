@@ -2,7 +2,7 @@
 -- exactly its argument names, order and defaults, its result, a pinned search_path; the tables and
 -- the lease_token column added by migration 00002 (nullable, documented).
 BEGIN;
-SELECT plan(50);
+SELECT plan(55);
 
 CREATE TEMP TABLE contract(schema_name text, name text, args text[], arguments text, result text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -16,15 +16,18 @@ INSERT INTO contract VALUES
   ('alr', 'apply_escalation', ARRAY['uuid','uuid'], 'escalation_id uuid, lease_token uuid', 'boolean'),
   ('alr', 'release_step', ARRAY['uuid','uuid'], 'escalation_id uuid, lease_token uuid', 'boolean'),
   ('alr', 'resolve_alert', ARRAY['uuid'], 'alert_id uuid', 'void'),
+  ('alr', 'acknowledge_alert', ARRAY['uuid','text'], 'alert_id uuid, note text DEFAULT NULL::text', 'boolean'),
+  ('alr', 'resolved_alerts', ARRAY['integer'], 'max_rows integer DEFAULT 50',
+   'TABLE(alert_id uuid, name text, created_at timestamp with time zone, acknowledged_at timestamp with time zone, acknowledged_by text, note text, resolved_at timestamp with time zone, steps_delivered bigint)'),
   ('alr', 'record_delivery', ARRAY['uuid','integer','uuid','text'],
    'escalation_id uuid, step_idx integer, lease_token uuid, error text DEFAULT NULL::text', 'bigint'),
   ('alr', 'version', '{}', 'OUT version text, OUT migration integer', 'record');
 
--- 10 x has_function
+-- 12 x has_function
 SELECT has_function(c.schema_name, c.name, c.args,
                     format('%s.%s(%s) exists', c.schema_name, c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 10 x arguments and result
+-- 12 x arguments and result
 SELECT is(pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid),
           c.arguments || ' -> ' || c.result,
           format('%s.%s takes exactly the contract''s arguments and returns its result', c.schema_name, c.name))
@@ -44,9 +47,10 @@ SELECT hasnt_function('alr', 'apply_escalation', ARRAY['uuid'], 'the unfenced ap
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'take_due_steps' AND pronamespace = 'alr'::regnamespace),
           1, 'exactly one take_due_steps exists');
 
--- 5 x tables
+-- 6 x tables
 SELECT has_table('alr', t, format('table alr.%s exists', t))
-FROM unnest(ARRAY['alerts', 'escalation_policies', 'escalation_steps', 'alert_escalations', 'delivery_journal']) t;
+FROM unnest(ARRAY['alerts', 'escalation_policies', 'escalation_steps', 'alert_escalations', 'delivery_journal',
+                   'alert_acknowledgements']) t;
 
 -- 1: the ladder's columns
 SELECT columns_are('alr', 'alert_escalations',
