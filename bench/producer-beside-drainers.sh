@@ -5,14 +5,16 @@
 # ApplyConcurrency 8) in lease and lock mode, which keep the queue empty. Each scenario is measured
 # at a fixed rate well under the machine's capacity (average latency: what a producer pays) and at
 # full speed (the rate the CPU left to the producers allows).
-# Usage: scripts/with-postgres.sh --fsync -- bench/producer-beside-drainers.sh [seconds] [rate] [busy-poll]
+# Usage: scripts/with-postgres.sh --fsync -- bench/producer-beside-drainers.sh [seconds] [rate] [busy-poll] [runs]
 #   busy-poll: the drainers' Config.BusyPoll (default: the drainer's default; -1ns: off)
+#   runs: how many times each scenario runs (default 3); the table shows medians (min–max)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?DATABASE_URL must be set (scripts/with-postgres.sh sets it)}"
 seconds=${1:-10}
 rate=${2:-400}
 busy=${3:-0}
+runs=${4:-3}
 pgbench=$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench | head -1)
 go run ./cmd/goose-run up >/dev/null
 tmp=$(mktemp -d)
@@ -34,27 +36,35 @@ UPDATE public.bd_accounts SET balance = balance + 1 WHERE id = :a;
 INSERT INTO public.bd_events (event_type, payload, resource_id) VALUES ('deposit', '{"amount": 1}', :a::text);
 COMMIT;
 SQL
-# run LABEL: pgbench at the fixed rate, then at full speed; prints a row.
-run() {
-  local fixed full lat_fixed tps_full
+# measure LABEL: pgbench at the fixed rate, then at full speed; appends "latency tps" to $tmp/LABEL.
+measure() {
+  local fixed full
   fixed=$("$pgbench" -n -c 4 -j 2 -T "$seconds" -R "$rate" -f "$tmp/tx.sql" "$DATABASE_URL" 2>&1)
   full=$("$pgbench" -n -c 4 -j 2 -T "$seconds" -f "$tmp/tx.sql" "$DATABASE_URL" 2>&1)
-  lat_fixed=$(sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p' <<<"$fixed")
-  tps_full=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$full" | head -1)
-  printf '| %-22s | %8s ms | %9.0f |\n' "$1" "$lat_fixed" "$tps_full"
+  echo "$(sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p' <<<"$fixed") $(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$full" | head -1)" >>"$tmp/$1"
 }
-echo "producers beside drainers: 4 pgbench clients, ${seconds}s each, fixed rate ${rate} tps, busy-poll ${busy}"
-echo "| drainers               | latency at ${rate}/s | full tps |"
-echo "|---|---:|---:|"
-run "none"
-for mode in lease lock; do
-  for replicas in 1 3; do
-    psql -X -q "$DATABASE_URL" -c "VACUUM public.bd_events" >/dev/null
-    "$tmp/beside" -table public.bd_events -mode "$mode" -replicas "$replicas" -busy-poll "$busy" >"$tmp/beside.out" 2>&1 &
-    pid=$!
-    sleep 2
-    run "$replicas × $mode"
-    kill -INT "$pid"; wait "$pid" || true
+labels=(none "1 × lease" "3 × lease" "1 × lock" "3 × lock")
+# The scenarios run in turn, runs times over, so that each meets the machine's moods as often.
+for ((r = 1; r <= runs; r++)); do
+  measure none
+  for mode in lease lock; do
+    for replicas in 1 3; do
+      psql -X -q "$DATABASE_URL" -c "VACUUM public.bd_events" >/dev/null
+      "$tmp/beside" -table public.bd_events -mode "$mode" -replicas "$replicas" -busy-poll "$busy" >"$tmp/beside.out" 2>&1 &
+      pid=$!
+      sleep 2
+      measure "$replicas × $mode"
+      kill -INT "$pid"; wait "$pid" || true
+    done
   done
 done
-run "none (again)"
+# median COLUMN FILE FORMAT: the median (min–max) of a column.
+median() { sort -n -k"$1" "$2" | awk -v c="$1" -v f="$3" '{v[NR]=$c} END {printf f " (" f "–" f ")", v[int((NR+1)/2)], v[1], v[NR]}'; }
+base=$(sort -n -k1 "$tmp/none" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+echo "producers beside drainers: 4 pgbench clients, ${seconds}s each, fixed rate ${rate} tps, busy-poll ${busy}, median (min–max) of ${runs}"
+echo "| drainers | latency at ${rate}/s, ms | latency / none | full speed, tps |"
+echo "|---|---:|---:|---:|"
+for l in "${labels[@]}"; do
+  lat=$(sort -n -k1 "$tmp/$l" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+  printf '| %s | %s | %.2f | %s |\n' "$l" "$(median 1 "$tmp/$l" %.2f)" "$(awk -v a="$lat" -v b="$base" 'BEGIN {print a / b}')" "$(median 2 "$tmp/$l" %.0f)"
+done

@@ -289,11 +289,13 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 		err := d.pool.Ping(actx)
 		if err != nil {
 			err = fmt.Errorf("pinging database: %w", err)
-		} else if err = version.Check(actx, d.pool, "outbox", OutboxMigrationNeeded, "this drainer"); err == nil {
-			if reg, err = loadRegistration(actx, d.pool, d.table); err == nil {
-				cancel()
-				return reg, nil
+		} else if err = version.Check(actx, d.pool, "outbox", OutboxMigrationNeeded, "this drainer"); err != nil {
+			if !errors.Is(err, ErrSchemaTooOld) {
+				err = translate("checking the schema", err)
 			}
+		} else if reg, err = loadRegistration(actx, d.pool, d.table); err == nil {
+			cancel()
+			return reg, nil
 		}
 		cancel()
 		if ctx.Err() != nil || unavailable(err) == "" {

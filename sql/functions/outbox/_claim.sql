@@ -143,6 +143,16 @@ BEGIN
     END IF;
   END IF;
 
+  -- Lease mode: a cursor of this session's own goes on from where any claim of the queue last
+  -- stopped among fresh heads, if that is further. The heads between were leased by other sessions
+  -- (replicas): walking them cost each of four replicas the other three's claims (sampled claims in
+  -- a 4-replica drain read 3-4x the buffers of a claim at rest; 1x with this). Not in lock mode,
+  -- where it measured slower: a head another batch holds is skipped by its lock, and jumping past
+  -- heads that batch then hands back sends more claims to the front.
+  IF p_mode = 'lease' AND v_from_head IS NOT NULL AND v_start IS NOT NULL THEN
+    v_from_head := GREATEST(v_from_head, pg_catalog.pg_sequence_last_value(v_start));
+  END IF;
+
   FOR pass IN 1..4 LOOP
     v_front := v_from_head IS NULL;
     v_asked := v_remaining;
@@ -201,6 +211,9 @@ BEGIN
     IF v_last_fresh IS NOT NULL THEN
       PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started, false);
       IF v_front_duty AND v_front THEN
+        PERFORM pg_catalog.setval(v_start, v_last_fresh);
+      ELSIF p_mode = 'lease' AND NOT v_front AND v_start IS NOT NULL
+            AND v_last_fresh > COALESCE(pg_catalog.pg_sequence_last_value(v_start), 0) THEN
         PERFORM pg_catalog.setval(v_start, v_last_fresh);
       END IF;
     END IF;

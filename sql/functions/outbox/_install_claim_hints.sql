@@ -4,9 +4,10 @@
 -- start again from nothing, which only costs one scan from the front.
 --   outbox.claim_front_q<queue_id>  when (epoch milliseconds) a claim last searched the ready heads
 --                                   from the front: one claim per second per queue does;
---   outbox.claim_start_q<queue_id>  the fresh head id where that search stopped: a claim without a
---                                   cursor of its own starts there, past the dead entries the drain
---                                   left in front.
+--   outbox.claim_start_q<queue_id>  the fresh head id where that search stopped, moved on by every
+--                                   lease-mode claim past it: a claim without a cursor of its own
+--                                   starts there, past the dead entries the drain left in front, and a
+--                                   lease-mode claim with one starts there when it is further.
 -- Made by create_queue; dropped by drop_queue.
 CREATE OR REPLACE FUNCTION outbox._install_claim_hints(p_q outbox.queues)
 RETURNS void
