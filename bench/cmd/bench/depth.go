@@ -661,7 +661,7 @@ func (b *depthBench) peersHeld(ctx context.Context, n int) error {
 					return err
 				}
 			}
-			r, err := riverOnce(ctx, riverPool, n)
+			r, _, err := riverOnce(ctx, riverPool, n)
 			release()
 			if err != nil {
 				return fmt.Errorf("6c river: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgdrain/pgdrain/bench/internal/cpustat"
 	"github.com/pgdrain/pgdrain/drainer"
 )
 
@@ -61,9 +62,11 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, q string, limit time.D
 	}
 }
 
-func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n int) (float64, error) {
+// drainOnce drains n pre-filled events and returns the rate (events/s) and the machine's CPU per
+// event (µs, every core; cpustat.Span).
+func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n int) (float64, float64, error) {
 	if err := fillQueue(ctx, pool, q, n, c.partitioned); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	cfg := drainer.Config{Table: q, ApplyConcurrency: c.concurrency, ClaimMode: c.mode, PollFallback: time.Second,
 		BatchSize: c.batchSize}
@@ -76,11 +79,12 @@ func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n
 	var wg sync.WaitGroup
 	errs := make(chan error, c.replicas)
 	start := time.Now()
+	span := cpustat.Start()
 	for range c.replicas {
 		d, err := drainer.New(pool, cfg, decode, apply)
 		if err != nil {
 			cancel()
-			return 0, err
+			return 0, 0, err
 		}
 		wg.Add(1)
 		go func() {
@@ -91,16 +95,17 @@ func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n
 		}()
 	}
 	end, err := waitDrained(ctx, pool, q, 5*time.Minute)
+	cpu := span.PerEvent(n)
 	cancel()
 	wg.Wait()
 	close(errs)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if e := <-errs; e != nil {
-		return 0, e
+		return 0, 0, e
 	}
-	return float64(n) / end.Sub(start).Seconds(), nil
+	return float64(n) / end.Sub(start).Seconds(), cpu, nil
 }
 
 func benchDrain(ctx context.Context, o options, emit func(string)) error {
@@ -110,28 +115,30 @@ func benchDrain(ctx context.Context, o options, emit func(string)) error {
 	}
 	defer pool.Close()
 	emit(fmt.Sprintf("## 2. End-to-end drain through the Go drainer, no-op applier\n\n%d pre-filled events (partitioned: about 6 per key) drained to the last sent row; "+
-		"events/s, median (min–max) of %d runs; BatchSize default (32; = ApplyConcurrency when that is > 1).\n\n", o.events, o.runs))
-	emit("| replicas | ApplyConcurrency | queue | mode | events/s |\n|---:|---:|---|---|---:|\n")
+		"events/s, median (min–max) of %d runs; BatchSize default (32; = ApplyConcurrency when that is > 1). "+
+		"CPU µs per event: the whole machine's CPU time (every core: drainers, server, everything else running) from the drain's "+
+		"start to its last sent row, per event (/proc/stat).\n\n", o.events, o.runs))
+	emit("| replicas | ApplyConcurrency | queue | mode | events/s | CPU µs per event |\n|---:|---:|---|---|---:|---:|\n")
 	run := 0
 	for _, mode := range []drainer.ClaimMode{drainer.ClaimLease, drainer.ClaimLock} {
 		for _, partitioned := range []bool{false, true} {
 			for _, replicas := range []int{1, 4} {
 				for _, conc := range []int{1, 32} {
 					c := drainCase{replicas: replicas, concurrency: conc, partitioned: partitioned, mode: mode}
-					var rates []float64
+					var rates, cpus []float64
 					for range o.runs {
 						run++
 						q := fmt.Sprintf("public.drain_%d", run)
-						r, err := drainOnce(ctx, pool, c, q, o.events)
+						r, cpu, err := drainOnce(ctx, pool, c, q, o.events)
 						if err != nil {
 							return fmt.Errorf("%s: %w", c, err)
 						}
-						rates = append(rates, r)
+						rates, cpus = append(rates, r), append(cpus, cpu)
 						if err := execAll(ctx, pool, fmt.Sprintf("SELECT outbox.drop_queue('%s', true)", q)); err != nil {
 							return err
 						}
 					}
-					emit(fmt.Sprintf("%s %s |\n", c, summarize(rates).format("%.0f")))
+					emit(fmt.Sprintf("%s %s | %s |\n", c, summarize(rates).format("%.0f"), summarize(cpus).format("%.0f")))
 				}
 			}
 		}
@@ -144,20 +151,20 @@ func benchDrain(ctx context.Context, o options, emit func(string)) error {
 // each statement's and each commit's cost over more rows.
 func benchBatchSize(ctx context.Context, pool *pgxpool.Pool, o options, emit func(string), run int) error {
 	emit(fmt.Sprintf("### 2b. Batch size (4 replicas, ApplyConcurrency 1, %d events)\n\n", o.events))
-	emit("| queue | mode | BatchSize | events/s |\n|---|---|---:|---:|\n")
+	emit("| queue | mode | BatchSize | events/s | CPU µs per event |\n|---|---|---:|---:|---:|\n")
 	for _, mode := range []drainer.ClaimMode{drainer.ClaimLease, drainer.ClaimLock} {
 		for _, partitioned := range []bool{false, true} {
 			for _, size := range []int{32, 256, 1000} {
 				c := drainCase{replicas: 4, concurrency: 1, partitioned: partitioned, mode: mode, batchSize: size}
-				var rates []float64
+				var rates, cpus []float64
 				for range o.runs {
 					run++
 					q := fmt.Sprintf("public.drain_%d", run)
-					r, err := drainOnce(ctx, pool, c, q, o.events)
+					r, cpu, err := drainOnce(ctx, pool, c, q, o.events)
 					if err != nil {
 						return fmt.Errorf("%s batch %d: %w", c, size, err)
 					}
-					rates = append(rates, r)
+					rates, cpus = append(rates, r), append(cpus, cpu)
 					if err := execAll(ctx, pool, fmt.Sprintf("SELECT outbox.drop_queue('%s', true)", q)); err != nil {
 						return err
 					}
@@ -166,7 +173,8 @@ func benchBatchSize(ctx context.Context, pool *pgxpool.Pool, o options, emit fun
 				if partitioned {
 					p = "partitioned"
 				}
-				emit(fmt.Sprintf("| %s | %s | %d | %s |\n", p, mode, size, summarize(rates).format("%.0f")))
+				emit(fmt.Sprintf("| %s | %s | %d | %s | %s |\n", p, mode, size, summarize(rates).format("%.0f"),
+					summarize(cpus).format("%.0f")))
 			}
 		}
 	}

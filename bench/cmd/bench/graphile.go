@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/pgdrain/pgdrain/bench/internal/cpustat"
 )
 
 // Graphile Worker (Node.js) as a peer in section 3: bench/graphile/drain.mjs drains o.events
@@ -22,11 +24,13 @@ import (
 
 // graphileResult is the JSON line drain.mjs prints.
 type graphileResult struct {
-	Jobs     int     `json:"jobs"`
-	Seconds  float64 `json:"seconds"`
-	Executed int     `json:"executed"`
-	Version  string  `json:"version"`
-	Settings string  `json:"settings"`
+	// CPUPerEvent is the machine's CPU per job over the drain (µs, every core; set by graphileOnce).
+	CPUPerEvent float64 `json:"-"`
+	Jobs        int     `json:"jobs"`
+	Seconds     float64 `json:"seconds"`
+	Executed    int     `json:"executed"`
+	Version     string  `json:"version"`
+	Settings    string  `json:"settings"`
 }
 
 // graphileDir finds bench/graphile from the working directory (scripts/bench.sh runs in bench/).
@@ -124,6 +128,7 @@ func graphileOnce(ctx context.Context, dir, dsn string, procs, n int) (float64, 
 			return 0, graphileResult{}, fail(w, "waiting for ready", w.stdout.Err())
 		}
 	}
+	span := cpustat.Start()
 	for _, w := range workers {
 		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
 			return 0, graphileResult{}, fail(w, "starting", err)
@@ -132,14 +137,18 @@ func graphileOnce(ctx context.Context, dir, dsn string, procs, n int) (float64, 
 	var slowest float64
 	var res graphileResult
 	executed := 0
-	for _, w := range workers {
+	results := make([]graphileResult, len(workers))
+	for i, w := range workers {
 		if !w.stdout.Scan() {
 			return 0, graphileResult{}, fail(w, "reading result", w.stdout.Err())
 		}
-		var r graphileResult
-		if err := json.Unmarshal(w.stdout.Bytes(), &r); err != nil {
+		if err := json.Unmarshal(w.stdout.Bytes(), &results[i]); err != nil {
 			return 0, graphileResult{}, fail(w, "parsing "+w.stdout.Text(), err)
 		}
+	}
+	cpu := span.PerEvent(n)
+	for i, w := range workers {
+		r := results[i]
 		if err := w.cmd.Wait(); err != nil {
 			return 0, graphileResult{}, fail(w, "exit", err)
 		}
@@ -148,6 +157,7 @@ func graphileOnce(ctx context.Context, dir, dsn string, procs, n int) (float64, 
 	if executed < n {
 		return 0, graphileResult{}, fmt.Errorf("graphile worker ran %d of %d jobs", executed, n)
 	}
+	res.CPUPerEvent = cpu
 	return float64(n) / slowest, res, nil
 }
 
@@ -156,33 +166,33 @@ func benchGraphile(ctx context.Context, o options, emit func(string)) {
 	const label = "Graphile Worker"
 	dir, err := graphileSetup(ctx)
 	if err != nil {
-		emit(fmt.Sprintf("| %s | skipped: %s | – |\n", label, mdCell(err.Error())))
+		emit(fmt.Sprintf("| %s | skipped: %s | – | – |\n", label, mdCell(err.Error())))
 		return
 	}
 	pool, err := freshDatabase(ctx, o.server, "bench_graphile", false, 1)
 	if err != nil {
-		emit(fmt.Sprintf("| %s | skipped: creating its database: %s | – |\n", label, mdCell(err.Error())))
+		emit(fmt.Sprintf("| %s | skipped: creating its database: %s | – | – |\n", label, mdCell(err.Error())))
 		return
 	}
 	pool.Close()
 	dsn := withDatabase(o.server, "bench_graphile")
 	for _, procs := range []int{1, 2} {
-		var rates []float64
+		var rates, cpus []float64
 		var last graphileResult
 		for range o.runs {
 			r, res, err := graphileOnce(ctx, dir, dsn, procs, o.events)
 			if err != nil {
-				emit(fmt.Sprintf("| %s | %d process(es): failed: %s | – |\n", label, procs, mdCell(err.Error())))
+				emit(fmt.Sprintf("| %s | %d process(es): failed: %s | – | – |\n", label, procs, mdCell(err.Error())))
 				return
 			}
-			rates, last = append(rates, r), res
+			rates, cpus, last = append(rates, r), append(cpus, res.CPUPerEvent), res
 		}
 		proc := "1 process: "
 		if procs > 1 {
 			proc = fmt.Sprintf("%d processes started together, each: ", procs)
 		}
-		emit(fmt.Sprintf("| %s %s, no-op task | %s%s, jobs pre-inserted with one add_jobs call | %s |\n",
-			label, last.Version, proc, last.Settings, summarize(rates).format("%.0f")))
+		emit(fmt.Sprintf("| %s %s, no-op task | %s%s, jobs pre-inserted with one add_jobs call | %s | %s |\n",
+			label, last.Version, proc, last.Settings, summarize(rates).format("%.0f"), summarize(cpus).format("%.0f")))
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/pgdrain/pgdrain/bench/internal/cpustat"
 )
 
 // Section 3: the same workload through River (no-op worker), Graphile Worker (no-op task, Node.js;
@@ -36,13 +38,14 @@ const rawAck = `
 UPDATE public.raw_queue t SET sent_at = now(), leased_until = NULL, lease_token = NULL
 FROM unnest($1::bigint[], $2::uuid[]) AS u(id, token) WHERE t.id = u.id AND t.lease_token = u.token`
 
-func rawOnce(ctx context.Context, pool *pgxpool.Pool, clients, n int) (float64, error) {
+func rawOnce(ctx context.Context, pool *pgxpool.Pool, clients, n int) (float64, float64, error) {
 	if err := execAll(ctx, pool, "DROP TABLE IF EXISTS public.raw_queue", rawTable,
 		fmt.Sprintf(`INSERT INTO public.raw_queue (event_type, payload) SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80))
 			FROM generate_series(1, %d) g`, n), "VACUUM ANALYZE public.raw_queue"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	start := time.Now()
+	span := cpustat.Start()
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	for range clients {
@@ -83,13 +86,13 @@ func rawOnce(ctx context.Context, pool *pgxpool.Pool, clients, n int) (float64, 
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	end, err := waitDrained(ctx, pool, "public.raw_queue", time.Minute)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(n) / end.Sub(start).Seconds(), nil
+	return float64(n) / end.Sub(start).Seconds(), span.PerEvent(n), nil
 }
 
 // noopArgs is the River job of the benchmark.
@@ -109,9 +112,11 @@ func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil
 // FetchPollInterval 20 ms, 100–1,000 workers).
 const riverWorkers = 1000
 
-func riverOnce(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) {
+// riverOnce drains n pre-inserted River jobs and returns the rate (jobs/s) and the machine's CPU per
+// job (µs, every core; cpustat.Span).
+func riverOnce(ctx context.Context, pool *pgxpool.Pool, n int) (float64, float64, error) {
 	if err := execAll(ctx, pool, "TRUNCATE river_job"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, noopWorker{})
@@ -123,7 +128,7 @@ func riverOnce(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) 
 		Logger:            nil,
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for done := 0; done < n; done += 5000 {
 		params := make([]river.InsertManyParams, 0, 5000)
@@ -131,59 +136,62 @@ func riverOnce(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) 
 			params = append(params, river.InsertManyParams{Args: noopArgs{N: i}})
 		}
 		if _, err := client.InsertManyFast(ctx, params); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if err := execAll(ctx, pool, "VACUUM ANALYZE river_job"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	start := time.Now()
+	span := cpustat.Start()
 	if err := client.Start(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	var end time.Time
+	var cpu float64
 	for {
 		var left bool
 		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM river_job WHERE state <> 'completed')").Scan(&left); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if !left {
 			end = time.Now()
+			cpu = span.PerEvent(n)
 			break
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("river did not finish %d jobs in 5 minutes", n)
+			return 0, 0, fmt.Errorf("river did not finish %d jobs in 5 minutes", n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := client.Stop(stopCtx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(n) / end.Sub(start).Seconds(), nil
+	return float64(n) / end.Sub(start).Seconds(), cpu, nil
 }
 
 func benchPeers(ctx context.Context, o options, emit func(string)) error {
-	emit(fmt.Sprintf("## 3. Peers on the same server: raw-SQL floor, River and Graphile Worker\n\n%d events, median (min–max) of %d runs.\n\n", o.events, o.runs))
-	emit("| system | settings | events/s |\n|---|---|---:|\n")
+	emit(fmt.Sprintf("## 3. Peers on the same server: raw-SQL floor, River and Graphile Worker\n\n%d events, median (min–max) of %d runs; CPU µs per event as in section 2 (the whole machine's, every core).\n\n", o.events, o.runs))
+	emit("| system | settings | events/s | CPU µs per event |\n|---|---|---:|---:|\n")
 	rawPool, err := freshDatabase(ctx, o.server, "bench_raw", false, 8)
 	if err != nil {
 		return err
 	}
 	defer rawPool.Close()
 	for _, clients := range []int{1, 2, 4} {
-		var rates []float64
+		var rates, cpus []float64
 		for range o.runs {
-			r, err := rawOnce(ctx, rawPool, clients, o.events)
+			r, cpu, err := rawOnce(ctx, rawPool, clients, o.events)
 			if err != nil {
 				return fmt.Errorf("raw floor: %w", err)
 			}
-			rates = append(rates, r)
+			rates, cpus = append(rates, r), append(cpus, cpu)
 		}
-		emit(fmt.Sprintf("| raw SQL floor (lease then ack) | %d clients, 32-row batches, no functions/triggers/NOTIFY | %s |\n",
-			clients, summarize(rates).format("%.0f")))
+		emit(fmt.Sprintf("| raw SQL floor (lease then ack) | %d clients, 32-row batches, no functions/triggers/NOTIFY | %s | %s |\n",
+			clients, summarize(rates).format("%.0f"), summarize(cpus).format("%.0f")))
 	}
 
 	riverPool, err := freshDatabase(ctx, o.server, "bench_river", false, 40)
@@ -198,16 +206,16 @@ func benchPeers(ctx context.Context, o options, emit func(string)) error {
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("migrating river: %w", err)
 	}
-	var rates []float64
+	var rates, cpus []float64
 	for range o.runs {
-		r, err := riverOnce(ctx, riverPool, o.events)
+		r, cpu, err := riverOnce(ctx, riverPool, o.events)
 		if err != nil {
 			return fmt.Errorf("river: %w", err)
 		}
-		rates = append(rates, r)
+		rates, cpus = append(rates, r), append(cpus, cpu)
 	}
-	emit(fmt.Sprintf("| River v0.51.2, no-op worker | FetchCooldown 2ms, FetchPollInterval 20ms, MaxWorkers %d, pool 40, jobs pre-inserted with InsertManyFast | %s |\n",
-		riverWorkers, summarize(rates).format("%.0f")))
+	emit(fmt.Sprintf("| River v0.51.2, no-op worker | FetchCooldown 2ms, FetchPollInterval 20ms, MaxWorkers %d, pool 40, jobs pre-inserted with InsertManyFast | %s | %s |\n",
+		riverWorkers, summarize(rates).format("%.0f"), summarize(cpus).format("%.0f")))
 	benchGraphile(ctx, o, emit)
 	emit("\n")
 	return nil

@@ -5,8 +5,10 @@ package cpustat
 import (
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Times is CPU time in clock ticks summed over every core: Busy of Total. OK is false where it could
@@ -69,4 +71,25 @@ func (t Times) BusyShare() float64 {
 		return math.NaN()
 	}
 	return t.Busy / t.Total
+}
+
+// Span is the machine's CPU time over a timed span: Start it where the timed work starts.
+type Span struct {
+	start Times
+	at    time.Time
+}
+
+// Start begins a span now.
+func Start() Span { return Span{start: Read(), at: time.Now()} }
+
+// PerEvent is the CPU time, in µs summed over every core, the whole machine spent per event of n
+// since the span started (NaN when unknown): what an event cost everything that ran, client and
+// server alike.
+func (s Span) PerEvent(n int) float64 {
+	spent := Read().Sub(s.start)
+	share := spent.BusyShare()
+	if math.IsNaN(share) || n <= 0 {
+		return math.NaN()
+	}
+	return share * float64(runtime.NumCPU()) * time.Since(s.at).Seconds() * 1e6 / float64(n)
 }
