@@ -43,6 +43,7 @@ func main() {
 	q := flag.String("q", "public.probe", "")
 	verbose := flag.Bool("v", false, "print every 2 s")
 	concurrency := flag.Int("concurrency", 32, "ApplyConcurrency of each replica")
+	batch := flag.Int("batch", 32, "BatchSize of each replica (ApplyConcurrency above 1 overrides it)")
 	extra := flag.String("sql", "", "SQL file applied after the migrations")
 	flag.Parse()
 	ctx := context.Background()
@@ -126,7 +127,7 @@ func main() {
 	if *mode == "lock" {
 		m = drainer.ClaimLock
 	}
-	dc := drainer.Config{Table: *q, ClaimMode: m, PollFallback: time.Second, BatchSize: 32, ApplyConcurrency: *concurrency}
+	dc := drainer.Config{Table: *q, ClaimMode: m, PollFallback: time.Second, BatchSize: *batch, ApplyConcurrency: *concurrency}
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	before := walCounters(ctx, pool)
