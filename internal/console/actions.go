@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgdrain/pgdrain/internal/age"
 )
@@ -148,14 +149,24 @@ func (s *Server) failedNote(w http.ResponseWriter, r *http.Request, back string,
 	s.message(w, r, status, "Action failed", text, back)
 }
 
-func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
+// formQueue reads the registered queue an action's form names and the page to go back to; ok is
+// false after it answered (no such queue).
+func (s *Server) formQueue(w http.ResponseWriter, r *http.Request) (reg queueReg, back string, ok bool) {
 	queue := r.PostFormValue("queue")
-	_, reg, ok := s.sampler.view(queue)
+	_, reg, ok = s.sampler.view(queue)
 	if !ok {
 		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
+		return reg, "", false
+	}
+	return reg, "/queues/" + url.PathEscape(queue), true
+}
+
+func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
+	reg, back, ok := s.formQueue(w, r)
+	if !ok {
 		return
 	}
-	back := "/queues/" + url.PathEscape(queue)
+	queue := reg.Name
 	ids, key, all := r.PostForm["id"], r.PostFormValue("key"), r.PostFormValue("all") == "yes"
 	given := 0
 	for _, b := range []bool{len(ids) > 0, key != "", all} {
@@ -250,13 +261,11 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) purgeAction(w http.ResponseWriter, r *http.Request) {
-	queue := r.PostFormValue("queue")
-	_, reg, ok := s.sampler.view(queue)
+	reg, back, ok := s.formQueue(w, r)
 	if !ok {
-		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
 		return
 	}
-	back := "/queues/" + url.PathEscape(queue)
+	queue := reg.Name
 	text := strings.TrimSpace(r.PostFormValue("older_than"))
 	olderThan, err := age.Parse(text)
 	if err != nil {
@@ -294,13 +303,11 @@ func (s *Server) purgeAction(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
-	queue := r.PostFormValue("queue")
-	_, reg, ok := s.sampler.view(queue)
+	reg, back, ok := s.formQueue(w, r)
 	if !ok {
-		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
 		return
 	}
-	back := "/queues/" + url.PathEscape(queue)
+	queue := reg.Name
 	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
 	if err != nil {
 		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %q", r.PostFormValue("id")), back)
@@ -423,13 +430,10 @@ func consoleReason(typed string, r *http.Request) string {
 
 // rowActionForm reads the queue, id and attempts of a skip or retry; ok is false after it answered.
 func (s *Server) rowActionForm(w http.ResponseWriter, r *http.Request) (reg queueReg, back string, id int64, attempts int, ok bool) {
-	queue := r.PostFormValue("queue")
-	_, reg, found := s.sampler.view(queue)
+	reg, back, found := s.formQueue(w, r)
 	if !found {
-		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
 		return reg, "", 0, 0, false
 	}
-	back = "/queues/" + url.PathEscape(queue)
 	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
 	if err != nil || id < 1 {
 		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %q", r.PostFormValue("id")), back)
@@ -460,49 +464,65 @@ func (s *Server) checkReason(w http.ResponseWriter, r *http.Request, back string
 	return typed, true
 }
 
-// skipAction poisons a wedged head with a reason (outbox.poison_row), so its key moves on.
-func (s *Server) skipAction(w http.ResponseWriter, r *http.Request) {
-	reg, back, id, attempts, ok := s.rowActionForm(w, r)
-	if !ok {
-		return
-	}
-	queue := reg.Name
-	fields := []field{{"queue", queue}, {"id", strconv.FormatInt(id, 10)}, {"attempts", strconv.Itoa(attempts)}}
-	if r.PostFormValue("confirm") != "yes" {
-		s.confirm(w, r, "Skip the row?", confirmBody{
-			Action: "/actions/skip", Fields: fields, Button: "Skip", Back: back,
-			Reason: &reasonField{Required: true, Hint: "why it will never succeed (logged)"},
-			Lines: []string{
-				fmt.Sprintf("Queue %s: skip row %d (at %d attempt(s)): it is poisoned with your reason, and the later rows of its key are delivered past it.", queue, id, attempts),
-				"It is not lost: requeue it later to deliver it at the tail of its key. Only if it is still pending at that attempt count and no worker is delivering it right now (outbox.poison_row).",
-			}})
-		return
-	}
-	typed, ok := s.checkReason(w, r, back, true)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
-	defer cancel()
-	before := s.snapshot(ctx, reg)
-	skipped, err := poisonRow(ctx, s.cfg.Operator, queue, id, attempts, consoleReason(typed, r))
-	if err != nil {
-		s.failed(w, r, back, err, "queue", queue, "id", id, "attempts", attempts)
-		return
-	}
-	after := s.snapshot(ctx, reg)
-	s.sampler.refresh(ctx, queue)
-	o := outcome{Changed: skipped, Lines: changes(before, after),
-		Text: fmt.Sprintf("skipped row %d of %s: poisoned with your reason, its key's later rows are delivered past it; requeue it to deliver it later.", id, queue)}
-	if !skipped {
-		o.Text = fmt.Sprintf("row %d of %s was not skipped: it is no longer pending at %d attempt(s) (sent, requeued, skipped or another attempt recorded since the page was shown), or a worker is delivering it right now.", id, queue, attempts)
-		o.Lines = nil
-	}
-	s.done(w, r, back, o, "queue", queue, "id", id, "attempts", attempts, "reason", typed, "skipped", skipped)
+// rowAction is an action on one pending row, fenced by the attempt count the page showed: skip
+// (outbox.poison_row) or retry now (outbox.retry_row).
+type rowAction struct {
+	path, title, button string
+	reason              reasonField
+	// explain says what the action will do, for the confirmation page.
+	explain func(queue string, id int64, attempts int) []string
+	// call runs the SQL function as the operator login and says whether it changed the row.
+	call func(ctx context.Context, db *pgxpool.Pool, queue string, id int64, attempts int, reason string) (bool, error)
+	// did and didNot are the status lines after it (changed, or not and why).
+	did, didNot func(queue string, id int64, attempts int) string
+	logKey      string // the log field that says whether it changed the row
 }
 
+var skipRow = rowAction{
+	path: "/actions/skip", title: "Skip the row?", button: "Skip",
+	reason: reasonField{Required: true, Hint: "why it will never succeed (logged)"},
+	explain: func(queue string, id int64, attempts int) []string {
+		return []string{
+			fmt.Sprintf("Queue %s: skip row %d (at %d attempt(s)): it is poisoned with your reason, and the later rows of its key are delivered past it.", queue, id, attempts),
+			"It is not lost: requeue it later to deliver it at the tail of its key. Only if it is still pending at that attempt count and no worker is delivering it right now (outbox.poison_row).",
+		}
+	},
+	call: poisonRow,
+	did: func(queue string, id int64, _ int) string {
+		return fmt.Sprintf("skipped row %d of %s: poisoned with your reason, its key's later rows are delivered past it; requeue it to deliver it later.", id, queue)
+	},
+	didNot: func(queue string, id int64, attempts int) string {
+		return fmt.Sprintf("row %d of %s was not skipped: it is no longer pending at %d attempt(s) (sent, requeued, skipped or another attempt recorded since the page was shown), or a worker is delivering it right now.", id, queue, attempts)
+	},
+	logKey: "skipped",
+}
+
+var retryRowNow = rowAction{
+	path: "/actions/retry", title: "Retry the row now?", button: "Retry now",
+	reason: reasonField{Hint: "optional, e.g. the peer is fixed (logged)"},
+	explain: func(queue string, id int64, attempts int) []string {
+		return []string{
+			fmt.Sprintf("Queue %s: end the backoff of row %d (at %d attempt(s)): the next claim takes it; no attempt is counted.", queue, id, attempts),
+			"Only if it is still backing off at that attempt count and no worker is delivering it right now (outbox.retry_row).",
+		}
+	},
+	call: retryRow,
+	did: func(queue string, id int64, _ int) string {
+		return fmt.Sprintf("retried row %d of %s: its backoff ended, the next claim takes it (no attempt counted).", id, queue)
+	},
+	didNot: func(queue string, id int64, attempts int) string {
+		return fmt.Sprintf("row %d of %s was not retried: it is no longer backing off at %d attempt(s) (due already, sent, skipped or another attempt recorded since the page was shown), or a worker is delivering it right now.", id, queue, attempts)
+	},
+	logKey: "retried",
+}
+
+// skipAction poisons a wedged head with a reason (outbox.poison_row), so its key moves on.
+func (s *Server) skipAction(w http.ResponseWriter, r *http.Request) { s.rowAction(w, r, skipRow) }
+
 // retryAction ends a backing-off head's backoff (outbox.retry_row): the next claim takes it.
-func (s *Server) retryAction(w http.ResponseWriter, r *http.Request) {
+func (s *Server) retryAction(w http.ResponseWriter, r *http.Request) { s.rowAction(w, r, retryRowNow) }
+
+func (s *Server) rowAction(w http.ResponseWriter, r *http.Request, a rowAction) {
 	reg, back, id, attempts, ok := s.rowActionForm(w, r)
 	if !ok {
 		return
@@ -510,48 +530,41 @@ func (s *Server) retryAction(w http.ResponseWriter, r *http.Request) {
 	queue := reg.Name
 	fields := []field{{"queue", queue}, {"id", strconv.FormatInt(id, 10)}, {"attempts", strconv.Itoa(attempts)}}
 	if r.PostFormValue("confirm") != "yes" {
-		s.confirm(w, r, "Retry the row now?", confirmBody{
-			Action: "/actions/retry", Fields: fields, Button: "Retry now", Back: back,
-			Reason: &reasonField{Hint: "optional, e.g. the peer is fixed (logged)"},
-			Lines: []string{
-				fmt.Sprintf("Queue %s: end the backoff of row %d (at %d attempt(s)): the next claim takes it; no attempt is counted.", queue, id, attempts),
-				"Only if it is still backing off at that attempt count and no worker is delivering it right now (outbox.retry_row).",
-			}})
+		reason := a.reason
+		s.confirm(w, r, a.title, confirmBody{
+			Action: a.path, Fields: fields, Button: a.button, Back: back, Reason: &reason,
+			Lines: a.explain(queue, id, attempts)})
 		return
 	}
-	typed, ok := s.checkReason(w, r, back, false)
+	typed, ok := s.checkReason(w, r, back, a.reason.Required)
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
 	defer cancel()
 	before := s.snapshot(ctx, reg)
-	retried, err := retryRow(ctx, s.cfg.Operator, queue, id, attempts, consoleReason(typed, r))
+	changed, err := a.call(ctx, s.cfg.Operator, queue, id, attempts, consoleReason(typed, r))
 	if err != nil {
 		s.failed(w, r, back, err, "queue", queue, "id", id, "attempts", attempts)
 		return
 	}
 	after := s.snapshot(ctx, reg)
 	s.sampler.refresh(ctx, queue)
-	o := outcome{Changed: retried, Lines: changes(before, after),
-		Text: fmt.Sprintf("retried row %d of %s: its backoff ended, the next claim takes it (no attempt counted).", id, queue)}
-	if !retried {
-		o.Text = fmt.Sprintf("row %d of %s was not retried: it is no longer backing off at %d attempt(s) (due already, sent, skipped or another attempt recorded since the page was shown), or a worker is delivering it right now.", id, queue, attempts)
-		o.Lines = nil
+	o := outcome{Changed: changed, Lines: changes(before, after), Text: a.did(queue, id, attempts)}
+	if !changed {
+		o.Text, o.Lines = a.didNot(queue, id, attempts), nil
 	}
-	s.done(w, r, back, o, "queue", queue, "id", id, "attempts", attempts, "reason", typed, "retried", retried)
+	s.done(w, r, back, o, "queue", queue, "id", id, "attempts", attempts, "reason", typed, a.logKey, changed)
 }
 
 // dismissAction dismisses poisoned rows for good (outbox.dismiss_poisoned): kept as history,
 // never delivered, no longer counted as poisoned.
 func (s *Server) dismissAction(w http.ResponseWriter, r *http.Request) {
-	queue := r.PostFormValue("queue")
-	_, reg, found := s.sampler.view(queue)
+	reg, back, found := s.formQueue(w, r)
 	if !found {
-		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
 		return
 	}
-	back := "/queues/" + url.PathEscape(queue)
+	queue := reg.Name
 	var ids []int64
 	for _, v := range r.PostForm["id"] {
 		id, err := strconv.ParseInt(v, 10, 64)

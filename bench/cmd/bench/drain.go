@@ -108,6 +108,24 @@ func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n
 	return float64(n) / end.Sub(start).Seconds(), cpu, nil
 }
 
+// drainRuns drains case c o.runs times, each on a new queue numbered from *run (dropped after it),
+// and returns the rates and CPU per event of the runs.
+func drainRuns(ctx context.Context, pool *pgxpool.Pool, c drainCase, o options, run *int) (rates, cpus []float64, err error) {
+	for range o.runs {
+		*run++
+		q := fmt.Sprintf("public.drain_%d", *run)
+		r, cpu, err := drainOnce(ctx, pool, c, q, o.events)
+		if err != nil {
+			return nil, nil, err
+		}
+		rates, cpus = append(rates, r), append(cpus, cpu)
+		if err := execAll(ctx, pool, fmt.Sprintf("SELECT outbox.drop_queue('%s', true)", q)); err != nil {
+			return nil, nil, err
+		}
+	}
+	return rates, cpus, nil
+}
+
 func benchDrain(ctx context.Context, o options, emit func(string)) error {
 	pool, err := freshDatabase(ctx, o.server, "bench_drain", true, 24)
 	if err != nil {
@@ -125,18 +143,9 @@ func benchDrain(ctx context.Context, o options, emit func(string)) error {
 			for _, replicas := range []int{1, 4} {
 				for _, conc := range []int{1, 32} {
 					c := drainCase{replicas: replicas, concurrency: conc, partitioned: partitioned, mode: mode}
-					var rates, cpus []float64
-					for range o.runs {
-						run++
-						q := fmt.Sprintf("public.drain_%d", run)
-						r, cpu, err := drainOnce(ctx, pool, c, q, o.events)
-						if err != nil {
-							return fmt.Errorf("%s: %w", c, err)
-						}
-						rates, cpus = append(rates, r), append(cpus, cpu)
-						if err := execAll(ctx, pool, fmt.Sprintf("SELECT outbox.drop_queue('%s', true)", q)); err != nil {
-							return err
-						}
+					rates, cpus, err := drainRuns(ctx, pool, c, o, &run)
+					if err != nil {
+						return fmt.Errorf("%s: %w", c, err)
 					}
 					emit(fmt.Sprintf("%s %s | %s |\n", c, summarize(rates).format("%.0f"), summarize(cpus).format("%.0f")))
 				}
@@ -156,18 +165,9 @@ func benchBatchSize(ctx context.Context, pool *pgxpool.Pool, o options, emit fun
 		for _, partitioned := range []bool{false, true} {
 			for _, size := range []int{32, 256, 1000} {
 				c := drainCase{replicas: 4, concurrency: 1, partitioned: partitioned, mode: mode, batchSize: size}
-				var rates, cpus []float64
-				for range o.runs {
-					run++
-					q := fmt.Sprintf("public.drain_%d", run)
-					r, cpu, err := drainOnce(ctx, pool, c, q, o.events)
-					if err != nil {
-						return fmt.Errorf("%s batch %d: %w", c, size, err)
-					}
-					rates, cpus = append(rates, r), append(cpus, cpu)
-					if err := execAll(ctx, pool, fmt.Sprintf("SELECT outbox.drop_queue('%s', true)", q)); err != nil {
-						return err
-					}
+				rates, cpus, err := drainRuns(ctx, pool, c, o, &run)
+				if err != nil {
+					return fmt.Errorf("%s batch %d: %w", c, size, err)
 				}
 				p := "unpartitioned"
 				if partitioned {
