@@ -37,6 +37,9 @@ type job struct {
 	// retryAt is when a transient row may be tried again, when the Applier said (RetryAt); zero:
 	// the queue's backoff.
 	retryAt time.Time
+	// next is the row after this one in its partition's run (Config.RunLength), claimed with it
+	// and applied after it in the same slot; nil at a run's end.
+	next *job
 }
 
 // applyOne runs the Applier for j on a context that ends at min(now + ApplyTimeout, j.deadline)

@@ -172,7 +172,7 @@ func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	start := time.Now()
 	deadline := start.Add(r.cfg.Lease - LeaseMargin)
 	cctx, cancel := r.bounded(ctx)
-	jobs, err := queryClaimBatch(cctx, r.d.pool, r.reg.queue, n, r.cfg.Lease, deadline)
+	jobs, err := queryClaimBatch(cctx, r.d.pool, r.reg.queue, n, r.cfg.RunLength, r.cfg.Lease, deadline)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -213,7 +213,7 @@ func (p *pipeline[T]) dispatch(jobs []*job) {
 		return
 	}
 	p.lock()
-	for _, j := range jobs {
+	for _, j := range runs(jobs) {
 		if p.applying[j.event.ID] {
 			p.parked[j.event.ID] = j
 			continue
@@ -242,20 +242,43 @@ func (p *pipeline[T]) fill() {
 	}
 }
 
-// work applies one row in its slot and hands the result to the recorder.
+// work applies one row in its slot, and the rest of its run after it, and hands the results to the
+// recorder together (a run recorded in one flush moves its partition's head once). A run stops at
+// its first row not sent; the rows after it are given back untouched.
 func (p *pipeline[T]) work(j *job, started time.Time) {
 	ctx := p.r.runCtx
-	switch p.r.ensureLease(ctx, j) {
-	case leaseKept:
-		if ctx.Err() != nil {
-			p.r.release(ctx, []*job{j}) // shutting down: give it back untouched
+	var done []*job
+	for cur := j; cur != nil; cur = cur.next {
+		if cur != j && !p.startApplying(cur) { // claimed again while an earlier apply of it runs
+			p.r.release(ctx, cur.rest())
 			break
 		}
-		p.r.applyOne(ctx, j)
-		p.rec.add(j)
-	case leaseUnsure:
-		p.r.release(ctx, []*job{j})
-	case leaseGone:
+		state := p.r.ensureLease(ctx, cur)
+		if state == leaseKept && ctx.Err() != nil {
+			state = leaseUnsure // shutting down: give it back untouched
+		}
+		if state == leaseKept {
+			p.r.applyOne(ctx, cur)
+			done = append(done, cur)
+		}
+		if cur != j {
+			p.stopApplying(cur)
+		}
+		if state != leaseKept {
+			if state == leaseUnsure {
+				p.r.release(ctx, cur.rest())
+			} else {
+				p.r.release(ctx, cur.next.rest())
+			}
+			break
+		}
+		if cur.disposition != DispositionSent {
+			p.r.release(ctx, cur.next.rest())
+			break
+		}
+	}
+	for _, d := range done {
+		p.rec.add(d)
 	}
 	p.lock()
 	p.slotAvg = movingAverage(p.slotAvg, time.Since(started))
@@ -275,6 +298,24 @@ func (p *pipeline[T]) work(j *job, started time.Time) {
 	case p.freed <- struct{}{}:
 	default:
 	}
+}
+
+// startApplying marks a row after the first of its run as in a slot, unless an earlier apply of
+// it still is (a drainer never applies one row twice at the same time).
+func (p *pipeline[T]) startApplying(j *job) bool {
+	p.lock()
+	defer p.unlock()
+	if p.applying[j.event.ID] {
+		return false
+	}
+	p.applying[j.event.ID] = true
+	return true
+}
+
+func (p *pipeline[T]) stopApplying(j *job) {
+	p.lock()
+	defer p.unlock()
+	delete(p.applying, j.event.ID)
 }
 
 // slotAverage is the running average of how long a row holds its slot, from its start to its
@@ -302,10 +343,13 @@ func (p *pipeline[T]) shutdown(ctx context.Context) {
 	r := p.r
 	p.lock()
 	p.stopping = true
-	unstarted := p.waiting
+	var unstarted []*job
+	for _, j := range p.waiting {
+		unstarted = append(unstarted, j.rest()...)
+	}
 	p.waiting = nil
 	for _, j := range p.parked {
-		unstarted = append(unstarted, j)
+		unstarted = append(unstarted, j.rest()...)
 	}
 	clear(p.parked)
 	running := p.running

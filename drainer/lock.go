@@ -35,7 +35,7 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 		defer cancel()
 		_ = tx.Rollback(rctx) // no-op after Commit
 	}()
-	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, r.cfg.claimSize())
+	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, r.cfg.claimSize(), r.cfg.RunLength)
 	cancelClaim()
 	if err != nil {
 		return 0, err
@@ -106,7 +106,8 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// applyLocked applies jobs with at most ApplyConcurrency at a time, in claim order, and returns
+// applyLocked applies jobs with at most ApplyConcurrency at a time, in claim order (a partition's
+// run in one slot, in its order, up to its first row not sent), and returns
 // those whose apply returned in time to be settled. It stops starting applies at settleBy or when
 // ctx ends; it stops waiting at settleBy, or ApplyTimeout after ctx ended.
 func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.Time) []*job {
@@ -114,18 +115,27 @@ func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.
 		return nil
 	}
 	finished := make(chan *job, len(jobs)) // never blocks, also for applies given up on
+	firsts := runs(jobs)
 	var next atomic.Int64
 	var stop atomic.Bool
+	applying := func() bool { return !stop.Load() && ctx.Err() == nil && time.Now().Before(settleBy) }
 	var wg sync.WaitGroup
-	for range min(r.cfg.ApplyConcurrency, len(jobs)) {
+	for range min(r.cfg.ApplyConcurrency, len(firsts)) {
 		wg.Go(func() {
-			for !stop.Load() && ctx.Err() == nil && time.Now().Before(settleBy) {
+			for applying() {
 				i := int(next.Add(1)) - 1
-				if i >= len(jobs) {
+				if i >= len(firsts) {
 					return
 				}
-				r.applyOne(ctx, jobs[i])
-				finished <- jobs[i]
+				// A run in its partition's order, up to its first row not sent: the rows after it
+				// stay unsettled, unlocked untouched by the COMMIT.
+				for j := firsts[i]; j != nil && (j == firsts[i] || applying()); j = j.next {
+					r.applyOne(ctx, j)
+					finished <- j
+					if j.disposition != DispositionSent {
+						break
+					}
+				}
 			}
 		})
 	}

@@ -29,10 +29,18 @@ const (
 		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
 		       event_id::text, headers
 		FROM outbox.claim_batch($1, $2, $3)`
+	sqlClaimRuns = `
+		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
+		       event_id::text, headers
+		FROM outbox.claim_runs($1, $2, $3, $4)`
 	sqlClaimLocked = `
 		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, NULL::uuid,
 		       event_id::text, headers
 		FROM outbox.claim_locked($1, $2)`
+	sqlClaimLockedRuns = `
+		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, NULL::uuid,
+		       event_id::text, headers
+		FROM outbox.claim_locked_runs($1, $2, $3)`
 	sqlExtendLease  = `SELECT outbox.extend_lease($1, $2, $3, $4)`
 	sqlApplyResults = `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5, $6)`
 	sqlRelease      = `SELECT outbox.release($1, $2, $3)`
@@ -154,10 +162,14 @@ func collectJobs(rows pgx.Rows, queue string, deadline time.Time) ([]*job, error
 	})
 }
 
-// queryClaimBatch leases up to n rows for lease (outbox.claim_batch); each job's deadline is
-// deadline.
-func queryClaimBatch(ctx context.Context, db querier, queue string, n int, lease time.Duration, deadline time.Time) ([]*job, error) {
-	rows, err := db.Query(ctx, sqlClaimBatch, queue, n, lease)
+// queryClaimBatch leases up to n rows, runs of up to run rows per partition, for lease
+// (outbox.claim_batch, or claim_runs); each job's deadline is deadline.
+func queryClaimBatch(ctx context.Context, db querier, queue string, n, run int, lease time.Duration, deadline time.Time) ([]*job, error) {
+	sql, args := sqlClaimBatch, []any{queue, n, lease}
+	if run > 1 {
+		sql, args = sqlClaimRuns, append(args, run)
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, translate("claiming batch", err)
 	}
@@ -168,9 +180,14 @@ func queryClaimBatch(ctx context.Context, db querier, queue string, n int, lease
 	return jobs, nil
 }
 
-// queryClaimLocked locks up to n rows in tx (outbox.claim_locked).
-func queryClaimLocked(ctx context.Context, tx querier, queue string, n int) ([]*job, error) {
-	rows, err := tx.Query(ctx, sqlClaimLocked, queue, n)
+// queryClaimLocked locks up to n rows, runs of up to run rows per partition, in tx
+// (outbox.claim_locked, or claim_locked_runs).
+func queryClaimLocked(ctx context.Context, tx querier, queue string, n, run int) ([]*job, error) {
+	sql, args := sqlClaimLocked, []any{queue, n}
+	if run > 1 {
+		sql, args = sqlClaimLockedRuns, append(args, run)
+	}
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, translate("claiming batch", err)
 	}

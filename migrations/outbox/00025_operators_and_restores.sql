@@ -37,6 +37,11 @@ CREATE TABLE outbox.operator_actions (
 CREATE INDEX operator_actions_queue ON outbox.operator_actions (queue, action_id);
 COMMENT ON TABLE outbox.operator_actions IS
   'Operators'' actions on queue rows (poison_row, retry_row, dismiss_poisoned): who, when, why; read with outbox.operator_log.';
+
+-- Claims take a partition's run (issue 28): the internal claim gets the run length.
+DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text);
+-- claim_batch and claim_locked become SQL functions over the bodies they share with claim_runs and
+-- claim_locked_runs (a function's language can change in place, its result type stays).
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -89,6 +94,245 @@ BEGIN
       'reason must be a non-blank text of at most 1000 characters, got %s',
       COALESCE(pg_catalog.quote_literal(pg_catalog.left(p_reason, 50)), 'NULL')));
   END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- run_length must be 1..1000: how many rows of one partition a claim takes (1 = the seed's claim).
+CREATE OR REPLACE FUNCTION outbox._check_run_length(p_function text, p_run_length integer)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = ''
+AS $$
+BEGIN
+  IF p_run_length IS NULL OR p_run_length < 1 OR p_run_length > 1000 THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'run_length must be between 1 and 1000, got %s', COALESCE(p_run_length::text, 'NULL')));
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lease mode: leases up to batch_size deliverable rows for `lease`, each with its own fresh
+-- lease_token, in one short transaction. Results come back through apply_result(s) and count only
+-- while the token still matches. Order: attempt_count, id (fresh rows overtake retried ones).
+-- Due times and leases are read from the clock at the claim, not now(): in a transaction that
+-- began long ago now() would hand out a lease that is already over.
+--
+-- The body of claim_batch and claim_runs (fn names the caller in errors).
+-- run_length > 1 (claim_runs) takes, with each partition's head, the rows that
+-- follow it in its partition, up to run_length per partition and batch_size in all, each with its
+-- own lease_token: apply a partition's rows in order and stop at its first failure, giving the rest
+-- back (outbox.release) untouched. Rows then come in id order (a partition's rows in its order).
+-- Recording a partition's run in one apply_results moves its head once. Unpartitioned queues
+-- ignore it.
+CREATE OR REPLACE FUNCTION outbox._claim_batch(fn text, queue text, batch_size integer, lease interval, run_length integer)
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              lease_token uuid, leased_until timestamptz, created_at timestamptz, event_id uuid, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_sort = off
+SET jit = off
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_ids bigint[];
+  v_clock timestamptz;
+  -- The rows both statements return, as outbox._prepared's function declares them.
+  v_rows constant text := 'TABLE(pgdrain_id bigint, pgdrain_event_type text, pgdrain_payload jsonb, '
+    'pgdrain_partition_key text, pgdrain_attempt_count integer, pgdrain_lease_token uuid, '
+    'pgdrain_leased_until timestamptz, pgdrain_created_at timestamptz, pgdrain_event_id uuid, pgdrain_headers jsonb)';
+BEGIN
+  PERFORM outbox._check_batch_size(fn, batch_size);
+  PERFORM outbox._check_lease(fn, lease);
+  PERFORM outbox._check_run_length(fn, run_length);
+  IF v_q.partition_column IS NULL THEN
+    -- One statement: pick, lease and return (one call, one plan kept by outbox._prepared).
+    -- One clock reading for the whole statement: a row is due and leased at the same instant.
+    v_clock := pg_catalog.clock_timestamp();
+    RETURN QUERY EXECUTE outbox._prepared(v_q.queue_id, pg_catalog.format(
+      'WITH leased AS (
+         UPDATE %1$s t SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $4 + $3
+         WHERE t.id = ANY (ARRAY(
+           SELECT s.id FROM %1$s s
+           WHERE s.sent_at IS NULL AND s.attempt_count < $2
+             AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= $4)
+             AND (s.leased_until IS NULL OR s.leased_until <= $4)
+           ORDER BY s.attempt_count, s.id LIMIT $1
+           FOR UPDATE SKIP LOCKED))
+         RETURNING t.id, t.event_type, t.payload, NULL::text, t.attempt_count, t.lease_token, t.leased_until,
+                   t.created_at, %2$s, t.headers)
+       SELECT * FROM leased ORDER BY 5, 1', v_q.table_oid::regclass, outbox._event_id_of(v_q)),
+      'integer, integer, interval, timestamptz', v_rows)
+      USING batch_size, v_q.max_attempts, lease, v_clock;
+    RETURN;
+  END IF;
+  v_ids := outbox._claim(v_q, batch_size, lease, 'lease', run_length);
+  IF pg_catalog.cardinality(v_ids) = 0 THEN
+    -- id = ANY('{}') is constant false, which "implies" any partial index's predicate: the planner
+    -- would then walk the claim index end to end to return nothing.
+    RETURN;
+  END IF;
+  RETURN QUERY EXECUTE outbox._prepared(v_q.queue_id, pg_catalog.format(
+    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.lease_token, t.leased_until, t.created_at,
+            %s, t.headers
+     FROM %s t WHERE t.id = ANY ($1) ORDER BY %s',
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
+    outbox._event_id_of(v_q), v_q.table_oid::regclass,
+    CASE WHEN run_length > 1 THEN 't.id' ELSE 't.attempt_count, t.id' END),
+    'bigint[]', v_rows)
+    USING v_ids;
+END;
+$$;
+
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lock mode (seed 001's claim transaction): the same deliverable rows as claim_batch, locked
+-- FOR UPDATE SKIP LOCKED by the caller's open transaction until it ends. No lease is written: the
+-- row lock is the fence, and settle_locked records outcomes in the same transaction, so each row
+-- is written once. The claimed ids are remembered in a transaction-local setting for settle_locked.
+--
+-- The body of claim_locked and claim_locked_runs (fn names the caller in errors).
+-- run_length > 1 (claim_locked_runs): as claim_runs, each partition's head with the
+-- rows that follow it, up to run_length per partition and batch_size in all, in id order; settle
+-- what was applied, a partition's rows up to its first failure (the rest stay untouched).
+CREATE OR REPLACE FUNCTION outbox._claim_locked(fn text, queue text, batch_size integer, run_length integer)
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              created_at timestamptz, event_id uuid, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_ids bigint[];
+  v_setting text;
+BEGIN
+  PERFORM outbox._check_batch_size(fn, batch_size);
+  PERFORM outbox._check_run_length(fn, run_length);
+  -- _claim leaves out the rows this transaction already holds (SKIP LOCKED does not skip our own
+  -- locks), so a row is never handed out twice.
+  v_ids := outbox._claim(v_q, batch_size, NULL, 'lock', run_length);
+  v_setting := 'pgdrain.held_' || v_q.queue_id;
+  IF pg_catalog.cardinality(v_ids) = 0 THEN
+    RETURN;  -- not even a query: id = ANY('{}') would let the planner pick any partial index
+  END IF;
+  PERFORM pg_catalog.set_config(v_setting,
+    pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
+                         pg_catalog.array_to_string(v_ids, ',')), true);
+  RETURN QUERY EXECUTE outbox._prepared(v_q.queue_id, pg_catalog.format(
+    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.created_at, %s, t.headers
+     FROM %s t WHERE t.id = ANY ($1) ORDER BY %s',
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
+    outbox._event_id_of(v_q), v_q.table_oid::regclass,
+    CASE WHEN run_length > 1 THEN 't.id' ELSE 't.attempt_count, t.id' END),
+    'bigint[]', 'TABLE(pgdrain_id bigint, pgdrain_event_type text, pgdrain_payload jsonb, pgdrain_partition_key text, pgdrain_attempt_count integer, pgdrain_created_at timestamptz, pgdrain_event_id uuid, pgdrain_headers jsonb)')
+    USING v_ids;
+END;
+$$;
+
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The rest of each claimed head's run (outbox._claim with p_run > 1): the rows that follow head
+-- p_heads[i] in partition p_keys[i], in id order, up to p_more per partition and p_budget in all,
+-- leased with p_until and fresh tokens (lease mode) or locked (lock mode). A run is unbroken: it
+-- stops before the first pending row that is not due, is leased, or is locked by another session
+-- (a poisoned row is no part of the order and is stepped over, as the FIFO rule does), so the
+-- rows it returns are exactly the next ones their partition delivers. The caller holds each
+-- head's row (leased or locked, with its partition head locked), so no other claim can reach
+-- these rows meanwhile: they are not heads.
+-- Never waits: rows are locked SKIP LOCKED (a session holding one of them, say an operator's
+-- open transaction, must not stall every claim), and a row skipped or changed since the search
+-- ends its run there: what was leased past it is given back at once, what was locked past it is
+-- not returned (the caller's COMMIT unlocks it untouched).
+CREATE OR REPLACE FUNCTION outbox._claim_run(p_q outbox.queues, p_heads bigint[], p_keys text[], p_more integer,
+                                             p_budget integer, p_now timestamptz, p_until timestamptz, p_mode text)
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_table constant regclass := p_q.table_oid::regclass;
+  v_deliverable constant text := 'u.sent_at IS NULL AND u.attempt_count < $3
+    AND (u.next_attempt_at IS NULL OR u.next_attempt_at <= $4)
+    AND (u.leased_until IS NULL OR u.leased_until <= $4)';
+  v_planned bigint[];
+  v_ords bigint[];
+  v_taken bigint[];
+  v_kept bigint[];
+  v_dropped bigint[];
+BEGIN
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH c AS (
+       SELECT c.head, c.key, c.ord FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS c(head, key, ord)),
+     run AS (
+       SELECT r.id, r.ord FROM (
+         SELECT n.id, c.ord,
+                pg_catalog.bool_and(n.due) OVER (PARTITION BY c.ord ORDER BY n.id) AS unbroken
+         FROM c CROSS JOIN LATERAL (
+           SELECT t.id, (t.next_attempt_at IS NULL OR t.next_attempt_at <= $4)
+                        AND (t.leased_until IS NULL OR t.leased_until <= $4) AS due
+           FROM %1$s t
+           WHERE t.%2$I = c.key::%3$s AND t.id > c.head AND t.sent_at IS NULL AND t.attempt_count < $3
+           ORDER BY t.id LIMIT $5) n) r
+       WHERE r.unbroken
+       ORDER BY r.ord, r.id
+       LIMIT $6),
+     taken AS (
+       SELECT u.id FROM %1$s u
+       WHERE u.id = ANY (ARRAY(SELECT run.id FROM run)) AND %4$s
+       FOR UPDATE OF u SKIP LOCKED),
+     done AS (%5$s)
+     SELECT (SELECT pg_catalog.array_agg(run.id ORDER BY run.ord, run.id) FROM run),
+            (SELECT pg_catalog.array_agg(run.ord ORDER BY run.ord, run.id) FROM run),
+            (SELECT pg_catalog.array_agg(done.id) FROM done)',
+    v_table, p_q.partition_column, p_q.partition_type, v_deliverable,
+    CASE WHEN p_mode = 'lease'
+         THEN pg_catalog.format(
+           'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $7
+            FROM taken WHERE u.id = taken.id RETURNING u.id', v_table)
+         ELSE 'SELECT taken.id FROM taken' END),
+    'bigint[], text[], integer, timestamptz, integer, integer, timestamptz',
+    'TABLE(pgdrain_planned bigint[], pgdrain_ords bigint[], pgdrain_taken bigint[])')
+    INTO v_planned, v_ords, v_taken
+    USING p_heads, p_keys, p_q.max_attempts, p_now, p_more, p_budget, p_until;
+
+  IF v_planned IS NULL THEN
+    RETURN '{}';
+  END IF;
+  IF pg_catalog.cardinality(v_planned) = COALESCE(pg_catalog.cardinality(v_taken), 0) THEN
+    RETURN v_planned;
+  END IF;
+  -- A row of a run was skipped: its run ends before it.
+  SELECT pg_catalog.array_agg(x.id ORDER BY x.ord, x.id) FILTER (WHERE NOT x.broken),
+         pg_catalog.array_agg(x.id) FILTER (WHERE x.broken AND x.id = ANY (COALESCE(v_taken, '{}')))
+    INTO v_kept, v_dropped
+  FROM (SELECT p.id, p.ord,
+               pg_catalog.bool_or(p.id <> ALL (COALESCE(v_taken, '{}')))
+                 OVER (PARTITION BY p.ord ORDER BY p.id) AS broken
+        FROM unnest(v_planned, v_ords) AS p(id, ord)) x;
+  IF v_dropped IS NOT NULL AND p_mode = 'lease' THEN
+    EXECUTE pg_catalog.format(
+      'UPDATE %s u SET lease_token = NULL, leased_until = NULL WHERE u.id = ANY ($1)', v_table)
+      USING v_dropped;
+  END IF;
+  RETURN COALESCE(v_kept, '{}');
 END;
 $$;
 -- +goose StatementEnd
@@ -266,6 +510,41 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- claim_locked for partitions with several rows pending: with each partition's head, the rows that
+-- follow it, up to run_length per partition and batch_size in all, locked by the caller's open
+-- transaction, in id order (outbox._claim_locked). Settle what was applied: a partition's rows up
+-- to its first failure (the rest stay untouched). run_length 1 is claim_locked.
+CREATE OR REPLACE FUNCTION outbox.claim_locked_runs(queue text, batch_size integer DEFAULT 32, run_length integer DEFAULT 8)
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              created_at timestamptz, event_id uuid, headers jsonb)
+LANGUAGE sql
+VOLATILE
+SET search_path = ''
+AS $$
+  SELECT * FROM outbox._claim_locked('claim_locked_runs', queue, batch_size, run_length);
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- claim_batch for partitions with several rows pending: with each partition's head, the rows that
+-- follow it in its partition, up to run_length per partition and batch_size in all, each with its
+-- own lease_token, in id order (outbox._claim_batch). Apply a partition's rows in that order and
+-- stop at its first failure, giving the rest back (outbox.release) untouched; recording a
+-- partition's rows in one apply_results moves its head once. run_length 1 is claim_batch.
+-- Unpartitioned queues: claim_batch.
+CREATE OR REPLACE FUNCTION outbox.claim_runs(queue text, batch_size integer DEFAULT 32, lease interval DEFAULT '30 seconds',
+                                             run_length integer DEFAULT 8)
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              lease_token uuid, leased_until timestamptz, created_at timestamptz, event_id uuid, headers jsonb)
+LANGUAGE sql
+VOLATILE
+SET search_path = ''
+AS $$
+  SELECT * FROM outbox._claim_batch('claim_runs', queue, batch_size, lease, run_length);
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Operator: dismisses poisoned rows for good: never delivered, kept as history (sent_at set, so
 -- they count neither as pending nor as poisoned; last_error says who dismissed them and why;
 -- purge_sent removes them with the sent rows). Only rows that are still poisoned and not being
@@ -418,7 +697,12 @@ $$;
 -- claimers skip and producers (who hold only advisory locks) do not wait for. Each candidate is
 -- still checked against the FIFO rule on the queue table, from the partition's floor (below it
 -- every row is sent or poisoned), so poisoned rows in front of a head are not walked again.
-CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
+--
+-- p_run > 1 (claim_batch's and claim_locked's run_length): with each head claimed, the rows that
+-- follow it in its partition (outbox._claim_run), up to p_run per partition and p_batch_size in
+-- all, so that a partition's run costs one head search and, recorded together, one head write.
+CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text,
+                                         p_run integer)
 RETURNS bigint[]
 LANGUAGE plpgsql
 VOLATILE
@@ -483,6 +767,9 @@ DECLARE
   v_busy text[];
   v_front boolean;
   v_asked integer;
+  v_run_ids bigint[];
+  -- Rows a claimed head brought with it so far (itself included): how many heads to ask for.
+  v_rows_per_head numeric := p_run;
   -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
   -- not skip our own locks, so without excluding them before the LIMIT they would take the places
   -- of rows that can still be claimed.
@@ -562,7 +849,7 @@ BEGIN
 
   FOR pass IN 1..4 LOOP
     v_front := v_from_head IS NULL;
-    v_asked := v_remaining;
+    v_asked := pg_catalog.ceil(v_remaining / v_rows_per_head)::integer;
     IF NOT v_front THEN
       EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
         'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
@@ -578,10 +865,10 @@ BEGIN
         'integer, bigint, bigint[], text[], timestamptz, integer',
         'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint)')
         INTO v_keys, v_heads, v_floors, v_last_fresh
-        USING p_q.queue_id, v_from_head, v_all || v_held, v_seen, v_now, v_remaining;
+        USING p_q.queue_id, v_from_head, v_all || v_held, v_seen, v_now, v_asked;
       -- Too few past the cursor: the next pass goes on from the front; otherwise past these heads
       -- (a head in flight is not walked again by every pass).
-      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
+      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_asked THEN
         v_from_head := NULL;
       ELSE
         v_from_head := v_last_fresh;
@@ -604,10 +891,10 @@ BEGIN
         'integer, bigint[], text[], timestamptz, integer',
         'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint, pgdrain_only_fresh boolean)')
         INTO v_keys, v_heads, v_floors, v_last_fresh, v_only_fresh
-        USING p_q.queue_id, v_all || v_held, v_seen, v_now, v_remaining;
+        USING p_q.queue_id, v_all || v_held, v_seen, v_now, v_asked;
       v_run_started := pg_catalog.date_part('epoch', v_now);
       -- As many fresh heads as asked for: the next pass goes on past them as from a cursor.
-      IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_remaining THEN
+      IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_asked THEN
         v_from_head := v_last_fresh;
       END IF;
     END IF;
@@ -656,6 +943,13 @@ BEGIN
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;
       v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
+      IF p_run > 1 AND v_remaining > 0 THEN
+        v_run_ids := outbox._claim_run(p_q, v_ids, v_claimed_keys, p_run - 1, v_remaining, v_now, v_until, p_mode);
+        v_all := v_all || v_run_ids;
+        v_remaining := v_remaining - pg_catalog.cardinality(v_run_ids);
+        v_rows_per_head := GREATEST(1, (pg_catalog.cardinality(v_ids) + pg_catalog.cardinality(v_run_ids))::numeric
+                                       / pg_catalog.cardinality(v_ids));
+      END IF;
     END IF;
 
     -- Heads not claimed are in flight (their row is leased right now: nothing to refresh, their
@@ -1317,6 +1611,36 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Lease mode: leases up to batch_size deliverable rows for `lease`, each with its own fresh
+-- lease_token, in one short transaction (outbox._claim_batch). One row per partition: the seed's
+-- claim; claim_runs takes a partition's next rows together.
+CREATE OR REPLACE FUNCTION outbox.claim_batch(queue text, batch_size integer DEFAULT 32, lease interval DEFAULT '30 seconds')
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              lease_token uuid, leased_until timestamptz, created_at timestamptz, event_id uuid, headers jsonb)
+LANGUAGE sql
+VOLATILE
+SET search_path = ''
+AS $$
+  SELECT * FROM outbox._claim_batch('claim_batch', queue, batch_size, lease, 1);
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lock mode (seed 001's claim transaction): the same deliverable rows as claim_batch, locked
+-- FOR UPDATE SKIP LOCKED by the caller's open transaction until it ends (outbox._claim_locked).
+-- One row per partition; claim_locked_runs takes a partition's next rows together.
+CREATE OR REPLACE FUNCTION outbox.claim_locked(queue text, batch_size integer DEFAULT 32)
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              created_at timestamptz, event_id uuid, headers jsonb)
+LANGUAGE sql
+VOLATILE
+SET search_path = ''
+AS $$
+  SELECT * FROM outbox._claim_locked('claim_locked', queue, batch_size, 1);
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE
 -- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
 -- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
@@ -1949,11 +2273,13 @@ ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__notify() SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_runs(text, integer, interval, integer) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.extend_lease(text, bigint, uuid, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.release(text, bigint, uuid) SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_locked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked_runs(text, integer, integer) SECURITY DEFINER;
 ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[], timestamptz[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.stats(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINER;
@@ -1981,11 +2307,13 @@ GRANT EXECUTE ON FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestam
 -- Workers: both claim modes, results, heartbeats, releases.
 GRANT EXECUTE ON FUNCTION
   outbox.claim_batch(text, integer, interval),
+  outbox.claim_runs(text, integer, interval, integer),
   outbox.apply_result(text, bigint, uuid, text, text, timestamptz),
   outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]),
   outbox.extend_lease(text, bigint, uuid, interval),
   outbox.release(text, bigint, uuid),
   outbox.claim_locked(text, integer),
+  outbox.claim_locked_runs(text, integer, integer),
   outbox.settle_locked(text, bigint[], text[], text[], timestamptz[])
   TO pgdrain_worker;
 
@@ -2060,6 +2388,13 @@ GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, 
 
 -- +goose Down
 -- +goose StatementBegin
+DROP FUNCTION outbox.claim_runs(text, integer, interval, integer);
+DROP FUNCTION outbox.claim_locked_runs(text, integer, integer);
+DROP FUNCTION outbox._claim_batch(text, text, integer, interval, integer);
+DROP FUNCTION outbox._claim_locked(text, text, integer, integer);
+DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text, integer);
+DROP FUNCTION outbox._claim_run(outbox.queues, bigint[], text[], integer, integer, timestamptz, timestamptz, text);
+DROP FUNCTION outbox._check_run_length(text, integer);
 DROP FUNCTION outbox.version();
 DROP FUNCTION outbox.poison_row(text, bigint, integer, text);
 DROP FUNCTION outbox.retry_row(text, bigint, integer, text);
@@ -2989,6 +3324,115 @@ BEGIN
                            COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])),
                            retry_at);
   RETURN QUERY SELECT u.id, u.id = ANY (v_done) FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lease mode: leases up to batch_size deliverable rows for `lease`, each with its own fresh
+-- lease_token, in one short transaction. Results come back through apply_result(s) and count only
+-- while the token still matches. Order: attempt_count, id (fresh rows overtake retried ones).
+-- Due times and leases are read from the clock at the claim, not now(): in a transaction that
+-- began long ago now() would hand out a lease that is already over.
+CREATE OR REPLACE FUNCTION outbox.claim_batch(queue text, batch_size integer DEFAULT 32, lease interval DEFAULT '30 seconds')
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              lease_token uuid, leased_until timestamptz, created_at timestamptz, event_id uuid, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_sort = off
+SET jit = off
+AS $$
+DECLARE
+  fn constant text := 'claim_batch';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_ids bigint[];
+  v_clock timestamptz;
+  -- The rows both statements return, as outbox._prepared's function declares them.
+  v_rows constant text := 'TABLE(pgdrain_id bigint, pgdrain_event_type text, pgdrain_payload jsonb, '
+    'pgdrain_partition_key text, pgdrain_attempt_count integer, pgdrain_lease_token uuid, '
+    'pgdrain_leased_until timestamptz, pgdrain_created_at timestamptz, pgdrain_event_id uuid, pgdrain_headers jsonb)';
+BEGIN
+  PERFORM outbox._check_batch_size(fn, batch_size);
+  PERFORM outbox._check_lease(fn, lease);
+  IF v_q.partition_column IS NULL THEN
+    -- One statement: pick, lease and return (one call, one plan kept by outbox._prepared).
+    -- One clock reading for the whole statement: a row is due and leased at the same instant.
+    v_clock := pg_catalog.clock_timestamp();
+    RETURN QUERY EXECUTE outbox._prepared(v_q.queue_id, pg_catalog.format(
+      'WITH leased AS (
+         UPDATE %1$s t SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $4 + $3
+         WHERE t.id = ANY (ARRAY(
+           SELECT s.id FROM %1$s s
+           WHERE s.sent_at IS NULL AND s.attempt_count < $2
+             AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= $4)
+             AND (s.leased_until IS NULL OR s.leased_until <= $4)
+           ORDER BY s.attempt_count, s.id LIMIT $1
+           FOR UPDATE SKIP LOCKED))
+         RETURNING t.id, t.event_type, t.payload, NULL::text, t.attempt_count, t.lease_token, t.leased_until,
+                   t.created_at, %2$s, t.headers)
+       SELECT * FROM leased ORDER BY 5, 1', v_q.table_oid::regclass, outbox._event_id_of(v_q)),
+      'integer, integer, interval, timestamptz', v_rows)
+      USING batch_size, v_q.max_attempts, lease, v_clock;
+    RETURN;
+  END IF;
+  v_ids := outbox._claim(v_q, batch_size, lease, 'lease');
+  IF pg_catalog.cardinality(v_ids) = 0 THEN
+    -- id = ANY('{}') is constant false, which "implies" any partial index's predicate: the planner
+    -- would then walk the claim index end to end to return nothing.
+    RETURN;
+  END IF;
+  RETURN QUERY EXECUTE outbox._prepared(v_q.queue_id, pg_catalog.format(
+    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.lease_token, t.leased_until, t.created_at,
+            %s, t.headers
+     FROM %s t WHERE t.id = ANY ($1) ORDER BY t.attempt_count, t.id',
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
+    outbox._event_id_of(v_q), v_q.table_oid::regclass),
+    'bigint[]', v_rows)
+    USING v_ids;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Lock mode (seed 001's claim transaction): the same deliverable rows as claim_batch, locked
+-- FOR UPDATE SKIP LOCKED by the caller's open transaction until it ends. No lease is written: the
+-- row lock is the fence, and settle_locked records outcomes in the same transaction, so each row
+-- is written once. The claimed ids are remembered in a transaction-local setting for settle_locked.
+CREATE OR REPLACE FUNCTION outbox.claim_locked(queue text, batch_size integer DEFAULT 32)
+RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
+              created_at timestamptz, event_id uuid, headers jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'claim_locked';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_ids bigint[];
+  v_setting text;
+BEGIN
+  PERFORM outbox._check_batch_size(fn, batch_size);
+  -- _claim leaves out the rows this transaction already holds (SKIP LOCKED does not skip our own
+  -- locks), so a row is never handed out twice.
+  v_ids := outbox._claim(v_q, batch_size, NULL, 'lock');
+  v_setting := 'pgdrain.held_' || v_q.queue_id;
+  IF pg_catalog.cardinality(v_ids) = 0 THEN
+    RETURN;  -- not even a query: id = ANY('{}') would let the planner pick any partial index
+  END IF;
+  PERFORM pg_catalog.set_config(v_setting,
+    pg_catalog.concat_ws(',', NULLIF(pg_catalog.current_setting(v_setting, true), ''),
+                         pg_catalog.array_to_string(v_ids, ',')), true);
+  RETURN QUERY EXECUTE outbox._prepared(v_q.queue_id, pg_catalog.format(
+    'SELECT t.id, t.event_type, t.payload, %s, t.attempt_count, t.created_at, %s, t.headers
+     FROM %s t WHERE t.id = ANY ($1) ORDER BY t.attempt_count, t.id',
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
+    outbox._event_id_of(v_q), v_q.table_oid::regclass),
+    'bigint[]', 'TABLE(pgdrain_id bigint, pgdrain_event_type text, pgdrain_payload jsonb, pgdrain_partition_key text, pgdrain_attempt_count integer, pgdrain_created_at timestamptz, pgdrain_event_id uuid, pgdrain_headers jsonb)')
+    USING v_ids;
 END;
 $$;
 -- +goose StatementEnd

@@ -17,11 +17,13 @@ ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
 ALTER FUNCTION outbox.tg_queue__notify() SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_runs(text, integer, interval, integer) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.extend_lease(text, bigint, uuid, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.release(text, bigint, uuid) SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_locked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked_runs(text, integer, integer) SECURITY DEFINER;
 ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[], timestamptz[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.stats(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINER;
@@ -49,11 +51,13 @@ GRANT EXECUTE ON FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestam
 -- Workers: both claim modes, results, heartbeats, releases.
 GRANT EXECUTE ON FUNCTION
   outbox.claim_batch(text, integer, interval),
+  outbox.claim_runs(text, integer, interval, integer),
   outbox.apply_result(text, bigint, uuid, text, text, timestamptz),
   outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]),
   outbox.extend_lease(text, bigint, uuid, interval),
   outbox.release(text, bigint, uuid),
   outbox.claim_locked(text, integer),
+  outbox.claim_locked_runs(text, integer, integer),
   outbox.settle_locked(text, bigint[], text[], text[], timestamptz[])
   TO pgdrain_worker;
 

@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(157);
+SELECT plan(167);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -70,26 +70,34 @@ INSERT INTO contract VALUES
    'TABLE(action_id bigint, acted_at timestamp with time zone, action text, id bigint, event_id uuid, partition_key text, attempt_count integer, reason text, acted_by text)',
    'setof record'),
   -- The schema's release and last migration (pgdrain --version; the drainer's start-up check).
-  ('version', '{}', 'OUT version text, OUT migration integer', 'record', 'record');
+  ('version', '{}', 'OUT version text, OUT migration integer', 'record', 'record'),
+  -- 00025: claims that take a partition's next rows with its head (issue 28).
+  ('claim_runs', ARRAY['text','integer','interval','integer'],
+   'queue text, batch_size integer DEFAULT 32, lease interval DEFAULT ''00:00:30''::interval, run_length integer DEFAULT 8',
+   'TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer, lease_token uuid, leased_until timestamp with time zone, created_at timestamp with time zone, event_id uuid, headers jsonb)',
+   'setof record'),
+  ('claim_locked_runs', ARRAY['text','integer','integer'], 'queue text, batch_size integer DEFAULT 32, run_length integer DEFAULT 8',
+   'TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer, created_at timestamp with time zone, event_id uuid, headers jsonb)',
+   'setof record');
 
--- 29 x has_function
+-- 31 x has_function
 SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 29 x function_returns
+-- 31 x function_returns
 SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
 FROM contract c ORDER BY c.name;
--- 29 x argument names, order and defaults
+-- 31 x argument names, order and defaults
 SELECT is(pg_get_function_arguments(p.oid), c.arguments,
           format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 29 x result shape (the columns of TABLE results)
+-- 31 x result shape (the columns of TABLE results)
 SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 29 x one overload only (a second signature would make calls ambiguous)
+-- 31 x one overload only (a second signature would make calls ambiguous)
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
           1::bigint, format('outbox.%s has exactly one signature', c.name))
 FROM contract c ORDER BY c.name;

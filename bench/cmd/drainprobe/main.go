@@ -14,6 +14,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -44,6 +45,8 @@ func main() {
 	verbose := flag.Bool("v", false, "print every 2 s")
 	concurrency := flag.Int("concurrency", 32, "ApplyConcurrency of each replica")
 	batch := flag.Int("batch", 32, "BatchSize of each replica (ApplyConcurrency above 1 overrides it)")
+	run := flag.Int("run", 1, "RunLength of each replica")
+	keys := flag.Int("keys", 0, "partition keys (0: events/6)")
 	extra := flag.String("sql", "", "SQL file applied after the migrations")
 	flag.Parse()
 	ctx := context.Background()
@@ -84,7 +87,7 @@ func main() {
 	exec(fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", *q))
 	t0 := time.Now()
 	exec(fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
-		SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)), 'key-' || (g %% %d) FROM generate_series(1, %d) g`, *q, max(*n/6, 1), *n))
+		SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)), 'key-' || (g %% %d) FROM generate_series(1, %d) g`, *q, cmp.Or(*keys, max(*n/6, 1)), *n))
 	exec("VACUUM ANALYZE " + *q)
 	fmt.Printf("filled in %s\n", time.Since(t0).Round(time.Millisecond))
 	if *hold {
@@ -127,7 +130,7 @@ func main() {
 	if *mode == "lock" {
 		m = drainer.ClaimLock
 	}
-	dc := drainer.Config{Table: *q, ClaimMode: m, PollFallback: time.Second, BatchSize: *batch, ApplyConcurrency: *concurrency}
+	dc := drainer.Config{Table: *q, ClaimMode: m, PollFallback: time.Second, BatchSize: *batch, ApplyConcurrency: *concurrency, RunLength: *run}
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	before := walCounters(ctx, pool)

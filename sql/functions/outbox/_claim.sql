@@ -11,7 +11,12 @@
 -- claimers skip and producers (who hold only advisory locks) do not wait for. Each candidate is
 -- still checked against the FIFO rule on the queue table, from the partition's floor (below it
 -- every row is sent or poisoned), so poisoned rows in front of a head are not walked again.
-CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text)
+--
+-- p_run > 1 (claim_batch's and claim_locked's run_length): with each head claimed, the rows that
+-- follow it in its partition (outbox._claim_run), up to p_run per partition and p_batch_size in
+-- all, so that a partition's run costs one head search and, recorded together, one head write.
+CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer, p_lease interval, p_mode text,
+                                         p_run integer)
 RETURNS bigint[]
 LANGUAGE plpgsql
 VOLATILE
@@ -76,6 +81,9 @@ DECLARE
   v_busy text[];
   v_front boolean;
   v_asked integer;
+  v_run_ids bigint[];
+  -- Rows a claimed head brought with it so far (itself included): how many heads to ask for.
+  v_rows_per_head numeric := p_run;
   -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
   -- not skip our own locks, so without excluding them before the LIMIT they would take the places
   -- of rows that can still be claimed.
@@ -155,7 +163,7 @@ BEGIN
 
   FOR pass IN 1..4 LOOP
     v_front := v_from_head IS NULL;
-    v_asked := v_remaining;
+    v_asked := pg_catalog.ceil(v_remaining / v_rows_per_head)::integer;
     IF NOT v_front THEN
       EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
         'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
@@ -171,10 +179,10 @@ BEGIN
         'integer, bigint, bigint[], text[], timestamptz, integer',
         'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint)')
         INTO v_keys, v_heads, v_floors, v_last_fresh
-        USING p_q.queue_id, v_from_head, v_all || v_held, v_seen, v_now, v_remaining;
+        USING p_q.queue_id, v_from_head, v_all || v_held, v_seen, v_now, v_asked;
       -- Too few past the cursor: the next pass goes on from the front; otherwise past these heads
       -- (a head in flight is not walked again by every pass).
-      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_remaining THEN
+      IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_asked THEN
         v_from_head := NULL;
       ELSE
         v_from_head := v_last_fresh;
@@ -197,10 +205,10 @@ BEGIN
         'integer, bigint[], text[], timestamptz, integer',
         'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint, pgdrain_only_fresh boolean)')
         INTO v_keys, v_heads, v_floors, v_last_fresh, v_only_fresh
-        USING p_q.queue_id, v_all || v_held, v_seen, v_now, v_remaining;
+        USING p_q.queue_id, v_all || v_held, v_seen, v_now, v_asked;
       v_run_started := pg_catalog.date_part('epoch', v_now);
       -- As many fresh heads as asked for: the next pass goes on past them as from a cursor.
-      IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_remaining THEN
+      IF v_only_fresh AND pg_catalog.cardinality(v_keys) = v_asked THEN
         v_from_head := v_last_fresh;
       END IF;
     END IF;
@@ -249,6 +257,13 @@ BEGIN
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;
       v_remaining := v_remaining - pg_catalog.cardinality(v_ids);
+      IF p_run > 1 AND v_remaining > 0 THEN
+        v_run_ids := outbox._claim_run(p_q, v_ids, v_claimed_keys, p_run - 1, v_remaining, v_now, v_until, p_mode);
+        v_all := v_all || v_run_ids;
+        v_remaining := v_remaining - pg_catalog.cardinality(v_run_ids);
+        v_rows_per_head := GREATEST(1, (pg_catalog.cardinality(v_ids) + pg_catalog.cardinality(v_run_ids))::numeric
+                                       / pg_catalog.cardinality(v_ids));
+      END IF;
     END IF;
 
     -- Heads not claimed are in flight (their row is leased right now: nothing to refresh, their

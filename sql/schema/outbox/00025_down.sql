@@ -1,3 +1,10 @@
+DROP FUNCTION outbox.claim_runs(text, integer, interval, integer);
+DROP FUNCTION outbox.claim_locked_runs(text, integer, integer);
+DROP FUNCTION outbox._claim_batch(text, text, integer, interval, integer);
+DROP FUNCTION outbox._claim_locked(text, text, integer, integer);
+DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text, integer);
+DROP FUNCTION outbox._claim_run(outbox.queues, bigint[], text[], integer, integer, timestamptz, timestamptz, text);
+DROP FUNCTION outbox._check_run_length(text, integer);
 DROP FUNCTION outbox.version();
 DROP FUNCTION outbox.poison_row(text, bigint, integer, text);
 DROP FUNCTION outbox.retry_row(text, bigint, integer, text);

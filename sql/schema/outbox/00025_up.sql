@@ -35,3 +35,8 @@ CREATE TABLE outbox.operator_actions (
 CREATE INDEX operator_actions_queue ON outbox.operator_actions (queue, action_id);
 COMMENT ON TABLE outbox.operator_actions IS
   'Operators'' actions on queue rows (poison_row, retry_row, dismiss_poisoned): who, when, why; read with outbox.operator_log.';
+
+-- Claims take a partition's run (issue 28): the internal claim gets the run length.
+DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text);
+-- claim_batch and claim_locked become SQL functions over the bodies they share with claim_runs and
+-- claim_locked_runs (a function's language can change in place, its result type stays).
