@@ -30,8 +30,8 @@ lint: ## go vet and gofmt
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-verify: ## drift checks only: SUMS, migrations == sql/functions, migration round trip
-	@$(WITH_PG) -- bash -c 'go run ./cmd/goose-run up >/dev/null && $(GO) test -count=1 ./migrations && $(GO) test -count=1 -run "Test_MigratedDatabase_EqualsSqlFunctions|Test_Migrations_RoundTrip" ./gocheck'
+verify: ## drift checks only: SUMS, migrations == sql/functions, baseline == history, migration round trip
+	@$(WITH_PG) -- bash -c 'go run ./cmd/goose-run up >/dev/null && $(GO) test -count=1 ./migrations && $(GO) test -count=1 -run "Test_MigratedDatabase_EqualsSqlFunctions|TestBaseline_EqualsTheHistory|Test_Migrations_RoundTrip" ./gocheck'
 
 sums: ## rewrite migrations/SUMS after adding a migration
 	@cd migrations && find . -name '*.sql' | sort | xargs sha256sum > SUMS

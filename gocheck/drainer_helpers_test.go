@@ -159,7 +159,7 @@ func drNew(t *testing.T, pool *pgxpool.Pool, cfg drainer.Config, apply drainer.A
 }
 
 // drStart runs d until the returned stop is called (or the test ends); stop returns Run's error.
-func drStart(t *testing.T, d *drainer.Drainer[drEvent]) (stop func() error) {
+func drStart[T any](t *testing.T, d *drainer.Drainer[T]) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -9,14 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/internal/testdb"
-	"github.com/pgdrain/pgdrain/migrations"
 )
 
-// The upgrade path of seed 000 (NetPulse 0073): module alr at version 1 (leases without tokens)
-// holds ladders — one with a live lease, one free, one ended — when 00002 adds lease_token with
-// ADD COLUMN IF NOT EXISTS. Existing rows stay NULL (= free); the live lease keeps its deadline and
-// gets a token on its first take after expiring; the fenced functions work on the old rows; the
-// unfenced apply_escalation(uuid) is gone. The outbox module is never applied: alr stands alone.
+// The upgrade path of seed 000 (NetPulse 0073), over the development history (sql/history/alr):
+// module alr at version 1 (leases without tokens) holds ladders — one with a live lease, one free,
+// one ended — when 00002 adds lease_token with ADD COLUMN IF NOT EXISTS. Existing rows stay NULL
+// (= free); the live lease keeps its deadline and gets a token on its first take after expiring; the
+// fenced functions work on the old rows; the unfenced apply_escalation(uuid) is gone. The outbox
+// module is never applied: alr stands alone.
 func TestEscalation_UpgradeToLeaseToken_KeepsLiveLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -24,10 +24,7 @@ func TestEscalation_UpgradeToLeaseToken_KeepsLiveLeases(t *testing.T) {
 	sqlDB, err := sql.Open("pgx", empty.URL)
 	require.NoError(t, err)
 	defer sqlDB.Close()
-	alr, err := migrations.ModuleByName("alr")
-	require.NoError(t, err)
-	provider, err := migrations.NewProvider(sqlDB, alr)
-	require.NoError(t, err)
+	provider := historyProvider(t, sqlDB, "alr")
 	_, err = provider.UpTo(ctx, 1)
 	require.NoError(t, err)
 

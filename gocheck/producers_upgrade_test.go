@@ -8,13 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/internal/testdb"
-	"github.com/pgdrain/pgdrain/migrations"
 )
 
-// Upgrading outbox from 00002 to 00003 (commit order) with a registered partitioned queue that
-// holds pending and leased rows: its triggers and rows and lease stay, the commit step is installed,
-// the bad interleaving is then delivered in commit order; and back down to 00002, producers and
-// drains work with the old triggers.
+// Upgrading outbox from 00002 to 00003 (commit order; the development history, sql/history/outbox)
+// with a registered partitioned queue that holds pending and leased rows: its triggers and rows and
+// lease stay, the commit step is installed, the bad interleaving is then delivered in commit order;
+// and back down to 00002, producers and drains work with the old triggers.
 func TestProducers_UpgradeToCommitOrderKeepsRegisteredQueues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -22,10 +21,7 @@ func TestProducers_UpgradeToCommitOrderKeepsRegisteredQueues(t *testing.T) {
 	sqlDB, err := sql.Open("pgx", db.URL)
 	require.NoError(t, err)
 	defer sqlDB.Close()
-	outbox, err := migrations.ModuleByName("outbox")
-	require.NoError(t, err)
-	provider, err := migrations.NewProvider(sqlDB, outbox)
-	require.NoError(t, err)
+	provider := historyProvider(t, sqlDB, "outbox")
 	_, err = provider.UpTo(ctx, 2)
 	require.NoError(t, err)
 

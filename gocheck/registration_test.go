@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/internal/testdb"
-	"github.com/pgdrain/pgdrain/migrations"
 )
 
 // Registration follows the table (issue 11, item 4): what users do to a queue table outside
@@ -185,10 +184,11 @@ func TestRegistration_ProducerThatDropsItsQueueTableCommits(t *testing.T) {
 	require.Equal(t, map[string][]string{"k2": {"kept"}}, marks)
 }
 
-// Upgrading outbox from 00003 to 00004 gives the queues registered before it what create_queue now
-// gives: the TRUNCATE trigger, producers' INSERT on the event's columns only, NOT VALID checks and
-// the recorded id sequence (also one a default uses without owning it); a registration whose table is
-// already gone is kept and refused on use. Down to 00003 gives back 00003's grants and triggers.
+// Upgrading outbox from 00003 to 00004 (the development history, sql/history/outbox) gives the
+// queues registered before it what create_queue now gives: the TRUNCATE trigger, producers' INSERT
+// on the event's columns only, NOT VALID checks and the recorded id sequence (also one a default
+// uses without owning it); a registration whose table is already gone is kept and refused on use.
+// Down to 00003 gives back 00003's grants and triggers.
 func TestRegistration_UpgradeGuardsRegisteredQueues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -196,10 +196,7 @@ func TestRegistration_UpgradeGuardsRegisteredQueues(t *testing.T) {
 	sqlDB, err := sql.Open("pgx", db.URL)
 	require.NoError(t, err)
 	defer sqlDB.Close()
-	outbox, err := migrations.ModuleByName("outbox")
-	require.NoError(t, err)
-	provider, err := migrations.NewProvider(sqlDB, outbox)
-	require.NoError(t, err)
+	provider := historyProvider(t, sqlDB, "outbox")
 	_, err = provider.UpTo(ctx, 3)
 	require.NoError(t, err)
 

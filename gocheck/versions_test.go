@@ -2,7 +2,6 @@ package gocheck
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -37,20 +36,6 @@ func newestMigration(t *testing.T, module string) int {
 		newest = max(newest, n)
 	}
 	return newest
-}
-
-// migrateTo applies module's migrations up to and including migration to on db.
-func migrateTo(t *testing.T, db *testdb.DB, module string, to int64) {
-	t.Helper()
-	sqlDB, err := sql.Open("pgx", db.URL)
-	require.NoError(t, err)
-	defer sqlDB.Close()
-	m, err := migrations.ModuleByName(module)
-	require.NoError(t, err)
-	p, err := migrations.NewProvider(sqlDB, m)
-	require.NoError(t, err)
-	_, err = p.UpTo(context.Background(), to)
-	require.NoError(t, err)
 }
 
 // A migrated database's outbox.version() and alr.version() name the newest migration of their
@@ -118,9 +103,10 @@ func TestVersions_CLIPrintsTheBinaryAndTheDatabase(t *testing.T) {
 	require.False(t, off.Database.Connected)
 	require.Contains(t, off.Database.Error, "connecting to database")
 
-	// A database migrated to outbox 00024 (before outbox.version()) without the alr module.
+	// A database of the development era migrated to outbox 00024 (before outbox.version(); the history,
+	// sql/history) without the alr module.
 	old := testdb.NewEmpty(t)
-	migrateTo(t, old, "outbox", 24)
+	migrateHistoryTo(t, old, "outbox", 24)
 	r = runCLI(t, "--version", "--dsn", old.URL)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Equal(t, fmt.Sprintf("pgdrain %s\n"+
@@ -130,8 +116,8 @@ func TestVersions_CLIPrintsTheBinaryAndTheDatabase(t *testing.T) {
 
 // The drainer refuses to start against an outbox schema older than it needs, at once (no retries),
 // with an error that says where the schema is, what it needs and what to run: a schema before
-// outbox.version() (a database migrated with goose up-to 00024), one whose version() is older, and
-// a database without the outbox schema.
+// outbox.version() (a database migrated with the development history up to 00024), one whose
+// version() is older, and a database without the outbox schema.
 func TestVersions_DrainerRefusesAnOlderSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -151,7 +137,7 @@ func TestVersions_DrainerRefusesAnOlderSchema(t *testing.T) {
 		"or apply the migrations/outbox/*.sql it lacks in order (docs/install.md)", drainer.OutboxMigrationNeeded)
 
 	before := testdb.NewEmpty(t)
-	migrateTo(t, before, "outbox", 24)
+	migrateHistoryTo(t, before, "outbox", 24)
 	_, err := before.Pool.Exec(ctx, `SELECT outbox.create_queue('public.events', 'resource_id')`)
 	require.NoError(t, err)
 	err = run(before)
@@ -175,13 +161,13 @@ func TestVersions_DrainerRefusesAnOlderSchema(t *testing.T) {
 }
 
 // The escalation engine refuses to start against an alr schema older than it needs (a database
-// migrated with goose up-to 00005), at once, saying what to run.
+// migrated with the development history up to 00005), at once, saying what to run.
 func TestVersions_EscalationRefusesAnOlderSchema(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db := testdb.NewEmpty(t)
-	migrateTo(t, db, "alr", 5)
+	migrateHistoryTo(t, db, "alr", 5)
 	e, err := escalation.New(db.Pool, map[string]escalation.Notifier{"test": &escCounter{n: map[string]int{}}},
 		escalation.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)

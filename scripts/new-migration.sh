@@ -5,6 +5,9 @@
 #        "all" for every function of the module; an optional sql/schema/MODULE/NNNNN_up.sql (and _down.sql) with the
 #        same number is put first, and NNNNN_after.sql then sql/privileges/MODULE.sql last: CREATE OR
 #        REPLACE FUNCTION resets SECURITY DEFINER, so every migration that replaces functions re-applies them)
+# The number follows the newest file of migrations/MODULE: after the 0.1.0 baseline (outbox
+# 00025_v0_1_0.sql, alr 00006_v0_1_0.sql) it is 00026 / 00007, an upgrade from 0.1.0 (gocheck
+# TestUpgrade_FromBaselineWithDataInFlight applies it with data in flight).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 module=${1:?module}; name=${2:?name}; shift 2

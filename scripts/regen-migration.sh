@@ -8,6 +8,11 @@
 #       function, NUMBER_down_after.sql, and BASE_COMMIT's privileges (CREATE OR REPLACE resets
 #       SECURITY DEFINER).
 # Never run it on a landed migration: migrations/SUMS pins those.
+# Before v0.1.0 is tagged, a NUMBER the module's baseline (migrations/MODULE/NNNNN_v0_1_0.sql)
+# already folds is rewritten the same way and then folded again (scripts/fold-baseline.sh): it goes
+# to sql/history/MODULE and the baseline is regenerated. Its schema changes (NUMBER_up.sql,
+# NUMBER_after.sql) must also be written into sql/schema/MODULE/baseline.sql by hand: gocheck
+# TestBaseline_EqualsTheHistory names what differs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 module=${1:?module}; num=${2:?number}; name=${3:?name}; base=${4:?base commit}
@@ -32,3 +37,8 @@ done
 } > "$out"
 (cd migrations && find . -name '*.sql' | sort | xargs sha256sum > SUMS)
 echo "wrote $out (${#added[@]} added, ${#changed[@]} changed functions)"
+baseline=$(find "migrations/$module" -maxdepth 1 -name '[0-9][0-9][0-9][0-9][0-9]_v0_1_0.sql' | sort | tail -n1)
+if [ -n "$baseline" ] && [ $((10#$num)) -le $((10#$(basename "$baseline" | cut -c1-5))) ]; then
+  echo "$out is folded into $baseline: folding again"
+  scripts/fold-baseline.sh
+fi

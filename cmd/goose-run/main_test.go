@@ -4,19 +4,32 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"io/fs"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/internal/testdb"
+	"github.com/pgdrain/pgdrain/migrations"
 )
+
+// firstMigration is the name of module's first migration file (the 0.1.0 baseline, or 00001 before it).
+func firstMigration(t *testing.T, module string) string {
+	t.Helper()
+	entries, err := fs.ReadDir(migrations.FS, module)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries)
+	return entries[0].Name()
+}
 
 func TestUpStatusVersion(t *testing.T) {
 	db := testdb.NewEmpty(t)
+	first := firstMigration(t, "outbox")
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "up"}, &out))
-	require.Contains(t, out.String(), "outbox: up 00001_outbox_core.sql")
+	require.Contains(t, out.String(), "outbox: up "+first)
 
 	out.Reset()
 	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "up"}, &out))
@@ -24,7 +37,7 @@ func TestUpStatusVersion(t *testing.T) {
 
 	out.Reset()
 	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "status"}, &out))
-	require.Regexp(t, `outbox: 00001_outbox_core.sql\s+applied `, out.String())
+	require.Regexp(t, `outbox: `+regexp.QuoteMeta(first)+`\s+applied `, out.String())
 
 	out.Reset()
 	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "--module", "outbox", "version"}, &out))
