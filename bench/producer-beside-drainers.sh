@@ -5,8 +5,9 @@
 # ApplyConcurrency 8) in lease and lock mode, which keep the queue empty. Each scenario is measured
 # at a fixed rate well under the machine's capacity (average latency: what a producer pays) and at
 # full speed (the rate the CPU left to the producers allows).
-# Usage: scripts/with-postgres.sh --fsync -- bench/producer-beside-drainers.sh [seconds] [rate] [busy-poll] [runs]
+# Usage: scripts/with-postgres.sh --fsync -- bench/producer-beside-drainers.sh [seconds] [rate] [busy-poll] [runs] [trickle]
 #   busy-poll: the drainers' Config.BusyPoll (default: the drainer's default; -1ns: off)
+#   trickle: the drainers' Config.TrickleInterval (default: the drainer's default; -1ns: off)
 #   runs: how many times each scenario runs (default 3); the table shows medians (min–max)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ seconds=${1:-10}
 rate=${2:-400}
 busy=${3:-0}
 runs=${4:-3}
+trickle=${5:-0}
 pgbench=$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench | head -1)
 go run ./cmd/goose-run up >/dev/null
 tmp=$(mktemp -d)
@@ -45,14 +47,20 @@ measure() {
 }
 labels=(none "1 × lease" "3 × lease" "1 × lock" "3 × lock")
 # The scenarios run in turn, runs times over, so that each meets the machine's moods as often.
+# pending: rows not yet sent (a full-speed run leaves a backlog that the next drainers must not
+# still be draining while the fixed rate is measured).
+pending() { psql -X -At "$DATABASE_URL" -c "SELECT count(*) FROM public.bd_events WHERE sent_at IS NULL"; }
 for ((r = 1; r <= runs; r++)); do
+  psql -X -q "$DATABASE_URL" -c "TRUNCATE public.bd_events" >/dev/null
   measure none
   for mode in lease lock; do
     for replicas in 1 3; do
       psql -X -q "$DATABASE_URL" -c "VACUUM public.bd_events" >/dev/null
-      "$tmp/beside" -table public.bd_events -mode "$mode" -replicas "$replicas" -busy-poll "$busy" >"$tmp/beside.out" 2>&1 &
+      "$tmp/beside" -table public.bd_events -mode "$mode" -replicas "$replicas" -busy-poll "$busy" -trickle "$trickle" >"$tmp/beside.out" 2>&1 &
       pid=$!
-      sleep 2
+      sleep 1
+      for ((w = 0; w < 300; w++)); do [[ $(pending) == 0 ]] && break; sleep 0.2; done
+      sleep 1
       measure "$replicas × $mode"
       kill -INT "$pid"; wait "$pid" || true
     done
@@ -61,7 +69,7 @@ done
 # median COLUMN FILE FORMAT: the median (min–max) of a column.
 median() { sort -n -k"$1" "$2" | awk -v c="$1" -v f="$3" '{v[NR]=$c} END {printf f " (" f "–" f ")", v[int((NR+1)/2)], v[1], v[NR]}'; }
 base=$(sort -n -k1 "$tmp/none" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
-echo "producers beside drainers: 4 pgbench clients, ${seconds}s each, fixed rate ${rate} tps, busy-poll ${busy}, median (min–max) of ${runs}"
+echo "producers beside drainers: 4 pgbench clients, ${seconds}s each, fixed rate ${rate} tps, busy-poll ${busy}, trickle interval ${trickle}, median (min–max) of ${runs}"
 echo "| drainers | latency at ${rate}/s, ms | latency / none | full speed, tps |"
 echo "|---|---:|---:|---:|"
 for l in "${labels[@]}"; do

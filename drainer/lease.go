@@ -105,6 +105,9 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 			if n > 0 && n < p.r.cfg.claimSize() && time.Now().Before(gatherUntil) {
 				wait, n = time.Until(gatherUntil), 0
 			}
+			if d := r.paced(); n > 0 && d > 0 {
+				wait, n = d, 0
+			}
 			if n > 0 {
 				claimStart := time.Now()
 				jobs, err := r.claimLeased(ctx, n)
@@ -177,6 +180,7 @@ func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.claimed(start, jobs, n)
 	r.metrics.observeClaim(ClaimLease, time.Since(start))
 	if len(jobs) == 0 || time.Until(deadline) >= r.cfg.ApplyTimeout {
 		return jobs, nil

@@ -40,6 +40,7 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	r.claimed(start, jobs, r.cfg.claimSize())
 	r.metrics.observeClaim(ClaimLock, time.Since(start))
 	for _, j := range jobs {
 		j.deadline = settleBy

@@ -29,6 +29,7 @@ type runner[T any] struct {
 	waiting waiting         // whether producers know this drainer waits for a NOTIFY (waiting.go)
 	// lastFound is when a claim last found rows: the drainer busy-polls for BusyPoll after it.
 	lastFound time.Time
+	trickle   trickle // paces claims while rows trickle in (trickle.go)
 }
 
 // bounded returns ctx bounded by ClaimTimeout, for one short database call: a connection that
@@ -55,8 +56,8 @@ func (r *runner[T]) drain(ctx context.Context) {
 	newPipeline(r).run(ctx)
 }
 
-// lockLoop claims lock-mode batches until ctx ends: at once after any batch that found rows (so
-// always after a full one), otherwise on a wake-up, at the earliest backoff or lease end in the
+// lockLoop claims lock-mode batches until ctx ends: after any batch that found rows (at once after
+// a full one, else paced by Config.TrickleInterval), otherwise on a wake-up, at the earliest backoff or lease end in the
 // queue, or after PollFallback.
 func (r *runner[T]) lockLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
@@ -65,6 +66,14 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 	for {
 		if ctx.Err() != nil {
 			return
+		}
+		if d := r.paced(); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
 		}
 		batch := r.lockBatch
 		if r.d.txApply != nil {

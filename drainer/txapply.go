@@ -97,8 +97,12 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 	cctx, cancel := r.bounded(ctx)
 	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, n, r.cfg.RunLength)
 	cancel()
-	if err != nil || len(jobs) == 0 {
+	if err != nil {
 		return 0, err
+	}
+	r.claimed(start, jobs, n)
+	if len(jobs) == 0 {
+		return 0, nil
 	}
 	r.metrics.observeClaim(ClaimLock, time.Since(start))
 	batch := make([]TxEvent, len(jobs))

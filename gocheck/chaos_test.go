@@ -53,7 +53,9 @@ const (
 // gracefully, some abruptly: connections cut and no new ones, like a killed process); drainer
 // connections killed with pg_terminate_backend. Lease mode, then lock mode, on one database (the
 // queue table dropped behind pgdrain's back and registered again in between). With
-// PGDRAIN_SOAK=10m (make soak) producers keep going for that long.
+// PGDRAIN_SOAK=10m (make soak) producers keep going for that long. Half the replicas claim runs
+// (RunLength 8: a key's next rows with its head, applied in order in one slot), half one row per
+// key, on the same queue.
 //
 // Racing producers write keys of their own in short transactions that commit out of id order, so
 // the per-key order check also covers concurrent producers (late rows renumbered at their commit).
@@ -343,6 +345,9 @@ func (c *chaosRun) start(slot int) *chaosReplica {
 		Lease:            chaosLease,
 		ApplyConcurrency: chaosConcurrency,
 		PollFallback:     200 * time.Millisecond,
+		// Odd slots take runs (claim_runs / claim_locked_runs), even ones the seed's claim: both
+		// kinds of replica share the queue, and a run dies with its replica like any claim.
+		RunLength: 1 + 7*(slot%2),
 	}, func(b []byte) (json.RawMessage, error) { return b, nil }, c.peer.apply,
 		drainer.WithLogger[json.RawMessage](slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoError(c.t, err)

@@ -61,6 +61,9 @@ func TestDrainer_BusyPollSparesProducersTheirNotify(t *testing.T) {
 
 				cfg := q.config(mode)
 				cfg.BusyPoll = c.busyPoll
+				// Paced claims (TrickleInterval) keep finding rows too, and would spare the control
+				// its NOTIFYs: this test is about BusyPoll alone.
+				cfg.TrickleInterval = -1
 				d, _ := drNew(t, q.pool, cfg, func(context.Context, string, drEvent) error { return nil })
 				stop := drStart(t, d)
 				const rows = 200

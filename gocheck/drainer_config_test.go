@@ -53,6 +53,7 @@ func TestDrainer_Validate_RejectsEachBadConfig(t *testing.T) {
 		{"lease shorter than apply timeout", func(c *drainer.Config) { c.ApplyTimeout, c.Lease = 5*time.Second, 3*time.Second }, "Lease", "longer than ApplyTimeout"},
 		{"negative lease", func(c *drainer.Config) { c.Lease = -time.Second }, "Lease", "longer than ApplyTimeout"},
 		{"lease over a day", func(c *drainer.Config) { c.Lease = 25 * time.Hour }, "Lease", "at most 24h"},
+		{"trickle interval over a second", func(c *drainer.Config) { c.TrickleInterval = 2 * time.Second }, "TrickleInterval", "at most MaxTrickleInterval (1s)"},
 		{"unknown claim mode", func(c *drainer.Config) { c.ClaimMode = 9 }, "ClaimMode", "ClaimLease or ClaimLock"},
 		{"negative claim timeout", func(c *drainer.Config) { c.ClaimTimeout = -time.Second }, "ClaimTimeout", "positive"},
 		{"claim timeout longer than the lease", func(c *drainer.Config) { c.Lease, c.ClaimTimeout = 11*time.Second, 12*time.Second }, "ClaimTimeout", "at most Lease (11s)"},

@@ -242,7 +242,7 @@ func (b *depthBench) measure(ctx context.Context, pool, sampler *pgxpool.Pool, c
 	for total < b.window {
 		r.drains++
 		q := fmt.Sprintf("%s_%d", prefix, r.drains)
-		if err := fillQueue(ctx, pool, q, n, true); err != nil {
+		if err := fillQueue(ctx, pool, q, n, true, 0); err != nil {
 			return r, fmt.Errorf("filling %s: %w", q, err)
 		}
 		first := r.drains == 1 && sample
@@ -515,7 +515,7 @@ func benchDepth(ctx context.Context, o options, emit func(string)) error {
 	for i := range depthPrior {
 		c := b.focus[i%len(b.focus)]
 		q := fmt.Sprintf("public.prior_%d", i+1)
-		if err := fillQueue(ctx, pool, q, mid, true); err != nil {
+		if err := fillQueue(ctx, pool, q, mid, true, 0); err != nil {
 			return fmt.Errorf("6b prior drain %d: %w", i+1, err)
 		}
 		d, _, err := drainFilled(ctx, pool, c, q, mid, nil)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +24,8 @@ type drainCase struct {
 	partitioned           bool
 	mode                  drainer.ClaimMode
 	batchSize             int // 0 = the default (32)
+	runLength             int // 0 = the default (1: the seed's claim)
+	keys                  int // partitioned: 0 = about 6 rows per key
 }
 
 func (c drainCase) String() string {
@@ -33,11 +36,12 @@ func (c drainCase) String() string {
 	return fmt.Sprintf("| %d | %d | %s | %s |", c.replicas, c.concurrency, p, c.mode)
 }
 
-// fillQueue creates queue q (partitioned over n/6 keys or not) holding n pending rows.
-func fillQueue(ctx context.Context, pool *pgxpool.Pool, q string, n int, partitioned bool) error {
+// fillQueue creates queue q (partitioned over keys keys, n/6 when 0, or not) holding n pending rows.
+func fillQueue(ctx context.Context, pool *pgxpool.Pool, q string, n int, partitioned bool, keys int) error {
 	if partitioned {
+		keys = cmp.Or(keys, max(n/6, 1))
 		return execAll(ctx, pool, fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", q),
-			insertSQL(q, n, fmt.Sprintf("'key-' || (g %% %d)", max(n/6, 1))), "VACUUM ANALYZE "+q)
+			insertSQL(q, n, fmt.Sprintf("'key-' || (g %% %d)", keys)), "VACUUM ANALYZE "+q)
 	}
 	return execAll(ctx, pool, fmt.Sprintf("SELECT outbox.create_queue('%s')", q),
 		fmt.Sprintf(`INSERT INTO %s (event_type, payload) SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80))
@@ -65,11 +69,11 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, q string, limit time.D
 // drainOnce drains n pre-filled events and returns the rate (events/s) and the machine's CPU per
 // event (µs, every core; cpustat.Span).
 func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n int) (float64, float64, error) {
-	if err := fillQueue(ctx, pool, q, n, c.partitioned); err != nil {
+	if err := fillQueue(ctx, pool, q, n, c.partitioned, c.keys); err != nil {
 		return 0, 0, err
 	}
 	cfg := drainer.Config{Table: q, ApplyConcurrency: c.concurrency, ClaimMode: c.mode, PollFallback: time.Second,
-		BatchSize: c.batchSize}
+		BatchSize: c.batchSize, RunLength: c.runLength}
 	if c.partitioned {
 		cfg.ExpectPartitionColumn = "resource_id"
 	}
@@ -111,10 +115,15 @@ func drainOnce(ctx context.Context, pool *pgxpool.Pool, c drainCase, q string, n
 // drainRuns drains case c o.runs times, each on a new queue numbered from *run (dropped after it),
 // and returns the rates and CPU per event of the runs.
 func drainRuns(ctx context.Context, pool *pgxpool.Pool, c drainCase, o options, run *int) (rates, cpus []float64, err error) {
-	for range o.runs {
+	return drainRunsOf(ctx, pool, c, o.events, o.runs, run)
+}
+
+// drainRunsOf is drainRuns of n events.
+func drainRunsOf(ctx context.Context, pool *pgxpool.Pool, c drainCase, n, runs int, run *int) (rates, cpus []float64, err error) {
+	for range runs {
 		*run++
 		q := fmt.Sprintf("public.drain_%d", *run)
-		r, cpu, err := drainOnce(ctx, pool, c, q, o.events)
+		r, cpu, err := drainOnce(ctx, pool, c, q, n)
 		if err != nil {
 			return nil, nil, err
 		}

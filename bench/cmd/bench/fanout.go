@@ -138,7 +138,7 @@ func fanOutDrainOnce(ctx context.Context, pool *pgxpool.Pool, q string, c fanOut
 			insertSQL(q, n, "'hot'"), "VACUUM ANALYZE "+q); err != nil {
 			return 0, 0, err
 		}
-	} else if err := fillQueue(ctx, pool, q, n, true); err != nil {
+	} else if err := fillQueue(ctx, pool, q, n, true, 0); err != nil {
 		return 0, 0, err
 	}
 	sinkQueues, err := fanOutSinks(ctx, pool, q, c)

@@ -128,7 +128,7 @@ func batchLoop(ctx context.Context, pool *pgxpool.Pool, q string) error {
 // pipelineOnce fills queue q with n rows, drains it with v and returns the events sent per second
 // over window, measured after pipelineWarm (start-up left out).
 func pipelineOnce(ctx context.Context, pool *pgxpool.Pool, v pipelineVariant, q string, n int, window time.Duration) (float64, error) {
-	if err := fillQueue(ctx, pool, q, n, false); err != nil {
+	if err := fillQueue(ctx, pool, q, n, false, 0); err != nil {
 		return 0, err
 	}
 	sent := func() (int64, time.Time, error) {

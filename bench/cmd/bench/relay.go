@@ -145,7 +145,7 @@ func startJetStream() (*server.Server, string, error) {
 // relayOnce fills partitioned queue q with n rows, drains it with replicas of t and returns the
 // events sent per second over window, measured after relayWarm (start-up left out).
 func relayOnce(ctx context.Context, pool *pgxpool.Pool, t relayTarget, replicas int, q string, n int, window time.Duration) (float64, error) {
-	if err := fillQueue(ctx, pool, q, n, true); err != nil {
+	if err := fillQueue(ctx, pool, q, n, true, 0); err != nil {
 		return 0, err
 	}
 	var stops []func() error

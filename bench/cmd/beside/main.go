@@ -31,6 +31,7 @@ func main() {
 	mode := flag.String("mode", "lease", "lease or lock")
 	concurrency := flag.Int("concurrency", 8, "ApplyConcurrency of each drainer")
 	busyPoll := flag.Duration("busy-poll", 0, "drainer.Config.BusyPoll (0: default, negative: off)")
+	trickle := flag.Duration("trickle", 0, "drainer.Config.TrickleInterval (0: default, negative: off)")
 	runFor := flag.Duration("for", time.Hour, "stop after this long")
 	flag.Parse()
 
@@ -52,7 +53,7 @@ func main() {
 			os.Exit(1)
 		}
 		d, err := drainer.New(pool, drainer.Config{Table: *table, ClaimMode: claimMode, ApplyConcurrency: *concurrency,
-			BusyPoll: *busyPoll},
+			BusyPoll: *busyPoll, TrickleInterval: *trickle},
 			func(b []byte) (json.RawMessage, error) { return b, nil }, apply,
 			drainer.WithLogger[json.RawMessage](slog.New(slog.NewTextHandler(io.Discard, nil))))
 		if err != nil {
