@@ -20,11 +20,8 @@ func Example() {
 		fmt.Println("error:", err)
 	}
 	// Output:
-	// account.created alice -> 503
-	// account.created bob -> 204
-	// account.created alice -> 204
-	// account.email_changed alice -> 204
-	// sent: 3
+	// first call: account.created -> 503
+	// sent: 100, in commit order per account: true
 }
 
 // freshDatabase creates a migrated database on the server of DATABASE_URL and returns its URL

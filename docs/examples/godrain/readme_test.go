@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgdrain/pgdrain/drainer"
@@ -20,6 +21,7 @@ import (
 type AccountEvent struct {
 	Account string `json:"account"`
 	Email   string `json:"email"`
+	Version int    `json:"version"` // the account's version after the change: 1, 2, ... in commit order
 }
 
 func run(ctx context.Context, dsn string) error {
@@ -35,36 +37,56 @@ func run(ctx context.Context, dsn string) error {
 	}
 
 	// Producers: each event commits with the business change it announces (here, just the event).
-	for _, e := range []AccountEvent{{"alice", "alice@example.com"}, {"bob", "bob@example.com"}} {
-		payload, _ := json.Marshal(e)
-		if _, err := pool.Exec(ctx, `INSERT INTO public.account_events (event_type, payload, account_id)
-			VALUES ('account.created', $1, $2)`, payload, e.Account); err != nil {
+	// Ten accounts, ten versions each, one transaction per version: account.created by a plain
+	// INSERT, then nine account.email_changed by outbox.enqueue.
+	accounts := []string{"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy"}
+	for v := 1; v <= 10; v++ {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, a := range accounts {
+				payload, _ := json.Marshal(AccountEvent{a, fmt.Sprintf("%s+%d@example.com", a, v), v})
+				var err error
+				if v == 1 {
+					_, err = tx.Exec(ctx, `INSERT INTO public.account_events (event_type, payload, account_id)
+						VALUES ('account.created', $1, $2)`, payload, a)
+				} else {
+					_, err = tx.Exec(ctx, `SELECT outbox.enqueue('public.account_events', 'account.email_changed',
+						$1, $2)`, payload, a)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 	}
-	if _, err := pool.Exec(ctx, `SELECT outbox.enqueue('public.account_events', 'account.email_changed',
-		'{"account": "alice", "email": "alice@example.org"}', 'alice')`); err != nil {
-		return err
-	}
 
-	// A webhook peer that answers its very first call with 503.
+	// A webhook peer that answers its very first call with 503, dedupes on the Idempotency-Key, and
+	// checks that each account's versions arrive in order.
 	var mu sync.Mutex
-	calls, done := 0, make(chan struct{})
+	calls, delivered, version, inOrder := 0, map[string]bool{}, map[string]int{}, true
+	done := make(chan struct{})
 	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var e AccountEvent
 		_ = json.NewDecoder(r.Body).Decode(&e)
 		mu.Lock()
 		defer mu.Unlock()
-		calls++
-		status := http.StatusNoContent
-		if calls == 1 {
-			status = http.StatusServiceUnavailable
+		if calls++; calls == 1 {
+			fmt.Printf("first call: %s -> 503\n", r.Header.Get("X-Event-Type"))
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
 		}
-		fmt.Printf("%s %s -> %d\n", r.Header.Get("X-Event-Type"), e.Account, status)
-		w.WriteHeader(status)
-		if calls == 4 {
-			close(done)
+		if key := r.Header.Get("Idempotency-Key"); !delivered[key] {
+			delivered[key] = true
+			inOrder = inOrder && e.Version == version[e.Account]+1
+			version[e.Account] = e.Version
+			if len(delivered) == 100 {
+				close(done)
+			}
 		}
+		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer peer.Close()
 
@@ -112,7 +134,9 @@ func run(ctx context.Context, dsn string) error {
 	// quote:excerpt:end
 	var sent int
 	err = pool.QueryRow(ctx, `SELECT count(*) FROM public.account_events WHERE sent_at IS NOT NULL`).Scan(&sent)
-	fmt.Println("sent:", sent)
+	mu.Lock()
+	defer mu.Unlock()
+	fmt.Printf("sent: %d, in commit order per account: %t\n", sent, inOrder)
 	return err
 }
 
