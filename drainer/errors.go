@@ -151,7 +151,11 @@ var ErrQueueNotRegistered = errors.New("queue is not registered")
 // is older than OutboxMigrationNeeded, or predates outbox.version(), or is not installed. The error
 // says which migration the schema is at, which one the drainer needs, and how to migrate:
 //
-//	database schema outbox is at migration 00024, this drainer needs 00025 or later: run goose-run up (cmd/goose-run), or apply the migrations/outbox/*.sql it lacks in order (docs/install.md)
+//	database has no schema outbox, this drainer needs 00025 or later: run goose-run up (cmd/goose-run), or apply the migrations/outbox/*.sql it lacks in order (docs/install.md)
+//
+// A schema migrated part way through the development history before 0.1.0, which the 0.1.0
+// baseline refuses, is told to apply the rest of sql/history/outbox first
+// (docs/install.md#databases-migrated-before-010).
 var ErrSchemaTooOld = version.ErrSchemaTooOld
 
 // OutboxMigrationNeeded is the oldest outbox migration this drainer works with (Run checks

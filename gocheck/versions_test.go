@@ -135,6 +135,10 @@ func TestVersions_DrainerRefusesAnOlderSchema(t *testing.T) {
 	}
 	hint := fmt.Sprintf("this drainer needs %05d or later: run goose-run up (cmd/goose-run), "+
 		"or apply the migrations/outbox/*.sql it lacks in order (docs/install.md)", drainer.OutboxMigrationNeeded)
+	// Below the baseline goose-run up would fail (the baseline refuses the schema, 42P06).
+	historyHint := fmt.Sprintf("this drainer needs %05d or later: the 0.1.0 baseline (migration 00025) refuses a "+
+		"schema migrated part way through the history before it; apply the rest of sql/history/outbox first, "+
+		"then run goose-run up (docs/install.md#databases-migrated-before-010)", drainer.OutboxMigrationNeeded)
 
 	before := testdb.NewEmpty(t)
 	migrateHistoryTo(t, before, "outbox", 24)
@@ -142,7 +146,7 @@ func TestVersions_DrainerRefusesAnOlderSchema(t *testing.T) {
 	require.NoError(t, err)
 	err = run(before)
 	require.ErrorIs(t, err, drainer.ErrSchemaTooOld)
-	require.EqualError(t, err, "database schema outbox predates migration 00025 (it has no outbox.version()), "+hint)
+	require.EqualError(t, err, "database schema outbox predates migration 00025 (it has no outbox.version()), "+historyHint)
 
 	older := testdb.New(t)
 	_, err = older.Pool.Exec(ctx, `SELECT outbox.create_queue('public.events', 'resource_id')`)
@@ -152,7 +156,7 @@ func TestVersions_DrainerRefusesAnOlderSchema(t *testing.T) {
 	require.NoError(t, err)
 	err = run(older)
 	require.ErrorIs(t, err, drainer.ErrSchemaTooOld)
-	require.EqualError(t, err, fmt.Sprintf("database schema outbox is at migration %05d, ", drainer.OutboxMigrationNeeded-1)+hint)
+	require.EqualError(t, err, fmt.Sprintf("database schema outbox is at migration %05d, ", drainer.OutboxMigrationNeeded-1)+historyHint)
 
 	none := testdb.NewEmpty(t)
 	err = run(none)
@@ -175,8 +179,9 @@ func TestVersions_EscalationRefusesAnOlderSchema(t *testing.T) {
 	require.NoError(t, ctx.Err(), "Run returned at once, not after waiting")
 	require.ErrorIs(t, err, escalation.ErrSchemaTooOld)
 	require.EqualError(t, err, fmt.Sprintf("database schema alr predates migration 00006 (it has no alr.version()), "+
-		"this escalation engine needs %05d or later: run goose-run up (cmd/goose-run), "+
-		"or apply the migrations/alr/*.sql it lacks in order (docs/install.md)", escalation.AlrMigrationNeeded))
+		"this escalation engine needs %05d or later: the 0.1.0 baseline (migration 00006) refuses a schema migrated "+
+		"part way through the history before it; apply the rest of sql/history/alr first, then run goose-run up "+
+		"(docs/install.md#databases-migrated-before-010)", escalation.AlrMigrationNeeded))
 }
 
 // docs/install.md: the Up part of every migration file (everything before "-- +goose Down"), applied

@@ -64,8 +64,14 @@ func (s Schema) String() string {
 	return fmt.Sprintf("%s (migration %05d)", s.Version, s.Migration)
 }
 
-// firstWithVersion is the migration of each module that added its version() function.
+// firstWithVersion is the migration of each module that added its version() function: the 0.1.0
+// baseline, which folded the development history (sql/history) and refuses (42P06) a database
+// migrated part way through it.
 var firstWithVersion = map[string]int{"outbox": 25, "alr": 6}
+
+// beforeBaselineSection is the section of docs/install.md on databases migrated part way through
+// the development history.
+const beforeBaselineSection = "docs/install.md#databases-migrated-before-010"
 
 // queries holds the statement of each module; a module is never spliced into SQL.
 var queries = map[string]string{
@@ -113,20 +119,27 @@ type TooOldError struct {
 	Client string
 }
 
-// Error says where the schema is, what the client needs and what to run.
+// Error says where the schema is, what the client needs and what to run. A schema below the 0.1.0
+// baseline (migrated part way through the development history) can not take goose-run up, whose
+// baseline refuses it: the error points to the rest of the history instead.
 func (e *TooOldError) Error() string {
 	var at string
+	m, baseline := e.Have.Module, firstWithVersion[e.Have.Module]
 	switch {
 	case !e.Have.Installed:
-		at = fmt.Sprintf("database has no schema %s", e.Have.Module)
+		at = fmt.Sprintf("database has no schema %s", m)
 	case e.Have.Migration == 0:
-		at = fmt.Sprintf("database schema %s predates migration %05d (it has no %s.version())",
-			e.Have.Module, firstWithVersion[e.Have.Module], e.Have.Module)
+		at = fmt.Sprintf("database schema %s predates migration %05d (it has no %s.version())", m, baseline, m)
 	default:
-		at = fmt.Sprintf("database schema %s is at migration %05d", e.Have.Module, e.Have.Migration)
+		at = fmt.Sprintf("database schema %s is at migration %05d", m, e.Have.Migration)
+	}
+	if e.Have.Installed && e.Have.Migration < baseline {
+		return fmt.Sprintf("%s, %s needs %05d or later: the 0.1.0 baseline (migration %05d) refuses a schema "+
+			"migrated part way through the history before it; apply the rest of sql/history/%s first, "+
+			"then run goose-run up (%s)", at, e.Client, e.Needed, baseline, m, beforeBaselineSection)
 	}
 	return fmt.Sprintf("%s, %s needs %05d or later: run goose-run up (cmd/goose-run), "+
-		"or apply the migrations/%s/*.sql it lacks in order (docs/install.md)", at, e.Client, e.Needed, e.Have.Module)
+		"or apply the migrations/%s/*.sql it lacks in order (docs/install.md)", at, e.Client, e.Needed, m)
 }
 
 // Is makes a TooOldError match ErrSchemaTooOld.
