@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,6 +50,8 @@ type Engine struct {
 	unservedLogged map[string]time.Time // channel -> when its unserved steps were last logged at Error
 
 	health health // for Health
+
+	schemaChecked atomic.Bool // checkSchema passed once (Run's start or the first RunOnce)
 }
 
 // TickResult counts what one RunOnce did.
@@ -220,10 +223,18 @@ func (e *Engine) start(ctx context.Context) ([]ChannelUse, error) {
 
 // checkSchema refuses an alr schema older than AlrMigrationNeeded (alr.version()): an error matching
 // ErrSchemaTooOld that says which migrations to run. It is not "unavailable", so start returns it at once.
+// Once it has passed it is not asked again.
 func (e *Engine) checkSchema(ctx context.Context) error {
+	if e.schemaChecked.Load() {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.DBTimeout)
 	defer cancel()
-	return version.Check(ctx, e.pool, "alr", AlrMigrationNeeded, "this escalation engine")
+	if err := version.Check(ctx, e.pool, "alr", AlrMigrationNeeded, "this escalation engine"); err != nil {
+		return err
+	}
+	e.schemaChecked.Store(true)
+	return nil
 }
 
 // UnservedChannels returns the channels some policy uses that no Notifier of e serves, sorted by
@@ -263,7 +274,14 @@ func (e *Engine) UnservedChannels(ctx context.Context) ([]ChannelUse, error) {
 // (they keep their next_at, so every take would return them first), a full take that contained
 // unserved steps keeps them leased and takes again, up to MaxBatchSize held steps; they are
 // given back when RunOnce returns.
+//
+// Until the check has passed once (in Run or an earlier RunOnce), RunOnce checks the alr schema as
+// Run does: an older schema, or none, is an error matching ErrSchemaTooOld, returned before
+// anything is taken.
 func (e *Engine) RunOnce(ctx context.Context) (TickResult, error) {
+	if err := e.checkSchema(ctx); err != nil {
+		return TickResult{}, err
+	}
 	res, _, err := e.runOnce(ctx)
 	return res, err
 }

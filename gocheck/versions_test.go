@@ -184,6 +184,85 @@ func TestVersions_EscalationRefusesAnOlderSchema(t *testing.T) {
 		"(docs/install.md#databases-migrated-before-010)", escalation.AlrMigrationNeeded))
 }
 
+// RunOnce refuses an alr schema older than the engine needs as Run does, before it takes anything:
+// a migrated database with a due step whose alr.version() is faked one migration older. Once the
+// schema is right, the same engine delivers the step.
+func TestVersions_EscalationRunOnceRefusesAnOlderSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	policy := ladderPolicy(t, db.Pool, "test", "0s")
+	_, escalationID := firingAlert(t, db.Pool, "disk full", policy, time.Second)
+	fakeVersion := func(migration int) {
+		t.Helper()
+		_, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE FUNCTION alr.version(OUT version text, OUT migration integer)
+			LANGUAGE sql STABLE SET search_path = '' AS $$ SELECT '0.0.9'::text, %d $$`, migration))
+		require.NoError(t, err)
+	}
+	fakeVersion(escalation.AlrMigrationNeeded - 1)
+	notifier := &escCounter{n: map[string]int{}}
+	e, err := escalation.New(db.Pool, map[string]escalation.Notifier{"test": notifier},
+		escalation.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+
+	res, err := e.RunOnce(ctx)
+	require.ErrorIs(t, err, escalation.ErrSchemaTooOld)
+	require.EqualError(t, err, fmt.Sprintf("database schema alr is at migration %05d, this escalation engine needs %05d "+
+		"or later: the 0.1.0 baseline (migration 00006) refuses a schema migrated part way through the history before it; "+
+		"apply the rest of sql/history/alr first, then run goose-run up (docs/install.md#databases-migrated-before-010)",
+		escalation.AlrMigrationNeeded-1, escalation.AlrMigrationNeeded))
+	require.Equal(t, escalation.TickResult{}, res)
+	var leased bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT lease_token IS NOT NULL FROM alr.alert_escalations WHERE id = $1::uuid`,
+		escalationID).Scan(&leased))
+	require.False(t, leased, "nothing was taken")
+	require.Empty(t, journal(t, db.Pool))
+
+	fakeVersion(escalation.AlrMigrationNeeded)
+	res, err = e.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Delivered)
+}
+
+// pgdrain web refuses, before it listens, a database whose outbox schema is older than the console
+// needs (a migrated database whose outbox.version() is faked one migration older), exiting 3 with
+// the error that says what to run; the same database at the right migration serves.
+func TestVersions_WebRefusesAnOlderSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	fakeVersion := func(migration int) {
+		t.Helper()
+		_, err := db.Pool.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE FUNCTION outbox.version(OUT version text, OUT migration integer)
+			LANGUAGE sql STABLE SET search_path = '' AS $$ SELECT '0.0.9'::text, %d $$`, migration))
+		require.NoError(t, err)
+	}
+	web := func() cliResult {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		var out, errOut strings.Builder
+		code := cli.Run(wctx, []string{"web", "--dsn", db.URL, "--read-only", "--listen", "127.0.0.1:0"}, &out, &errOut)
+		return cliResult{code: code, stdout: out.String(), stderr: errOut.String()}
+	}
+
+	fakeVersion(version.OutboxNeeded - 1)
+	start := time.Now()
+	r := web()
+	require.Less(t, time.Since(start), 3*time.Second, "pgdrain web returned at once, not when its context ended")
+	require.Equal(t, cli.ExitDatabase, r.code, r.stderr)
+	require.Empty(t, r.stdout, "it never served")
+	require.Equal(t, fmt.Sprintf("pgdrain: database schema outbox is at migration %05d, this console needs %05d or later: "+
+		"the 0.1.0 baseline (migration 00025) refuses a schema migrated part way through the history before it; "+
+		"apply the rest of sql/history/outbox first, then run goose-run up (docs/install.md#databases-migrated-before-010)\n",
+		version.OutboxNeeded-1, version.OutboxNeeded), r.stderr)
+
+	fakeVersion(version.OutboxNeeded)
+	r = web()
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "pgdrain web: serving http://127.0.0.1:")
+}
+
 // docs/install.md: the Up part of every migration file (everything before "-- +goose Down"), applied
 // in order with psql, gives the same functions, bodies and grants as goose, and the same versions.
 func TestVersions_PlainSQLFilesEqualGoose(t *testing.T) {

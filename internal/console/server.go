@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgdrain/pgdrain/internal/version"
 )
 
 // Server is the console: its handler and its sampler.
@@ -52,6 +54,19 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /actions/acknowledge", s.acknowledgeAction)
 	s.handler = s.access(s.readOnly(s.csrf(mux)))
 	return s, nil
+}
+
+// schemaCheckTimeout bounds CheckSchema's one query.
+const schemaCheckTimeout = 10 * time.Second
+
+// CheckSchema refuses an outbox schema older than the console needs (outbox.version() against
+// version.OutboxNeeded, as the drainer's check): an error matching version.ErrSchemaTooOld that
+// says where the schema is and what to run. The alr schema is optional (the escalations page says
+// when it is not installed). `pgdrain web` calls it before it listens.
+func (s *Server) CheckSchema(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, schemaCheckTimeout)
+	defer cancel()
+	return version.Check(ctx, s.cfg.Reader, "outbox", version.OutboxNeeded, "this console")
 }
 
 // Handler serves the pages, the assets and (unless read-only) the actions.

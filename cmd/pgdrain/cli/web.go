@@ -91,6 +91,9 @@ func web(ctx context.Context, e env, listen, operatorDSN string, cfg console.Con
 	if err != nil {
 		return usagef("web: %v", err)
 	}
+	if err := srv.CheckSchema(ctx); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", listen, err)
