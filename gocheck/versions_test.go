@@ -110,7 +110,8 @@ func TestVersions_CLIPrintsTheBinaryAndTheDatabase(t *testing.T) {
 	r = runCLI(t, "--version", "--dsn", old.URL)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Equal(t, fmt.Sprintf("pgdrain %s\n"+
-		"database outbox: before migration 00025 (no outbox.version()), older than this pgdrain needs (%05d): run goose-run up\n"+
+		"database outbox: before migration 00025 (no outbox.version()), older than this pgdrain needs (%05d): "+
+		"apply the rest of sql/history/outbox first, then run goose-run up (docs/install.md#databases-migrated-before-010)\n"+
 		"database alr: not installed\n", version.Binary(), drainer.OutboxMigrationNeeded), r.stdout)
 }
 

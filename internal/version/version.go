@@ -69,9 +69,16 @@ func (s Schema) String() string {
 // migrated part way through it.
 var firstWithVersion = map[string]int{"outbox": 25, "alr": 6}
 
-// beforeBaselineSection is the section of docs/install.md on databases migrated part way through
+// BelowBaseline reports whether s was migrated part way through the development history, before
+// the 0.1.0 baseline (which refuses it): goose-run up can not bring it forward, the rest of
+// sql/history must be applied first (BeforeBaselineSection).
+func (s Schema) BelowBaseline() bool {
+	return s.Installed && s.Migration < firstWithVersion[s.Module]
+}
+
+// BeforeBaselineSection is the section of docs/install.md on databases migrated part way through
 // the development history.
-const beforeBaselineSection = "docs/install.md#databases-migrated-before-010"
+const BeforeBaselineSection = "docs/install.md#databases-migrated-before-010"
 
 // queries holds the statement of each module; a module is never spliced into SQL.
 var queries = map[string]string{
@@ -133,10 +140,10 @@ func (e *TooOldError) Error() string {
 	default:
 		at = fmt.Sprintf("database schema %s is at migration %05d", m, e.Have.Migration)
 	}
-	if e.Have.Installed && e.Have.Migration < baseline {
+	if e.Have.BelowBaseline() {
 		return fmt.Sprintf("%s, %s needs %05d or later: the 0.1.0 baseline (migration %05d) refuses a schema "+
 			"migrated part way through the history before it; apply the rest of sql/history/%s first, "+
-			"then run goose-run up (%s)", at, e.Client, e.Needed, baseline, m, beforeBaselineSection)
+			"then run goose-run up (%s)", at, e.Client, e.Needed, baseline, m, BeforeBaselineSection)
 	}
 	return fmt.Sprintf("%s, %s needs %05d or later: run goose-run up (cmd/goose-run), "+
 		"or apply the migrations/%s/*.sql it lacks in order (docs/install.md)", at, e.Client, e.Needed, m)

@@ -42,7 +42,11 @@ func (s *schemaVersion) String() string {
 		return "unknown (" + s.Error + ")"
 	}
 	text := s.Schema.String()
-	if s.Installed && s.Migration < s.Needed {
+	switch {
+	case s.BelowBaseline():
+		text += fmt.Sprintf(", older than this pgdrain needs (%05d): apply the rest of sql/history/%s first, "+
+			"then run goose-run up (%s)", s.Needed, s.Module, version.BeforeBaselineSection)
+	case s.Installed && s.Migration < s.Needed:
 		text += fmt.Sprintf(", older than this pgdrain needs (%05d): run goose-run up", s.Needed)
 	}
 	return text
