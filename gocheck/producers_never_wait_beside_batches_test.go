@@ -13,7 +13,8 @@ import (
 
 // An open lock-mode batch that has just deleted key rk's head (delivered its last row), parked it
 // (a transient failure), made it (applying a SERIALIZABLE producer's wake note) or rebuilt it (the
-// first claim after a crash reset of the unlogged state) never makes a producer of rk wait:
+// first claim after a crash reset of the unlogged state), or that holds a run of rk's rows
+// (claim_locked_runs) it delivered or stopped at its first row, never makes a producer of rk wait:
 // single-row, two-key and SERIALIZABLE producers, as pgdrain_producer with lock_timeout = 1s (any
 // lock wait fails them with 55P03), commit while the batch is open. Afterwards every row is
 // delivered, rk's in commit order (issue 29, item 1: the commit step's head insert waited on the
@@ -37,6 +38,17 @@ func TestProducers_NeverWaitBesideAnOpenLockModeBatch(t *testing.T) {
 		}},
 		{"rebuilt the heads after a crash reset", crashReset, func(t *testing.T, db *testdb.DB, batch pgx.Tx) {
 			require.NotEmpty(t, claimLocked(t, batch, 1))
+		}},
+		// Runs (claim_locked_runs, issue 28): the batch holds rk's next rows too.
+		{"delivered a run and deleted its head", commitRows(3), func(t *testing.T, db *testdb.DB, batch pgx.Tx) {
+			ids := claimLockedRuns(t, batch)
+			require.Len(t, ids, 3, "the run takes rk's three rows")
+			settleClaimed(t, batch, ids, "sent")
+		}},
+		{"parked a run at its first row", commitRows(3), func(t *testing.T, db *testdb.DB, batch pgx.Tx) {
+			ids := claimLockedRuns(t, batch)
+			require.Len(t, ids, 3, "the run takes rk's three rows")
+			settleClaimed(t, batch, ids[:1], "transient")
 		}},
 	}
 	for _, sc := range scenarios {
@@ -109,6 +121,26 @@ func crashReset(t *testing.T, db *testdb.DB) {
 	t.Helper()
 	commitRow(t, db)
 	exec(t, db.Pool, `TRUNCATE outbox.partition_heads, outbox.partition_heads_built, outbox.partition_clocks, outbox.partition_wakes`)
+}
+
+// commitRows commits n rows of rk, one transaction each.
+func commitRows(n int) func(t *testing.T, db *testdb.DB) {
+	return func(t *testing.T, db *testdb.DB) {
+		t.Helper()
+		for range n {
+			commitRow(t, db)
+		}
+	}
+}
+
+// claimLockedRuns locks runs of up to 8 rows per partition (outbox.claim_locked_runs) in batch.
+func claimLockedRuns(t *testing.T, batch pgx.Tx) []int64 {
+	t.Helper()
+	rows, err := batch.Query(context.Background(), `SELECT id FROM outbox.claim_locked_runs('public.events', 8, 8)`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return ids
 }
 
 func claimLocked(t *testing.T, batch pgx.Tx, n int) []int64 {
