@@ -246,15 +246,17 @@ type Config struct {
 	BusyPoll time.Duration
 	// TrickleInterval is the least time between the starts of two claims while rows trickle in.
 	// After a claim that found some rows but fewer than it asked for, none of a partition the
-	// last claim with rows also found rows of, the next claim waits until TrickleInterval after that one started,
-	// whatever wakes the drainer meanwhile (a NOTIFY, a recorded result). A claim and its results
-	// cost nearly as much for one row as for several, and a drainer that claimed at once after
-	// every row of a steady trickle cost producers beside it a third of their speed (issue 29).
-	// What it costs: under a steady trickle a row is delivered up to TrickleInterval later; a row
-	// after a quiet spell is claimed as soon as its NOTIFY arrives; a full claim, and a claim that
-	// found a partition again (rows waiting behind its head), are followed at once, so neither
-	// throughput nor a busy partition's pace depends on it. Negative turns it off; at most
-	// MaxTrickleInterval. Defaults to 20ms (DefaultTrickleInterval).
+	// last claim with rows also found rows of, the next claim waits until TrickleInterval after
+	// that one started, whatever wakes the drainer meanwhile (a NOTIFY, a recorded result); an
+	// empty claim changes nothing. A claim and its results cost nearly as much for one row as for
+	// several, and a drainer that claimed at once after every row of a steady trickle made the
+	// producers beside it wait for the CPU and WAL flushes it used (issue 29). What it costs:
+	// under a steady trickle a row is delivered up to TrickleInterval later; a row after a quiet
+	// spell is claimed as soon as its NOTIFY arrives; a full claim, and a claim that found a
+	// partition again (rows waiting behind its head), are followed at once, so neither throughput
+	// nor a busy partition's pace depends on it. Many replicas of one queue each find a share of
+	// the rows: a longer interval keeps their claims fuller (docs/performance.md, producer cost).
+	// Negative turns it off; at most MaxTrickleInterval. Defaults to 20ms (DefaultTrickleInterval).
 	TrickleInterval time.Duration
 
 	// ExpectPartitionColumn, when set, makes Run fail unless the queue is registered with this

@@ -57,8 +57,8 @@ func (r *runner[T]) drain(ctx context.Context) {
 }
 
 // lockLoop claims lock-mode batches until ctx ends: after any batch that found rows (at once after
-// a full one, else paced by Config.TrickleInterval), otherwise on a wake-up, at the earliest backoff or lease end in the
-// queue, or after PollFallback.
+// a full one, else paced by Config.TrickleInterval), otherwise on a wake-up, at the earliest
+// backoff or lease end in the queue, or after PollFallback.
 func (r *runner[T]) lockLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
