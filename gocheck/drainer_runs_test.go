@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/drainer"
@@ -118,5 +119,67 @@ func TestClaimRuns_ARowLockedElsewhereEndsItsRun(t *testing.T) {
 		}
 		require.NoError(t, claimer.Rollback(ctx))
 		require.NoError(t, holder.Rollback(ctx))
+	}
+}
+
+// A run leased by claim_runs when the queue table is truncated (with and without RESTART
+// IDENTITY, so the new rows may take the run's ids again): the run's results, sent late with
+// their tokens, record nothing, and the rows written after the TRUNCATE are claimed as runs and
+// delivered in their order, as pgdrain_worker. Nothing is left leased or pending.
+func TestClaimRuns_TruncateWhileARunIsLeased(t *testing.T) {
+	t.Parallel()
+	for _, truncate := range []string{"TRUNCATE public.events", "TRUNCATE public.events RESTART IDENTITY"} {
+		t.Run(truncate, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+			worker := loginPool(t, q.db, "pgdrain_worker")
+			for i := range 3 {
+				q.enqueue(t, "a", "old", i)
+			}
+			type leased struct {
+				id    int64
+				token pgtype.UUID
+			}
+			claimRun := func() []leased {
+				rows, err := worker.Query(ctx, `SELECT id, lease_token FROM outbox.claim_runs('public.events', 10, '30 seconds', 10)`)
+				require.NoError(t, err)
+				got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (leased, error) {
+					var l leased
+					return l, r.Scan(&l.id, &l.token)
+				})
+				require.NoError(t, err)
+				return got
+			}
+			record := func(run []leased) int {
+				ids, tokens := make([]int64, len(run)), make([]pgtype.UUID, len(run))
+				outcomes := make([]string, len(run))
+				for i, l := range run {
+					ids[i], tokens[i], outcomes[i] = l.id, l.token, "sent"
+				}
+				var recorded int
+				require.NoError(t, worker.QueryRow(ctx, `SELECT count(*) FILTER (WHERE applied)
+					FROM outbox.apply_results('public.events', $1, $2, $3)`, ids, tokens, outcomes).Scan(&recorded))
+				return recorded
+			}
+			old := claimRun()
+			require.Len(t, old, 3, "the run takes the key's three rows")
+
+			exec(t, q.pool, truncate)
+			var fresh []int64
+			for i := range 3 {
+				fresh = append(fresh, q.enqueue(t, "a", "new", i))
+			}
+			require.Zero(t, record(old), "the truncated run's results record nothing")
+
+			run := claimRun()
+			require.Len(t, run, 3, "the new rows are one run")
+			for i, l := range run {
+				require.Equal(t, fresh[i], l.id, "in their order")
+			}
+			require.Equal(t, 3, record(run))
+			require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE sent_at IS NULL OR lease_token IS NOT NULL`),
+				"nothing is left pending or leased")
+		})
 	}
 }
