@@ -30,7 +30,9 @@ const (
 // TestModel is issue 11's model-based test. Seeded random steps do what users do to queues:
 // producers of every shape (plain INSERT, enqueue, COPY, savepoints, immediate constraints,
 // REPEATABLE READ, SERIALIZABLE, two queues in one transaction, overlapping producers of one key committing in
-// the opposite order of their ids), claims in both modes with every outcome, extend and release,
+// the opposite order of their ids), claims in both modes with every outcome, claims of runs
+// (claim_runs: a key's next events with its head, applied in order up to the first failure, the
+// rest given back or held), extend and release,
 // requeue and purge, create_queue re-runs, drop and re-create, DROP TABLE and TRUNCATE behind
 // pgdrain's back, a crash (the unlogged tables emptied), two sessions racing (a claim against a
 // commit or another claim, a requeue against a result), producers trying what they may not write.
@@ -262,6 +264,7 @@ func modelAllStepKinds() []modelStepKind {
 		// Workers (pgdrain_worker).
 		{"claim-lease", 48, false, (*modelRun).stepClaimLease},
 		{"claim-lease-old-transaction", 3, false, (*modelRun).stepClaimLeaseInOldTransaction},
+		{"claim-lease-runs", 12, false, (*modelRun).stepClaimLeaseRuns},
 		{"claim-lock", 30, false, (*modelRun).stepClaimLock},
 		{"claim-lock-savepoint", 3, false, (*modelRun).stepClaimLockInSavepoint},
 		{"settle-held", 12, false, (*modelRun).stepSettleHeld},
