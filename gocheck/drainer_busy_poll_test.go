@@ -2,7 +2,6 @@ package gocheck
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,14 +64,8 @@ func TestDrainer_BusyPollSparesProducersTheirNotify(t *testing.T) {
 				// its NOTIFYs: this test is about BusyPoll alone.
 				cfg.TrickleInterval = -1
 				d, _ := drNew(t, q.pool, cfg, func(context.Context, string, drEvent) error { return nil })
-				stop := drStart(t, d)
 				const rows = 200
-				for i := range rows {
-					q.enqueue(t, fmt.Sprintf("k%d", i), "op", i)
-					time.Sleep(5 * time.Millisecond)
-				}
-				drWaitFor(t, 10*time.Second, "every row is delivered", func() bool { return q.sent(t) == rows })
-				require.NoError(t, stop())
+				drTrickleIn(t, q, d, rows)
 				stopListening()
 				<-listened
 				t.Logf("%s, BusyPoll %s: %d NOTIFYs for %d rows", mode, c.busyPoll, notifies.Load(), rows)

@@ -2,7 +2,6 @@ package gocheck
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -40,14 +39,8 @@ func TestDrainer_TrickleInterval_PacesClaimsWhileRowsTrickleIn(t *testing.T) {
 				cfg := q.config(mode)
 				cfg.TrickleInterval = c.trickle
 				d, reg := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil })
-				stop := drStart(t, d)
 				const rows = 200
-				for i := range rows {
-					q.enqueue(t, fmt.Sprintf("k%d", i), "op", i)
-					time.Sleep(5 * time.Millisecond)
-				}
-				drWaitFor(t, 10*time.Second, "every row is delivered", func() bool { return q.sent(t) == rows })
-				require.NoError(t, stop())
+				drTrickleIn(t, q, d, rows)
 				claims := drMetric(t, reg, "pgdrain_outbox_claim_duration_seconds", map[string]string{"mode": mode.String()})
 				t.Logf("%s, TrickleInterval %s: %v claims for %d rows", mode, c.trickle, claims, rows)
 				c.check(t, claims)

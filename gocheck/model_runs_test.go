@@ -1,10 +1,6 @@
 package gocheck
 
-import (
-	"time"
-
-	"github.com/jackc/pgx/v5"
-)
+import "time"
 
 // stepClaimLeaseRuns: a drainer in lease mode that claims runs (claim_runs, issue 28): with each
 // key's head, the events after it in commit order, up to run_length per key. It applies each run
@@ -15,14 +11,9 @@ func (r *modelRun) stepClaimLeaseRuns() {
 	lease := modelLeases[r.rng.IntN(len(modelLeases))]
 	batch, runLength := 1+r.rng.IntN(12), 1+r.rng.IntN(4)
 	before := r.dbNow(r.worker)
-	rows, err := r.worker.Query(r.ctx, `SELECT id, COALESCE((payload->>'m')::int, -1), COALESCE(partition_key, ''),
-		attempt_count, lease_token::text, leased_until FROM outbox.claim_runs($1, $2, $3::interval, $4)`,
-		q.name, batch, modelInterval(lease), runLength)
-	r.noErr(err, "claim_runs(%s, %d, %s, %d)", q.name, batch, lease, runLength)
-	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (modelClaimed, error) {
-		var c modelClaimed
-		return c, row.Scan(&c.id, &c.m, &c.key, &c.attempts, &c.token, &c.until)
-	})
+	claimed, err := collectLeased(r.worker.Query(r.ctx, `SELECT id, COALESCE((payload->>'m')::int, -1),
+		COALESCE(partition_key, ''), attempt_count, lease_token::text, leased_until
+		FROM outbox.claim_runs($1, $2, $3::interval, $4)`, q.name, batch, modelInterval(lease), runLength))
 	r.noErr(err, "claim_runs(%s, %d, %s, %d)", q.name, batch, lease, runLength)
 	r.note("claim_runs(%s, %d, %s, %d) ->", q.name, batch, lease, runLength)
 

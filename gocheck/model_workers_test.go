@@ -42,8 +42,13 @@ func (r *modelRun) dbNow(q modelQuerier) time.Time {
 
 // claimBatch calls claim_batch and returns its rows.
 func (r *modelRun) claimBatch(q modelQuerier, queue *modelQueue, batch int, lease time.Duration) ([]modelClaimed, error) {
-	rows, err := q.Query(r.ctx, `SELECT id, COALESCE((payload->>'m')::int, -1), COALESCE(partition_key, ''), attempt_count,
-		lease_token::text, leased_until FROM outbox.claim_batch($1, $2, $3::interval)`, queue.name, batch, modelInterval(lease))
+	return collectLeased(q.Query(r.ctx, `SELECT id, COALESCE((payload->>'m')::int, -1), COALESCE(partition_key, ''),
+		attempt_count, lease_token::text, leased_until FROM outbox.claim_batch($1, $2, $3::interval)`,
+		queue.name, batch, modelInterval(lease)))
+}
+
+// collectLeased reads the rows of a lease-mode claim (id, m, key, attempts, token, until).
+func collectLeased(rows pgx.Rows, err error) ([]modelClaimed, error) {
 	if err != nil {
 		return nil, err
 	}

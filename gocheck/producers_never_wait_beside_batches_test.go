@@ -136,16 +136,18 @@ func commitRows(n int) func(t *testing.T, db *testdb.DB) {
 // claimLockedRuns locks runs of up to 8 rows per partition (outbox.claim_locked_runs) in batch.
 func claimLockedRuns(t *testing.T, batch pgx.Tx) []int64 {
 	t.Helper()
-	rows, err := batch.Query(context.Background(), `SELECT id FROM outbox.claim_locked_runs('public.events', 8, 8)`)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	return ids
+	return claimedIDs(t, batch, `SELECT id FROM outbox.claim_locked_runs('public.events', 8, 8)`)
 }
 
 func claimLocked(t *testing.T, batch pgx.Tx, n int) []int64 {
 	t.Helper()
-	rows, err := batch.Query(context.Background(), `SELECT id FROM outbox.claim_locked('public.events', $1)`, n)
+	return claimedIDs(t, batch, `SELECT id FROM outbox.claim_locked('public.events', $1)`, n)
+}
+
+// claimedIDs runs a claim in batch and returns the ids it locked.
+func claimedIDs(t *testing.T, batch pgx.Tx, sql string, args ...any) []int64 {
+	t.Helper()
+	rows, err := batch.Query(context.Background(), sql, args...)
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
