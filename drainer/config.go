@@ -254,8 +254,10 @@ type Config struct {
 	// under a steady trickle a row is delivered up to TrickleInterval later; a row after a quiet
 	// spell is claimed as soon as its NOTIFY arrives; a full claim, and a claim that found a
 	// partition again (rows waiting behind its head), are followed at once, so neither throughput
-	// nor a busy partition's pace depends on it. Many replicas of one queue each find a share of
-	// the rows: a longer interval keeps their claims fuller (docs/performance.md, producer cost).
+	// nor a busy partition's pace depends on it. Replicas of one queue take turns
+	// (outbox.claim_turn): once its own pause is over, a paced drainer claims only when no
+	// replica has taken a turn in the last TrickleInterval, so together they claim about as often
+	// as one.
 	// Negative turns it off; at most MaxTrickleInterval. Defaults to 20ms (DefaultTrickleInterval).
 	TrickleInterval time.Duration
 

@@ -105,8 +105,10 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 			if n > 0 && n < p.r.cfg.claimSize() && time.Now().Before(gatherUntil) {
 				wait, n = time.Until(gatherUntil), 0
 			}
-			if d := r.paced(); n > 0 && d > 0 {
-				wait, n = d, 0
+			if n > 0 {
+				if d := r.paced(ctx); d > 0 {
+					wait, n = d, 0
+				}
 			}
 			if n > 0 {
 				claimStart := time.Now()

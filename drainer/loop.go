@@ -67,7 +67,7 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if d := r.paced(); d > 0 {
+		for d := r.paced(ctx); d > 0; d = r.paced(ctx) {
 			timer.Reset(d)
 			select {
 			case <-ctx.Done():

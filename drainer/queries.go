@@ -25,7 +25,9 @@ const (
 	// sqlDrainerWaits marks the drainer as waiting for a NOTIFY (queues that notify 'when_waiting').
 	sqlDrainerWaits = `SELECT outbox.drainer_waits($1, $2::float8 * interval '1 second')`
 	sqlDrainerWoke  = `SELECT outbox.drainer_woke($1, $2)`
-	sqlClaimBatch   = `
+	// sqlClaimTurn asks whether this drainer's paced claim may go now (0) or how long to wait.
+	sqlClaimTurn  = `SELECT extract(epoch FROM outbox.claim_turn($1, $2::float8 * interval '1 second'))::float8`
+	sqlClaimBatch = `
 		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
 		       event_id::text, headers
 		FROM outbox.claim_batch($1, $2, $3)`
@@ -149,6 +151,16 @@ func queryDrainerWoke(ctx context.Context, db querier, queue string, mark int64)
 		return translate("clearing the drainer's waiting mark", err)
 	}
 	return nil
+}
+
+// queryClaimTurn takes the queue's claim turn (outbox.claim_turn): 0 when this drainer may claim
+// now, else how long to wait before asking again.
+func queryClaimTurn(ctx context.Context, db querier, queue string, pause time.Duration) (time.Duration, error) {
+	var secs float64
+	if err := db.QueryRow(ctx, sqlClaimTurn, queue, pause.Seconds()).Scan(&secs); err != nil {
+		return 0, translate("taking the claim turn", err)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
 }
 
 // collectJobs scans the rows of either claim into jobs (the lease token is NULL in lock mode).

@@ -1,12 +1,19 @@
 package drainer
 
-import "time"
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
 
 // trickle paces claims while rows trickle in (Config.TrickleInterval). Only the claiming
 // goroutine of a runner touches it.
 type trickle struct {
-	next time.Time           // no claim before then (zero: claim when woken)
-	keys map[string]struct{} // the partitions the last claim found rows of
+	next    time.Time           // no claim before then (zero: claim when woken)
+	keys    map[string]struct{} // the partitions the last claim found rows of
+	noTurns bool                // the schema has no outbox.claim_turn: pace alone
 }
 
 // claimed notes a claim that started at start, asked for asked rows and found jobs: a full claim,
@@ -38,7 +45,39 @@ func (r *runner[T]) claimed(start time.Time, jobs []*job, asked int) {
 	}
 }
 
-// paced is how long the next claim must wait (0: claim now).
-func (r *runner[T]) paced() time.Duration {
-	return max(time.Until(r.trickle.next), 0)
+// paced is how long the next claim must wait (0: claim now). Once this drainer's own pause is
+// over, and while its last claim with rows was paced, it takes the queue's claim turn
+// (outbox.claim_turn), shared with every drainer of the queue: replicas that each paced alone
+// claimed as many times as there were replicas, each claim finding a share of the rows, and the
+// producers beside them paid for every claim (issue 29). A failed turn claims now.
+func (r *runner[T]) paced(ctx context.Context) time.Duration {
+	t := &r.trickle
+	if t.next.IsZero() {
+		return 0
+	}
+	if d := time.Until(t.next); d > 0 {
+		return d
+	}
+	if t.noTurns {
+		return 0
+	}
+	cctx, cancel := r.bounded(ctx)
+	d, err := queryClaimTurn(cctx, r.d.pool, r.reg.queue, r.cfg.TrickleInterval)
+	cancel()
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42883" {
+			t.noTurns = true
+		}
+		if ctx.Err() == nil {
+			r.d.logger.DebugContext(ctx, "taking the claim turn failed; claiming now", "queue", r.reg.queue, "err", err)
+		}
+		return 0
+	}
+	if d <= 0 {
+		return 0
+	}
+	// Not our turn: ask again when it may be (a slot freed meanwhile does not ask again).
+	t.next = time.Now().Add(d)
+	return d
 }

@@ -65,7 +65,7 @@ func TestDrainer_BusyPollSparesProducersTheirNotify(t *testing.T) {
 				cfg.TrickleInterval = -1
 				d, _ := drNew(t, q.pool, cfg, func(context.Context, string, drEvent) error { return nil })
 				const rows = 200
-				drTrickleIn(t, q, d, rows)
+				drTrickleIn(t, q, rows, d)
 				stopListening()
 				<-listened
 				t.Logf("%s, BusyPoll %s: %d NOTIFYs for %d rows", mode, c.busyPoll, notifies.Load(), rows)

@@ -177,17 +177,22 @@ func drStart[T any](t *testing.T, d *drainer.Drainer[T]) (stop func() error) {
 	return stop
 }
 
-// drTrickleIn runs d while rows of new keys arrive, one every 5 ms, and returns once every row is
-// delivered and d has stopped.
-func drTrickleIn[T any](t *testing.T, q *drQueue, d *drainer.Drainer[T], rows int) {
+// drTrickleIn runs the drainers ds while rows of new keys arrive, one every 5 ms, and returns once
+// every row is delivered and they have stopped.
+func drTrickleIn[T any](t *testing.T, q *drQueue, rows int, ds ...*drainer.Drainer[T]) {
 	t.Helper()
-	stop := drStart(t, d)
+	stops := make([]func() error, len(ds))
+	for i, d := range ds {
+		stops[i] = drStart(t, d)
+	}
 	for i := range rows {
 		q.enqueue(t, fmt.Sprintf("k%d", i), "op", i)
 		time.Sleep(5 * time.Millisecond)
 	}
 	drWaitFor(t, 10*time.Second, "every row is delivered", func() bool { return q.sent(t) == int64(rows) })
-	require.NoError(t, stop())
+	for _, stop := range stops {
+		require.NoError(t, stop())
+	}
 }
 
 // drWaitFor polls cond until it holds, failing the test after timeout.

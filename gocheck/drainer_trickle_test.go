@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/drainer"
@@ -40,9 +41,60 @@ func TestDrainer_TrickleInterval_PacesClaimsWhileRowsTrickleIn(t *testing.T) {
 				cfg.TrickleInterval = c.trickle
 				d, reg := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil })
 				const rows = 200
-				drTrickleIn(t, q, d, rows)
+				drTrickleIn(t, q, rows, d)
 				claims := drMetric(t, reg, "pgdrain_outbox_claim_duration_seconds", map[string]string{"mode": mode.String()})
 				t.Logf("%s, TrickleInterval %s: %v claims for %d rows", mode, c.trickle, claims, rows)
+				c.check(t, claims)
+			})
+		}
+	})
+}
+
+// Replicas of one queue take turns to claim while rows trickle in (outbox.claim_turn): three
+// drainers paced at 100 ms claim together about as often as one, not three times as often (issue
+// 29: each replica's claim found a third of the rows, and the producers beside them paid for every
+// claim). The control drops the queue's turn, so that outbox.claim_turn always answers "now" and
+// each replica paces alone, as before: the same count must then fail. As pgdrain_worker.
+func TestDrainer_TrickleInterval_ReplicasTakeTurns(t *testing.T) {
+	t.Parallel()
+	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		for _, c := range []struct {
+			name  string
+			turns bool
+			check func(t *testing.T, claims float64)
+		}{
+			{"turns", true, func(t *testing.T, n float64) {
+				require.LessOrEqual(t, n, 40.0, "three replicas taking turns claim about ten times a second together")
+			}},
+			{"each alone", false, func(t *testing.T, n float64) {
+				require.GreaterOrEqual(t, n, 50.0, "three replicas pacing alone claim about thirty times a second, and in between")
+			}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
+				if !c.turns {
+					var drop string
+					require.NoError(t, q.pool.QueryRow(context.Background(),
+						`SELECT format('DROP SEQUENCE outbox.claim_turn_q%s', queue_id) FROM outbox.queues`).Scan(&drop))
+					_, err := q.pool.Exec(context.Background(), drop)
+					require.NoError(t, err)
+				}
+				worker := loginPool(t, q.db, "pgdrain_worker")
+				cfg := q.config(mode)
+				cfg.TrickleInterval = 100 * time.Millisecond
+				var ds []*drainer.Drainer[drEvent]
+				var regs []prometheus.Gatherer
+				for range 3 {
+					d, reg := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil })
+					ds, regs = append(ds, d), append(regs, reg)
+				}
+				const rows = 300
+				drTrickleIn(t, q, rows, ds...)
+				var claims float64
+				for _, reg := range regs {
+					claims += drMetric(t, reg, "pgdrain_outbox_claim_duration_seconds", map[string]string{"mode": mode.String()})
+				}
+				t.Logf("%s, three replicas, turns %v: %v claims for %d rows", mode, c.turns, claims, rows)
 				c.check(t, claims)
 			})
 		}

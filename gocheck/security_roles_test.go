@@ -197,6 +197,7 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"outbox.set_notify(text,text)":                                                        "invoker -",
 		"outbox.drainer_waits(text,interval)":                                                 "definer worker",
 		"outbox.drainer_woke(text,bigint)":                                                    "definer worker",
+		"outbox.claim_turn(text,interval)":                                                    "definer worker",
 		"outbox.poison_row(text,bigint,integer,text)":                                         "definer operator",
 		"outbox.retry_row(text,bigint,integer,text)":                                          "definer operator",
 		"outbox.dismiss_poisoned(text,bigint[],text)":                                         "definer operator",

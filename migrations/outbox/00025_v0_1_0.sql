@@ -1768,6 +1768,8 @@ $$;
 -- it notifies always or only when a drainer waits. A partitioned queue has no NOTIFY trigger: its
 -- commit step notifies (outbox._commit_keys). The arguments name the sequence, never carry its oid:
 -- pg_dump writes them as they are, and a restored database gives the sequence another oid.
+-- With it, the sequence in which its drainers take turns to claim while rows trickle in
+-- (outbox.claim_turn_q<queue_id>, UNLOGGED for the same reasons; see outbox.claim_turn).
 -- Made by create_queue and outbox.set_notify; dropped by drop_queue.
 CREATE OR REPLACE FUNCTION outbox._install_notify_trigger(p_q outbox.queues)
 RETURNS void
@@ -1782,6 +1784,7 @@ DECLARE
 BEGIN
   EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS %s', v_sequence);
   EXECUTE pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO PUBLIC', v_sequence);
+  EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS outbox.%I', 'claim_turn_q' || p_q.queue_id);
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
   IF p_q.partition_column IS NOT NULL THEN
     RETURN;
@@ -2783,6 +2786,53 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Paces the claims of a queue's drainers together while rows trickle in (issue 29: three drainers
+-- pacing each on its own claimed three times as often as one, each claim finding a third of the
+-- rows, and the producers beside them paid for every claim's fixed cost). A drainer whose last
+-- claim found rows but fewer than it asked for calls this before its next claim: it returns how
+-- long to wait, or 0 when it is this caller's turn, which it takes (claim now). A turn is taken at
+-- most once per `pause` per queue, whichever drainer asks; two that ask at the same instant may
+-- both get it (a hint, not a lock). A drainer whose claims come back full does not ask.
+-- The turn is the time it was last taken (epoch milliseconds, the server's clock) in the queue's
+-- UNLOGGED sequence outbox.claim_turn_q<queue_id> (outbox._install_notify_trigger): no dead tuple,
+-- no WAL, nothing to wait for; a queue without it (registered before it existed: call
+-- outbox.set_notify again) always answers 0.
+CREATE OR REPLACE FUNCTION outbox.claim_turn(queue text, pause interval)
+RETURNS interval
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues;
+  v_turn regclass;
+  v_now_ms bigint;
+  v_pause_ms bigint;
+  v_last bigint;
+BEGIN
+  IF pause IS NULL OR pause <= interval '0' OR pause > interval '10 seconds' THEN
+    PERFORM outbox._invalid('claim_turn', pg_catalog.format(
+      'pause must be positive and at most 10 seconds, got %s', COALESCE(pause::text, 'NULL')));
+  END IF;
+  v_q := outbox._queue('claim_turn', queue);
+  v_turn := pg_catalog.to_regclass('outbox.claim_turn_q' || v_q.queue_id);
+  IF v_turn IS NULL THEN
+    RETURN interval '0';
+  END IF;
+  v_now_ms := (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
+  v_pause_ms := GREATEST((EXTRACT(epoch FROM pause) * 1000)::bigint, 1);
+  v_last := pg_catalog.pg_sequence_last_value(v_turn);
+  -- A turn taken in the future (the server's clock went back) is over.
+  IF v_last <= v_now_ms AND v_now_ms < v_last + v_pause_ms THEN
+    RETURN (v_last + v_pause_ms - v_now_ms) * interval '1 millisecond';
+  END IF;
+  PERFORM pg_catalog.setval(v_turn, v_now_ms);
+  RETURN interval '0';
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE
 -- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
 -- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
@@ -3263,6 +3313,8 @@ BEGIN
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_front_q' || v_q.queue_id);
   -- Its drainers' waiting mark (outbox._install_notify_trigger).
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'drainer_waits_q' || v_q.queue_id);
+  -- Its drainers' claim turn (outbox.claim_turn).
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_turn_q' || v_q.queue_id);
   -- Its statements with kept plans (outbox._prepared).
   FOR v_fn IN
     SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
@@ -4257,6 +4309,7 @@ ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_turn(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.poison_row(text, bigint, integer, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.retry_row(text, bigint, integer, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.dismiss_poisoned(text, bigint[], text) SECURITY DEFINER;
@@ -4300,10 +4353,11 @@ GRANT EXECUTE ON FUNCTION
   TO pgdrain_worker, pgdrain_operator;
 
 -- Workers say when they wait for a NOTIFY of a queue that notifies 'when_waiting' (outbox.set_notify,
--- which like create_queue is granted to nobody).
+-- which like create_queue is granted to nobody), and take turns to claim while rows trickle in.
 GRANT EXECUTE ON FUNCTION
   outbox.drainer_waits(text, interval),
-  outbox.drainer_woke(text, bigint)
+  outbox.drainer_woke(text, bigint),
+  outbox.claim_turn(text, interval)
   TO pgdrain_worker;
 
 -- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged

@@ -37,6 +37,7 @@ ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_turn(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.poison_row(text, bigint, integer, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.retry_row(text, bigint, integer, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.dismiss_poisoned(text, bigint[], text) SECURITY DEFINER;
@@ -80,10 +81,11 @@ GRANT EXECUTE ON FUNCTION
   TO pgdrain_worker, pgdrain_operator;
 
 -- Workers say when they wait for a NOTIFY of a queue that notifies 'when_waiting' (outbox.set_notify,
--- which like create_queue is granted to nobody).
+-- which like create_queue is granted to nobody), and take turns to claim while rows trickle in.
 GRANT EXECUTE ON FUNCTION
   outbox.drainer_waits(text, interval),
-  outbox.drainer_woke(text, bigint)
+  outbox.drainer_woke(text, bigint),
+  outbox.claim_turn(text, interval)
   TO pgdrain_worker;
 
 -- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged

@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(167);
+SELECT plan(172);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -59,6 +59,8 @@ INSERT INTO contract VALUES
   ('set_notify', ARRAY['text','text'], 'queue text, notify text', 'void', 'void'),
   ('drainer_waits', ARRAY['text','interval'], 'queue text, wait interval', 'bigint', 'bigint'),
   ('drainer_woke', ARRAY['text','bigint'], 'queue text, mark bigint', 'void', 'void'),
+  -- 0.1.0: a queue's drainers take turns to claim while rows trickle in.
+  ('claim_turn', ARRAY['text','interval'], 'queue text, pause interval', 'interval', 'interval'),
   -- 00025: operators skip (poison), retry now and dismiss rows, fenced and logged.
   ('poison_row', ARRAY['text','bigint','integer','text'], 'queue text, id bigint, attempt_count integer, reason text',
    'boolean', 'boolean'),

@@ -7,6 +7,8 @@
 -- it notifies always or only when a drainer waits. A partitioned queue has no NOTIFY trigger: its
 -- commit step notifies (outbox._commit_keys). The arguments name the sequence, never carry its oid:
 -- pg_dump writes them as they are, and a restored database gives the sequence another oid.
+-- With it, the sequence in which its drainers take turns to claim while rows trickle in
+-- (outbox.claim_turn_q<queue_id>, UNLOGGED for the same reasons; see outbox.claim_turn).
 -- Made by create_queue and outbox.set_notify; dropped by drop_queue.
 CREATE OR REPLACE FUNCTION outbox._install_notify_trigger(p_q outbox.queues)
 RETURNS void
@@ -21,6 +23,7 @@ DECLARE
 BEGIN
   EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS %s', v_sequence);
   EXECUTE pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO PUBLIC', v_sequence);
+  EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS outbox.%I', 'claim_turn_q' || p_q.queue_id);
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
   IF p_q.partition_column IS NOT NULL THEN
     RETURN;

@@ -50,6 +50,8 @@ BEGIN
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_front_q' || v_q.queue_id);
   -- Its drainers' waiting mark (outbox._install_notify_trigger).
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'drainer_waits_q' || v_q.queue_id);
+  -- Its drainers' claim turn (outbox.claim_turn).
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_turn_q' || v_q.queue_id);
   -- Its statements with kept plans (outbox._prepared).
   FOR v_fn IN
     SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p

@@ -545,6 +545,53 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Paces the claims of a queue's drainers together while rows trickle in (issue 29: three drainers
+-- pacing each on its own claimed three times as often as one, each claim finding a third of the
+-- rows, and the producers beside them paid for every claim's fixed cost). A drainer whose last
+-- claim found rows but fewer than it asked for calls this before its next claim: it returns how
+-- long to wait, or 0 when it is this caller's turn, which it takes (claim now). A turn is taken at
+-- most once per `pause` per queue, whichever drainer asks; two that ask at the same instant may
+-- both get it (a hint, not a lock). A drainer whose claims come back full does not ask.
+-- The turn is the time it was last taken (epoch milliseconds, the server's clock) in the queue's
+-- UNLOGGED sequence outbox.claim_turn_q<queue_id> (outbox._install_notify_trigger): no dead tuple,
+-- no WAL, nothing to wait for; a queue without it (registered before it existed: call
+-- outbox.set_notify again) always answers 0.
+CREATE OR REPLACE FUNCTION outbox.claim_turn(queue text, pause interval)
+RETURNS interval
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_q outbox.queues;
+  v_turn regclass;
+  v_now_ms bigint;
+  v_pause_ms bigint;
+  v_last bigint;
+BEGIN
+  IF pause IS NULL OR pause <= interval '0' OR pause > interval '10 seconds' THEN
+    PERFORM outbox._invalid('claim_turn', pg_catalog.format(
+      'pause must be positive and at most 10 seconds, got %s', COALESCE(pause::text, 'NULL')));
+  END IF;
+  v_q := outbox._queue('claim_turn', queue);
+  v_turn := pg_catalog.to_regclass('outbox.claim_turn_q' || v_q.queue_id);
+  IF v_turn IS NULL THEN
+    RETURN interval '0';
+  END IF;
+  v_now_ms := (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint;
+  v_pause_ms := GREATEST((EXTRACT(epoch FROM pause) * 1000)::bigint, 1);
+  v_last := pg_catalog.pg_sequence_last_value(v_turn);
+  -- A turn taken in the future (the server's clock went back) is over.
+  IF v_last <= v_now_ms AND v_now_ms < v_last + v_pause_ms THEN
+    RETURN (v_last + v_pause_ms - v_now_ms) * interval '1 millisecond';
+  END IF;
+  PERFORM pg_catalog.setval(v_turn, v_now_ms);
+  RETURN interval '0';
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Operator: dismisses poisoned rows for good: never delivered, kept as history (sent_at set, so
 -- they count neither as pending nor as poisoned; last_error says who dismissed them and why;
 -- purge_sent removes them with the sent rows). Only rows that are still poisoned and not being
@@ -1395,6 +1442,8 @@ $$;
 -- it notifies always or only when a drainer waits. A partitioned queue has no NOTIFY trigger: its
 -- commit step notifies (outbox._commit_keys). The arguments name the sequence, never carry its oid:
 -- pg_dump writes them as they are, and a restored database gives the sequence another oid.
+-- With it, the sequence in which its drainers take turns to claim while rows trickle in
+-- (outbox.claim_turn_q<queue_id>, UNLOGGED for the same reasons; see outbox.claim_turn).
 -- Made by create_queue and outbox.set_notify; dropped by drop_queue.
 CREATE OR REPLACE FUNCTION outbox._install_notify_trigger(p_q outbox.queues)
 RETURNS void
@@ -1409,6 +1458,7 @@ DECLARE
 BEGIN
   EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS %s', v_sequence);
   EXECUTE pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO PUBLIC', v_sequence);
+  EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS outbox.%I', 'claim_turn_q' || p_q.queue_id);
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
   IF p_q.partition_column IS NOT NULL THEN
     RETURN;
@@ -2039,6 +2089,72 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Unregisters a queue: removes its triggers (and its heads trigger function), partition heads, built-mark,
+-- clocks, claim hints, statements with kept plans and registry row;
+-- with drop_table = true also drops the table. The indexes, CHECKs and grants stay with the table.
+-- Works when the table is already gone (dropped outside drop_queue): then only the registration
+-- and its derived state go.
+CREATE OR REPLACE FUNCTION outbox.drop_queue(queue text, drop_table boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  fn constant text := 'drop_queue';
+  v_name text := outbox._queue_name(fn, queue);
+  v_q outbox.queues;
+  v_rel regclass;
+  v_fn regprocedure;
+BEGIN
+  -- Not outbox._queue: that refuses a registration whose table is gone, which is what this clears.
+  SELECT * INTO v_q FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION '%: queue % is not registered (call outbox.create_queue first)', fn, v_name
+      USING ERRCODE = '42P01';
+  END IF;
+  IF drop_table IS NULL THEN
+    PERFORM outbox._invalid(fn, 'drop_table must not be NULL');
+  END IF;
+  IF pg_catalog.pg_table_is_visible(v_q.table_oid) IS NOT NULL THEN
+    v_rel := v_q.table_oid::regclass;
+  END IF;
+  DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_q.queue_id;
+  DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id;
+  DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_q.queue_id;
+  DELETE FROM outbox.partition_wakes w WHERE w.queue_id = v_q.queue_id;
+  DELETE FROM outbox.queues q WHERE q.queue_id = v_q.queue_id;
+  IF v_rel IS NULL THEN
+    NULL;
+  ELSIF drop_table THEN
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_rel);
+  ELSE
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_truncate ON %s', v_rel);
+  END IF;
+  -- The queue's own heads trigger function (outbox._install_heads_trigger).
+  EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_q.queue_id);
+  -- Its claim hints (outbox._install_claim_hints).
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_start_q' || v_q.queue_id);
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_front_q' || v_q.queue_id);
+  -- Its drainers' waiting mark (outbox._install_notify_trigger).
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'drainer_waits_q' || v_q.queue_id);
+  -- Its drainers' claim turn (outbox.claim_turn).
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_turn_q' || v_q.queue_id);
+  -- Its statements with kept plans (outbox._prepared).
+  FOR v_fn IN
+    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname LIKE '\_q' || v_q.queue_id || '\_%'
+  LOOP
+    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_fn);
+  END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- A queue's registration as the drainers need it, so that a worker reads it through a function
 -- granted to pgdrain_worker instead of needing SELECT on outbox.queues. Errors like every function
 -- (42P01) when the queue is not registered.
@@ -2293,6 +2409,7 @@ ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_turn(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.poison_row(text, bigint, integer, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.retry_row(text, bigint, integer, text) SECURITY DEFINER;
 ALTER FUNCTION outbox.dismiss_poisoned(text, bigint[], text) SECURITY DEFINER;
@@ -2336,10 +2453,11 @@ GRANT EXECUTE ON FUNCTION
   TO pgdrain_worker, pgdrain_operator;
 
 -- Workers say when they wait for a NOTIFY of a queue that notifies 'when_waiting' (outbox.set_notify,
--- which like create_queue is granted to nobody).
+-- which like create_queue is granted to nobody), and take turns to claim while rows trickle in.
 GRANT EXECUTE ON FUNCTION
   outbox.drainer_waits(text, interval),
-  outbox.drainer_woke(text, bigint)
+  outbox.drainer_woke(text, bigint),
+  outbox.claim_turn(text, interval)
   TO pgdrain_worker;
 
 -- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged
@@ -2396,6 +2514,7 @@ DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text, integer);
 DROP FUNCTION outbox._claim_run(outbox.queues, bigint[], text[], integer, integer, timestamptz, timestamptz, text);
 DROP FUNCTION outbox._check_run_length(text, integer);
 DROP FUNCTION outbox.version();
+DROP FUNCTION outbox.claim_turn(text, interval);
 DROP FUNCTION outbox.poison_row(text, bigint, integer, text);
 DROP FUNCTION outbox.retry_row(text, bigint, integer, text);
 DROP FUNCTION outbox.dismiss_poisoned(text, bigint[], text);
@@ -3785,6 +3904,70 @@ BEGIN
     RAISE;
   END;
   PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Unregisters a queue: removes its triggers (and its heads trigger function), partition heads, built-mark,
+-- clocks, claim hints, statements with kept plans and registry row;
+-- with drop_table = true also drops the table. The indexes, CHECKs and grants stay with the table.
+-- Works when the table is already gone (dropped outside drop_queue): then only the registration
+-- and its derived state go.
+CREATE OR REPLACE FUNCTION outbox.drop_queue(queue text, drop_table boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  fn constant text := 'drop_queue';
+  v_name text := outbox._queue_name(fn, queue);
+  v_q outbox.queues;
+  v_rel regclass;
+  v_fn regprocedure;
+BEGIN
+  -- Not outbox._queue: that refuses a registration whose table is gone, which is what this clears.
+  SELECT * INTO v_q FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION '%: queue % is not registered (call outbox.create_queue first)', fn, v_name
+      USING ERRCODE = '42P01';
+  END IF;
+  IF drop_table IS NULL THEN
+    PERFORM outbox._invalid(fn, 'drop_table must not be NULL');
+  END IF;
+  IF pg_catalog.pg_table_is_visible(v_q.table_oid) IS NOT NULL THEN
+    v_rel := v_q.table_oid::regclass;
+  END IF;
+  DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_q.queue_id;
+  DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id;
+  DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_q.queue_id;
+  DELETE FROM outbox.partition_wakes w WHERE w.queue_id = v_q.queue_id;
+  DELETE FROM outbox.queues q WHERE q.queue_id = v_q.queue_id;
+  IF v_rel IS NULL THEN
+    NULL;
+  ELSIF drop_table THEN
+    EXECUTE pg_catalog.format('DROP TABLE %s', v_rel);
+  ELSE
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_truncate ON %s', v_rel);
+  END IF;
+  -- The queue's own heads trigger function (outbox._install_heads_trigger).
+  EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_q.queue_id);
+  -- Its claim hints (outbox._install_claim_hints).
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_start_q' || v_q.queue_id);
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_front_q' || v_q.queue_id);
+  -- Its drainers' waiting mark (outbox._install_notify_trigger).
+  EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'drainer_waits_q' || v_q.queue_id);
+  -- Its statements with kept plans (outbox._prepared).
+  FOR v_fn IN
+    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname LIKE '\_q' || v_q.queue_id || '\_%'
+  LOOP
+    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_fn);
+  END LOOP;
 END;
 $$;
 -- +goose StatementEnd
