@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,10 +29,19 @@ func rlRoute(q *drQueue, mode drainer.ClaimMode, sink relay.Sink, concurrency, b
 
 // Two relay replicas, batches of up to 4 events out of 8 in flight: every event reaches the sink,
 // each key's events in order, each with the identity EventIdentity gives its row, and no Deliver
-// call is larger than BatchSize. As pgdrain_worker.
+// call is larger than BatchSize; also when each claim takes runs of up to 4 rows of a key
+// (RunLength, issue 28: the relay inherits claim runs). As pgdrain_worker.
 func TestRelay_DeliversEveryEventInKeyOrderAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		for _, run := range []int{1, 4} {
+			t.Run(fmt.Sprintf("RunLength %d", run), func(t *testing.T) { relayInKeyOrder(t, mode, run) })
+		}
+	})
+}
+
+func relayInKeyOrder(t *testing.T, mode drainer.ClaimMode, run int) {
+	{
 		q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
 		want := map[string]int{}
 		ids := map[int64]bool{}
@@ -43,8 +53,10 @@ func TestRelay_DeliversEveryEventInKeyOrderAcrossReplicas(t *testing.T) {
 		}
 		pool := loginPool(t, q.db, "pgdrain_worker")
 		sink := &rlSink{}
-		_, _, stop1 := rlStart(t, pool, []relay.Route{rlRoute(q, mode, sink, 8, 4)})
-		_, _, stop2 := rlStart(t, pool, []relay.Route{rlRoute(q, mode, sink, 8, 4)})
+		route := rlRoute(q, mode, sink, 8, 4)
+		route.Drainer.RunLength = run
+		_, _, stop1 := rlStart(t, pool, []relay.Route{route})
+		_, _, stop2 := rlStart(t, pool, []relay.Route{route})
 		drWaitFor(t, 60*time.Second, "every event sent", func() bool { return q.sent(t) == int64(len(ids)) })
 		require.NoError(t, stop1())
 		require.NoError(t, stop2())
@@ -62,7 +74,7 @@ func TestRelay_DeliversEveryEventInKeyOrderAcrossReplicas(t *testing.T) {
 			require.LessOrEqual(t, n, 4, "a Deliver call larger than BatchSize")
 		}
 		require.Equal(t, 2, sink.closed, "each relay closes its route's sink once at shutdown")
-	})
+	}
 }
 
 // A permanent result poisons its row and lets its key go on; a transient one with a Retry-After

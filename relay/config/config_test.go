@@ -32,6 +32,8 @@ queues:
     timeout: 2s
     failure_log_interval: 30s
     wedge_warn_after: 2m
+    run_length: 4
+    trickle_interval: 50ms
     sink:
       webhook:
         url: https://hooks.example.com/orders
@@ -69,6 +71,9 @@ func TestParse_AGoodFileBuildsItsRoutes(t *testing.T) {
 	require.Equal(t, 2*time.Second, routes[0].Drainer.ApplyTimeout)
 	require.Equal(t, 30*time.Second, routes[0].FailureLogInterval)
 	require.Equal(t, 2*time.Minute, routes[0].WedgeWarnAfter)
+	require.Equal(t, 4, routes[0].Drainer.RunLength)
+	require.Equal(t, 50*time.Millisecond, routes[0].Drainer.TrickleInterval)
+	require.Zero(t, routes[1].Drainer.RunLength, "unset: the drainer's default")
 	require.Equal(t, "kafka", routes[1].SinkKind)
 	require.Equal(t, 16, routes[1].BatchSize)
 	require.Equal(t, "jetstream", routes[2].SinkKind)
@@ -97,6 +102,14 @@ queues:
   - queue: public.ORDERS
     lease: 3s
     sink: {}
+  - queue: public.refunds
+    run_length: 2000
+    sink:
+      webhook: {url: "http://127.0.0.1:8080/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw]}
+  - queue: public.returns
+    trickle_interval: 2s
+    sink:
+      webhook: {url: "http://127.0.0.1:8080/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw]}
 `
 	_, err := config.Parse("relay.yaml", []byte(bad), env(nil))
 	require.Error(t, err)
@@ -108,6 +121,8 @@ queues:
 		`relay.yaml:14: queues[1].lease must be longer than timeout (5s) plus LeaseMargin (1s), got 3s`,
 		`relay.yaml:15: queues[1].sink must name one sink: webhook, kafka, jetstream`,
 		`relay.yaml:13: queues[1].queue is already relayed by queues[0]: one entry per queue`,
+		`relay.yaml:17: queues[2].run_length must be between 1 and 1000, got 2000`,
+		`relay.yaml:21: queues[3].trickle_interval must be at most MaxTrickleInterval (1s), or negative to turn it off, got 2s`,
 	}, strings.Split(err.Error(), "\n"))
 }
 
@@ -115,8 +130,8 @@ func TestParse_UnknownFieldsTypesAndEnvironment(t *testing.T) {
 	t.Parallel()
 	_, err := config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrenc: 4\n    sink:\n      webhok: {}\n"), env(nil))
 	require.EqualError(t, err, "r.yaml:3: queues[0].concurrenc is not a known field (known: batch_linger, batch_size, claim_mode, "+
-		"concurrency, failure_log_interval, fanout, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, sink, sinks, "+
-		"timeout, wedge_warn_after)\n"+
+		"concurrency, failure_log_interval, fanout, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, run_length, sink, sinks, "+
+		"timeout, trickle_interval, wedge_warn_after)\n"+
 		"r.yaml:5: queues[0].sink.webhok is not a known field (known: jetstream, kafka, webhook)")
 
 	_, err = config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrency: many\n    timeout: soon\n"), env(nil))

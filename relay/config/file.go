@@ -111,6 +111,13 @@ type Delivery struct {
 	PollFallback time.Duration `yaml:"poll_fallback"`
 	// RepairInterval is how often the repair pass runs (negative: off). Defaults to 1m.
 	RepairInterval time.Duration `yaml:"repair_interval"`
+	// RunLength is how many rows of one key a claim may take together (drainer.Config.RunLength:
+	// a key's run is delivered in order, one event after another, and stops at its first
+	// failure). Defaults to 1, the seed's claim.
+	RunLength int `yaml:"run_length"`
+	// TrickleInterval is the least time between claims while events trickle in
+	// (drainer.Config.TrickleInterval; negative: off). Defaults to 20ms.
+	TrickleInterval time.Duration `yaml:"trickle_interval"`
 	// FailureLogInterval is how often a key's transient failures are logged, at most
 	// (relay.Route.FailureLogInterval; negative: off). Defaults to 1m.
 	FailureLogInterval time.Duration `yaml:"failure_log_interval"`

@@ -28,6 +28,8 @@ var routeFields = map[string]string{
 	"Drainer.LockTransactionTimeout": "lock_transaction_timeout",
 	"Drainer.PollFallback":           "poll_fallback",
 	"Drainer.RepairInterval":         "repair_interval",
+	"Drainer.RunLength":              "run_length",
+	"Drainer.TrickleInterval":        "trickle_interval",
 	"Drainer.ClaimMode":              "claim_mode",
 	"FailureLogInterval":             "failure_log_interval",
 	"WedgeWarnAfter":                 "wedge_warn_after",
@@ -246,6 +248,8 @@ func (d Delivery) route(queue string, mode drainer.ClaimMode, sink relay.Sink, k
 			LockTransactionTimeout: q.LockTransactionTimeout,
 			PollFallback:           q.PollFallback,
 			RepairInterval:         q.RepairInterval,
+			RunLength:              q.RunLength,
+			TrickleInterval:        q.TrickleInterval,
 		},
 	}
 }
