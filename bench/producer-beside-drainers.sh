@@ -38,12 +38,29 @@ UPDATE public.bd_accounts SET balance = balance + 1 WHERE id = :a;
 INSERT INTO public.bd_events (event_type, payload, resource_id) VALUES ('deposit', '{"amount": 1}', :a::text);
 COMMIT;
 SQL
-# measure LABEL: pgbench at the fixed rate, then at full speed; appends "latency tps" to $tmp/LABEL.
+# cpu PID...: CPU ticks used so far by the server's processes that live across a measurement (the
+# drainers' backends and the server's own: the children of its postmaster, found through its data
+# directory, so only a local server is measured; the producers' backends come and go and are not
+# counted) and by the given processes (the drainers' process).
+postmaster=$(head -1 "$(psql -X -At "$DATABASE_URL" -c 'SHOW data_directory')/postmaster.pid" 2>/dev/null || true)
+cpu() {
+  local p total=0
+  for p in $( [[ -n "$postmaster" ]] && pgrep -P "$postmaster") "$@"; do
+    [[ -r /proc/$p/stat ]] && total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+  done
+  echo "$total"
+}
+# measure LABEL [PID]: pgbench at the fixed rate, then at full speed; appends "latency tps cpu" to
+# $tmp/LABEL, cpu being the CPU the drainers (PID and the server's long-lived processes) used per
+# second of the fixed-rate run, in seconds.
 measure() {
-  local fixed full
+  local fixed full before after hz
+  hz=$(getconf CLK_TCK)
+  before=$(cpu "${@:2}")
   fixed=$("$pgbench" -n -c 4 -j 2 -T "$seconds" -R "$rate" -f "$tmp/tx.sql" "$DATABASE_URL" 2>&1)
+  after=$(cpu "${@:2}")
   full=$("$pgbench" -n -c 4 -j 2 -T "$seconds" -f "$tmp/tx.sql" "$DATABASE_URL" 2>&1)
-  echo "$(sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p' <<<"$fixed") $(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$full" | head -1)" >>"$tmp/$1"
+  echo "$(sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p' <<<"$fixed") $(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$full" | head -1) $(awk -v a="$after" -v b="$before" -v h="$hz" -v s="$seconds" 'BEGIN {printf "%.3f", (a - b) / h / s}')" >>"$tmp/$1"
 }
 labels=(none "1 × lease" "3 × lease" "1 × lock" "3 × lock")
 # The scenarios run in turn, runs times over, so that each meets the machine's moods as often.
@@ -61,7 +78,7 @@ for ((r = 1; r <= runs; r++)); do
       sleep 1
       for ((w = 0; w < 300; w++)); do [[ $(pending) == 0 ]] && break; sleep 0.2; done
       sleep 1
-      measure "$replicas × $mode"
+      measure "$replicas × $mode" "$pid"
       kill -INT "$pid"; wait "$pid" || true
     done
   done
@@ -70,9 +87,9 @@ done
 median() { sort -n -k"$1" "$2" | awk -v c="$1" -v f="$3" '{v[NR]=$c} END {printf f " (" f "–" f ")", v[int((NR+1)/2)], v[1], v[NR]}'; }
 base=$(sort -n -k1 "$tmp/none" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
 echo "producers beside drainers: 4 pgbench clients, ${seconds}s each, fixed rate ${rate} tps, busy-poll ${busy}, trickle interval ${trickle}, median (min–max) of ${runs}"
-echo "| drainers | latency at ${rate}/s, ms | latency / none | full speed, tps |"
-echo "|---|---:|---:|---:|"
+echo "| drainers | latency at ${rate}/s, ms | latency / none | full speed, tps | drainers' CPU at ${rate}/s, cores |"
+echo "|---|---:|---:|---:|---:|"
 for l in "${labels[@]}"; do
   lat=$(sort -n -k1 "$tmp/$l" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
-  printf '| %s | %s | %.2f | %s |\n' "$l" "$(median 1 "$tmp/$l" %.2f)" "$(awk -v a="$lat" -v b="$base" 'BEGIN {print a / b}')" "$(median 2 "$tmp/$l" %.0f)"
+  printf '| %s | %s | %.2f | %s | %s |\n' "$l" "$(median 1 "$tmp/$l" %.2f)" "$(awk -v a="$lat" -v b="$base" 'BEGIN {print a / b}')" "$(median 2 "$tmp/$l" %.0f)" "$(median 3 "$tmp/$l" %.2f)"
 done

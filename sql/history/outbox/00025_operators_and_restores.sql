@@ -514,14 +514,18 @@ $$;
 -- follow it, up to run_length per partition and batch_size in all, locked by the caller's open
 -- transaction, in id order (outbox._claim_locked). Settle what was applied: a partition's rows up
 -- to its first failure (the rest stay untouched). run_length 1 is claim_locked.
+-- PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and is parsed and planned
+-- again in every transaction that calls it; PL/pgSQL keeps its plan for the session.
 CREATE OR REPLACE FUNCTION outbox.claim_locked_runs(queue text, batch_size integer DEFAULT 32, run_length integer DEFAULT 8)
 RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
               created_at timestamptz, event_id uuid, headers jsonb)
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 AS $$
-  SELECT * FROM outbox._claim_locked('claim_locked_runs', queue, batch_size, run_length);
+BEGIN
+  RETURN QUERY SELECT * FROM outbox._claim_locked('claim_locked_runs', queue, batch_size, run_length);
+END;
 $$;
 -- +goose StatementEnd
 
@@ -532,15 +536,19 @@ $$;
 -- stop at its first failure, giving the rest back (outbox.release) untouched; recording a
 -- partition's rows in one apply_results moves its head once. run_length 1 is claim_batch.
 -- Unpartitioned queues: claim_batch.
+-- PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and is parsed and planned
+-- again in every transaction that calls it; PL/pgSQL keeps its plan for the session.
 CREATE OR REPLACE FUNCTION outbox.claim_runs(queue text, batch_size integer DEFAULT 32, lease interval DEFAULT '30 seconds',
                                              run_length integer DEFAULT 8)
 RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
               lease_token uuid, leased_until timestamptz, created_at timestamptz, event_id uuid, headers jsonb)
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 AS $$
-  SELECT * FROM outbox._claim_batch('claim_runs', queue, batch_size, lease, run_length);
+BEGIN
+  RETURN QUERY SELECT * FROM outbox._claim_batch('claim_runs', queue, batch_size, lease, run_length);
+END;
 $$;
 -- +goose StatementEnd
 
@@ -1407,6 +1415,24 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The SQL expression, over a queue table aliased t, of a row's event_id: the column, or for a row
+-- written before its table had the column (adopted, or registered before migration 00007) a uuid
+-- derived from the queue and the row's id, the same on every claim.
+-- PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and is parsed and planned
+-- again in every transaction that calls it; PL/pgSQL keeps its plan for the session.
+CREATE OR REPLACE FUNCTION outbox._event_id_of(p_q outbox.queues)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = ''
+AS $$
+BEGIN
+  RETURN pg_catalog.format('COALESCE(t.event_id, pg_catalog.md5(%L || t.id::text)::uuid)', p_q.queue || '/');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Gives a partitioned queue the two hints its claims share (see outbox._claim), as UNLOGGED
 -- sequences: a sequence is not versioned, so moving it on every claim leaves no dead tuple behind
 -- for anyone to walk, whatever holds the xmin horizon back, and costs no WAL; after a crash both
@@ -1664,14 +1690,18 @@ $$;
 -- Lease mode: leases up to batch_size deliverable rows for `lease`, each with its own fresh
 -- lease_token, in one short transaction (outbox._claim_batch). One row per partition: the seed's
 -- claim; claim_runs takes a partition's next rows together.
+-- PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and is parsed and planned
+-- again in every transaction that calls it; PL/pgSQL keeps its plan for the session.
 CREATE OR REPLACE FUNCTION outbox.claim_batch(queue text, batch_size integer DEFAULT 32, lease interval DEFAULT '30 seconds')
 RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
               lease_token uuid, leased_until timestamptz, created_at timestamptz, event_id uuid, headers jsonb)
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 AS $$
-  SELECT * FROM outbox._claim_batch('claim_batch', queue, batch_size, lease, 1);
+BEGIN
+  RETURN QUERY SELECT * FROM outbox._claim_batch('claim_batch', queue, batch_size, lease, 1);
+END;
 $$;
 -- +goose StatementEnd
 
@@ -1679,14 +1709,18 @@ $$;
 -- Lock mode (seed 001's claim transaction): the same deliverable rows as claim_batch, locked
 -- FOR UPDATE SKIP LOCKED by the caller's open transaction until it ends (outbox._claim_locked).
 -- One row per partition; claim_locked_runs takes a partition's next rows together.
+-- PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, and is parsed and planned
+-- again in every transaction that calls it; PL/pgSQL keeps its plan for the session.
 CREATE OR REPLACE FUNCTION outbox.claim_locked(queue text, batch_size integer DEFAULT 32)
 RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer,
               created_at timestamptz, event_id uuid, headers jsonb)
-LANGUAGE sql
+LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 AS $$
-  SELECT * FROM outbox._claim_locked('claim_locked', queue, batch_size, 1);
+BEGIN
+  RETURN QUERY SELECT * FROM outbox._claim_locked('claim_locked', queue, batch_size, 1);
+END;
 $$;
 -- +goose StatementEnd
 
@@ -3204,6 +3238,20 @@ BEGIN
     v_q.table_oid::regclass, v_key_column, v_key_value)
     USING p_event_type, p_payload, p_deliver_at, p_headers, p_event_id, p_partition_key;
 END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The SQL expression, over a queue table aliased t, of a row's event_id: the column, or for a row
+-- written before its table had the column (adopted, or registered before migration 00007) a uuid
+-- derived from the queue and the row's id, the same on every claim.
+CREATE OR REPLACE FUNCTION outbox._event_id_of(p_q outbox.queues)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = ''
+AS $$
+  SELECT pg_catalog.format('COALESCE(t.event_id, pg_catalog.md5(%L || t.id::text)::uuid)', p_q.queue || '/');
 $$;
 -- +goose StatementEnd
 
