@@ -1,6 +1,10 @@
 package gocheck
 
-import "time"
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // stepClaimLeaseRuns: a drainer in lease mode that claims runs (claim_runs, issue 28): with each
 // key's head, the events after it in commit order, up to run_length per key. It applies each run
@@ -17,43 +21,114 @@ func (r *modelRun) stepClaimLeaseRuns() {
 	r.noErr(err, "claim_runs(%s, %d, %s, %d)", q.name, batch, lease, runLength)
 	r.note("claim_runs(%s, %d, %s, %d) ->", q.name, batch, lease, runLength)
 
-	// Each key's rows in the order returned (id order within a key): the first is its head, each
-	// other the key's next deliverable event after the one before it.
-	var runs [][]*modelEvent
-	last := map[string]int{} // key -> index in runs
-	for _, c := range claimed {
+	runs := r.claimedRuns(q, claimed, "claim_runs", func(c modelClaimed) time.Time {
 		at := c.until.Add(-lease)
 		if at.Before(before) && !r.cfg.skip["time"] {
 			r.fail("time", "claim_runs(%s, lease %s) called at %s leased id=%d m=%d until %s: shorter than asked",
 				q.name, lease, before.Format("15:04:05.000000"), c.id, c.m, c.until.Format("15:04:05.000000"))
 		}
-		i, inRun := last[c.key]
-		if !q.partitioned() || !inRun {
-			e := r.checkClaim(q, c, at, "claim_runs")
-			r.model.lease(e, c.token, c.until)
-			last[c.key] = len(runs)
-			runs = append(runs, []*modelEvent{e})
-			continue
-		}
-		prev := runs[i][len(runs[i])-1]
-		e := r.checkRunClaim(q, c, at, prev)
-		r.model.lease(e, c.token, c.until)
-		runs[i] = append(runs[i], e)
-	}
+		return at
+	}, func(e *modelEvent, c modelClaimed) { r.model.lease(e, c.token, c.until) })
 	for _, run := range runs {
 		r.note("%s;", modelEventList(run))
 		r.applyRun(q, run)
 	}
 }
 
+// claimedRuns checks the rows of a run claim (where: the function) and groups them into runs, each
+// key's rows in the order returned (id order within a key): the first is its head (checkClaim),
+// each other the key's next deliverable event after the one before it (checkRunClaim). at is when
+// the claim saw a row; take notes a checked row as claimed.
+func (r *modelRun) claimedRuns(q *modelQueue, claimed []modelClaimed, where string, at func(modelClaimed) time.Time,
+	take func(*modelEvent, modelClaimed)) [][]*modelEvent {
+	var runs [][]*modelEvent
+	last := map[string]int{} // key -> index in runs
+	for _, c := range claimed {
+		seen := at(c)
+		i, inRun := last[c.key]
+		if !q.partitioned() || !inRun {
+			e := r.checkClaim(q, c, seen, where)
+			take(e, c)
+			last[c.key] = len(runs)
+			runs = append(runs, []*modelEvent{e})
+			continue
+		}
+		prev := runs[i][len(runs[i])-1]
+		e := r.checkRunClaim(q, c, seen, prev, where)
+		take(e, c)
+		runs[i] = append(runs[i], e)
+	}
+	return runs
+}
+
+// stepClaimLockRuns: a drainer in lock mode that claims runs (claim_locked_runs, issue 28), in one
+// transaction: it applies each run in order and settles what it applied, up to and including the
+// run's first failure; the rest of that run stays unsettled (unchanged when the transaction ends).
+// Sometimes the worker dies before COMMIT: nothing is recorded.
+func (r *modelRun) stepClaimLockRuns() {
+	q := r.randomQueue()
+	batch, runLength := 1+r.rng.IntN(12), 1+r.rng.IntN(4)
+	tx, err := r.worker.Begin(r.ctx)
+	r.noErr(err, "BEGIN")
+	defer func() { _ = tx.Rollback(r.ctx) }()
+	r.note("BEGIN;")
+	rows, err := tx.Query(r.ctx, `SELECT id, COALESCE((payload->>'m')::int, -1), COALESCE(partition_key, ''), attempt_count
+		FROM outbox.claim_locked_runs($1, $2, $3)`, q.name, batch, runLength)
+	var claimed []modelClaimed
+	if err == nil {
+		claimed, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (modelClaimed, error) {
+			var c modelClaimed
+			return c, row.Scan(&c.id, &c.m, &c.key, &c.attempts)
+		})
+	}
+	r.noErr(err, "claim_locked_runs(%s, %d, %d)", q.name, batch, runLength)
+	at := r.dbNow(tx) // the claim saw the rows at this time or earlier
+	runs := r.claimedRuns(q, claimed, "claim_locked_runs", func(modelClaimed) time.Time { return at },
+		func(*modelEvent, modelClaimed) {})
+	r.note("claim_locked_runs(%s, %d, %d) ->", q.name, batch, runLength)
+	var settled []*modelEvent
+	var outcomes []string
+	for _, run := range runs {
+		r.note("%s;", modelEventList(run))
+		for _, e := range run {
+			x := r.rng.IntN(100)
+			if x >= 90 {
+				break // the worker stops this run: the rest stays unsettled
+			}
+			outcome := "sent"
+			if x >= 85 {
+				outcome = "permanent"
+			} else if x >= 70 {
+				outcome = "transient"
+			}
+			settled, outcomes = append(settled, e), append(outcomes, outcome)
+			if outcome != "sent" {
+				break
+			}
+		}
+	}
+	before := r.settleLocked(tx, q, settled, outcomes)
+	after := r.dbNow(tx)
+	if r.rng.IntN(10) == 0 {
+		r.noErr(tx.Rollback(r.ctx), "ROLLBACK")
+		r.note("ROLLBACK (the worker died: nothing is recorded)")
+		return
+	}
+	r.noErr(tx.Commit(r.ctx), "COMMIT")
+	r.note("COMMIT")
+	for i, e := range settled {
+		r.model.record(e, outcomes[i], before, after)
+	}
+}
+
 // checkRunClaim checks a row that a run claim returned after prev, a row of the same key in the
 // same claim: a known event, due at at, and the key's next deliverable event after prev in commit
 // order (poisoned events are stepped over, as the FIFO rule does).
-func (r *modelRun) checkRunClaim(q *modelQueue, c modelClaimed, at time.Time, prev *modelEvent) *modelEvent {
+func (r *modelRun) checkRunClaim(q *modelQueue, c modelClaimed, at time.Time, prev *modelEvent, where string) *modelEvent {
 	r.t.Helper()
 	e := r.model.events[c.m]
 	if e == nil || e.queue != q {
-		r.fail("nothing-lost", "claim_runs on %s returned id=%d m=%d, an event the model does not have", q.name, c.id, c.m)
+		r.fail("nothing-lost", "%s on %s returned id=%d m=%d, an event the model does not have", where, q.name, c.id, c.m)
 	}
 	e.id = c.id
 	var next *modelEvent
@@ -70,17 +145,17 @@ func (r *modelRun) checkRunClaim(q *modelQueue, c modelClaimed, at time.Time, pr
 	}
 	switch {
 	case !e.deliverable():
-		r.fail("claim-rules", "claim_runs on %s returned %v in a run after %v, but it is sent or poisoned", q.name, e, prev)
+		r.fail("claim-rules", "%s on %s returned %v in a run after %v, but it is sent or poisoned", where, q.name, e, prev)
 	case !e.dueAt(at):
-		r.fail("claim-rules", "claim_runs on %s returned %v in a run, but it is not due at %s (leased or backing off)",
-			q.name, e, at.Format("15:04:05.000000"))
+		r.fail("claim-rules", "%s on %s returned %v in a run, but it is not due at %s (leased or backing off)",
+			where, q.name, e, at.Format("15:04:05.000000"))
 	case next != e:
-		r.fail("commit-order", "claim_runs on %s returned %v after %v in a run, but the key's next deliverable event is %v;"+
-			" the key's events:%s", q.name, e, prev, next, r.model.describeKey(q, e.key))
+		r.fail("commit-order", "%s on %s returned %v after %v in a run, but the key's next deliverable event is %v;"+
+			" the key's events:%s", where, q.name, e, prev, next, r.model.describeKey(q, e.key))
 	}
 	if c.key != e.key || c.attempts != e.attempts {
-		r.fail("nothing-lost", "claim_runs on %s returned m=%d with key %q and attempt_count %d, the model has %v",
-			q.name, c.m, c.key, c.attempts, e)
+		r.fail("nothing-lost", "%s on %s returned m=%d with key %q and attempt_count %d, the model has %v",
+			where, q.name, c.m, c.key, c.attempts, e)
 	}
 	return e
 }

@@ -265,6 +265,7 @@ func modelAllStepKinds() []modelStepKind {
 		{"claim-lease", 48, false, (*modelRun).stepClaimLease},
 		{"claim-lease-old-transaction", 3, false, (*modelRun).stepClaimLeaseInOldTransaction},
 		{"claim-lease-runs", 12, false, (*modelRun).stepClaimLeaseRuns},
+		{"claim-lock-runs", 12, false, (*modelRun).stepClaimLockRuns},
 		{"claim-lock", 30, false, (*modelRun).stepClaimLock},
 		{"claim-lock-savepoint", 3, false, (*modelRun).stepClaimLockInSavepoint},
 		{"settle-held", 12, false, (*modelRun).stepSettleHeld},
