@@ -66,10 +66,14 @@ func (r *runner[T]) paced(ctx context.Context) time.Duration {
 	cancel()
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42883" {
+		// No such function (a schema before it), or no right to call it (a role granted the
+		// worker's functions one by one): pace alone from now on rather than ask in vain.
+		switch {
+		case errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42501"):
 			t.noTurns = true
-		}
-		if ctx.Err() == nil {
+			r.d.logger.WarnContext(ctx, "outbox.claim_turn can not be called: this drainer paces its claims alone "+
+				"(apply the migrations, or grant pgdrain_worker to the drainer's role)", "queue", r.reg.queue, "err", err)
+		case ctx.Err() == nil:
 			r.d.logger.DebugContext(ctx, "taking the claim turn failed; claiming now", "queue", r.reg.queue, "err", err)
 		}
 		return 0

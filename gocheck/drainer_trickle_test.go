@@ -69,6 +69,9 @@ func TestDrainer_TrickleInterval_ReplicasTakeTurns(t *testing.T) {
 			{"each alone", false, func(t *testing.T, n float64) {
 				require.GreaterOrEqual(t, n, 50.0, "three replicas pacing alone claim about thirty times a second, and in between")
 			}},
+			{"no right to take turns", true, func(t *testing.T, n float64) {
+				require.GreaterOrEqual(t, n, 50.0, "replicas that may not call claim_turn pace alone, and still deliver every row")
+			}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
@@ -77,6 +80,10 @@ func TestDrainer_TrickleInterval_ReplicasTakeTurns(t *testing.T) {
 					require.NoError(t, q.pool.QueryRow(context.Background(),
 						`SELECT format('DROP SEQUENCE outbox.claim_turn_q%s', queue_id) FROM outbox.queues`).Scan(&drop))
 					_, err := q.pool.Exec(context.Background(), drop)
+					require.NoError(t, err)
+				}
+				if c.name == "no right to take turns" {
+					_, err := q.pool.Exec(context.Background(), `REVOKE EXECUTE ON FUNCTION outbox.claim_turn(text, interval) FROM pgdrain_worker`)
 					require.NoError(t, err)
 				}
 				worker := loginPool(t, q.db, "pgdrain_worker")
@@ -94,7 +101,7 @@ func TestDrainer_TrickleInterval_ReplicasTakeTurns(t *testing.T) {
 				for _, reg := range regs {
 					claims += drMetric(t, reg, "pgdrain_outbox_claim_duration_seconds", map[string]string{"mode": mode.String()})
 				}
-				t.Logf("%s, three replicas, turns %v: %v claims for %d rows", mode, c.turns, claims, rows)
+				t.Logf("%s, three replicas, %s: %v claims for %d rows", mode, c.name, claims, rows)
 				c.check(t, claims)
 			})
 		}
