@@ -1,10 +1,6 @@
 package gocheck
 
-import (
-	"time"
-
-	"github.com/jackc/pgx/v5"
-)
+import "time"
 
 // stepClaimLeaseRuns: a drainer in lease mode that claims runs (claim_runs, issue 28): with each
 // key's head, the events after it in commit order, up to run_length per key. It applies each run
@@ -72,15 +68,8 @@ func (r *modelRun) stepClaimLockRuns() {
 	r.noErr(err, "BEGIN")
 	defer func() { _ = tx.Rollback(r.ctx) }()
 	r.note("BEGIN;")
-	rows, err := tx.Query(r.ctx, `SELECT id, COALESCE((payload->>'m')::int, -1), COALESCE(partition_key, ''), attempt_count
-		FROM outbox.claim_locked_runs($1, $2, $3)`, q.name, batch, runLength)
-	var claimed []modelClaimed
-	if err == nil {
-		claimed, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (modelClaimed, error) {
-			var c modelClaimed
-			return c, row.Scan(&c.id, &c.m, &c.key, &c.attempts)
-		})
-	}
+	claimed, err := collectLocked(tx.Query(r.ctx, `SELECT id, COALESCE((payload->>'m')::int, -1), COALESCE(partition_key, ''),
+		attempt_count FROM outbox.claim_locked_runs($1, $2, $3)`, q.name, batch, runLength))
 	r.noErr(err, "claim_locked_runs(%s, %d, %d)", q.name, batch, runLength)
 	at := r.dbNow(tx) // the claim saw the rows at this time or earlier
 	runs := r.claimedRuns(q, claimed, "claim_locked_runs", func(modelClaimed) time.Time { return at },
@@ -90,22 +79,8 @@ func (r *modelRun) stepClaimLockRuns() {
 	var outcomes []string
 	for _, run := range runs {
 		r.note("%s;", modelEventList(run))
-		for _, e := range run {
-			x := r.rng.IntN(100)
-			if x >= 90 {
-				break // the worker stops this run: the rest stays unsettled
-			}
-			outcome := "sent"
-			if x >= 85 {
-				outcome = "permanent"
-			} else if x >= 70 {
-				outcome = "transient"
-			}
-			settled, outcomes = append(settled, e), append(outcomes, outcome)
-			if outcome != "sent" {
-				break
-			}
-		}
+		results, picked, _ := r.runOutcomes(run)
+		settled, outcomes = append(settled, results...), append(outcomes, picked...)
 	}
 	before := r.settleLocked(tx, q, settled, outcomes)
 	after := r.dbNow(tx)
@@ -160,29 +135,34 @@ func (r *modelRun) checkRunClaim(q *modelQueue, c modelClaimed, at time.Time, pr
 	return e
 }
 
+// runOutcomes applies a run in order as the Go drainer does: its rows up to and including the first
+// failure get an outcome (sent, then transient or permanent); sometimes the worker dies first. It
+// returns the rows with outcomes, their outcomes, and where the rows without one start.
+func (r *modelRun) runOutcomes(run []*modelEvent) ([]*modelEvent, []string, int) {
+	var results []*modelEvent
+	var outcomes []string
+	for i, e := range run {
+		x := r.rng.IntN(100)
+		switch {
+		case x < 70:
+			results, outcomes = append(results, e), append(outcomes, "sent")
+			continue
+		case x < 85:
+			results, outcomes = append(results, e), append(outcomes, "transient")
+		case x < 90:
+			results, outcomes = append(results, e), append(outcomes, "permanent")
+		default:
+			return results, outcomes, i // the worker died: this row and the rest have none
+		}
+		return results, outcomes, i + 1
+	}
+	return results, outcomes, len(run)
+}
+
 // applyRun applies a run in order as the Go drainer does: sent until the first failure, which is
 // recorded; the rest are given back, or held.
 func (r *modelRun) applyRun(q *modelQueue, run []*modelEvent) {
-	var results []*modelEvent
-	var outcomes []string
-	stop := len(run)
-	for i, e := range run {
-		x := r.rng.IntN(100)
-		if x < 70 {
-			results, outcomes = append(results, e), append(outcomes, "sent")
-			continue
-		}
-		if x < 85 {
-			results, outcomes = append(results, e), append(outcomes, "transient")
-		} else if x < 90 {
-			results, outcomes = append(results, e), append(outcomes, "permanent")
-		}
-		stop = i + 1
-		if x >= 90 {
-			stop = i // the worker died: this row and the rest stay held
-		}
-		break
-	}
+	results, outcomes, stop := r.runOutcomes(run)
 	r.applyResults(q, results, outcomes)
 	if stop < len(run) && r.rng.IntN(3) > 0 {
 		for _, e := range run[stop:] {

@@ -60,8 +60,12 @@ func collectLeased(rows pgx.Rows, err error) ([]modelClaimed, error) {
 
 // claimLocked calls claim_locked in the open transaction q and returns its rows.
 func (r *modelRun) claimLocked(q modelQuerier, queue *modelQueue, batch int) ([]modelClaimed, error) {
-	rows, err := q.Query(r.ctx, `SELECT id, COALESCE((payload->>'m')::int, -1), COALESCE(partition_key, ''), attempt_count
-		FROM outbox.claim_locked($1, $2)`, queue.name, batch)
+	return collectLocked(q.Query(r.ctx, `SELECT id, COALESCE((payload->>'m')::int, -1), COALESCE(partition_key, ''), attempt_count
+		FROM outbox.claim_locked($1, $2)`, queue.name, batch))
+}
+
+// collectLocked reads the rows of a lock-mode claim (id, m, key, attempts).
+func collectLocked(rows pgx.Rows, err error) ([]modelClaimed, error) {
 	if err != nil {
 		return nil, err
 	}
