@@ -49,7 +49,13 @@ BEGIN
       -- lock-mode batch that delivered a key's last row held its producers at COMMIT).
       IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
                                    WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_key) THEN
-        IF outbox._make_heads(p_q, p_keys, p_ids, '{new}') IS NOT NULL THEN
+        -- Its floor is its id only while the queue's heads are complete and no wake note waits
+        -- for the key (the reasons are on outbox._make_heads); this is READ COMMITTED.
+        IF NOT outbox._make_head(p_q.queue_id, v_key, v_id,
+             CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
+                       AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                                       WHERE w.queue_id = p_q.queue_id AND w.partition_key = v_key)
+                  THEN v_id ELSE 0 END) THEN
           -- Made meanwhile by another session, maybe a claim's open transaction: a wake note.
           INSERT INTO outbox.partition_wakes (queue_id, partition_key, low_id) VALUES (p_q.queue_id, v_key, v_id);
         END IF;

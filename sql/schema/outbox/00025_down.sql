@@ -21,3 +21,4 @@ DROP FUNCTION outbox._guard_next_attempt_at(regclass, interval, boolean, boolean
 ALTER TABLE outbox.queues DROP COLUMN max_delay;
 ALTER TABLE outbox.queues ALTER COLUMN table_oid TYPE oid USING table_oid::oid;
 COMMENT ON COLUMN outbox.queues.table_oid IS NULL;
+DROP FUNCTION outbox._make_head(integer, text, bigint, bigint);
