@@ -848,6 +848,17 @@ DECLARE
   -- the head on would wait for that.
   v_not_in_flight constant text := pg_catalog.format(
     'NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = h.head_id AND t.leased_until > $5)', v_table);
+  -- Where a search stopped is the largest head id it saw, as its snapshot saw it. A head that a
+  -- result moved on after the search's snapshot was taken comes back locked in its new version
+  -- (READ COMMITTED re-reads a row it locks), with the id of its key's next row, as far ahead as
+  -- that row is: taken as the stop, it sent every replica's next claim past the queue's last head
+  -- and on to the front (about half the claims of 4 replicas searched the front again). A version
+  -- the statement's snapshot does not see is such a head, and is left out of the stop (our own
+  -- transaction's writes are seen, though its xid may be past the snapshot's xmax).
+  v_seen_by_search constant text :=
+    '(s.written_by = (SELECT pg_catalog.xid(pg_catalog.pg_current_xact_id_if_assigned()))
+      OR pg_catalog.age(s.written_by) > (SELECT pg_catalog.age(pg_catalog.xid(pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()))))
+         AND s.written_by <> ALL (ARRAY(SELECT pg_catalog.xid(pg_catalog.pg_snapshot_xip(pg_catalog.pg_current_snapshot())))))';
   v_busy text[];
   v_front boolean;
   v_asked integer;
@@ -937,15 +948,15 @@ BEGIN
     IF NOT v_front THEN
       EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
         'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
-                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id)
-         FROM (SELECT h.partition_key, h.head_id, h.floor_id FROM outbox.partition_heads h
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE %s)
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.xmin AS written_by FROM outbox.partition_heads h
                WHERE h.queue_id = $1 AND h.parked_until IS NULL
                  AND h.attempt_count = 0 AND h.head_id > $2
                  AND h.head_id <> ALL ($3) AND h.partition_key <> ALL ($4)
                  AND %s
                ORDER BY h.attempt_count, h.head_id
                LIMIT $6
-               FOR NO KEY UPDATE OF h SKIP LOCKED) s', v_not_in_flight),
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', v_seen_by_search, v_not_in_flight),
         'integer, bigint, bigint[], text[], timestamptz, integer',
         'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint)')
         INTO v_keys, v_heads, v_floors, v_last_fresh
@@ -955,14 +966,15 @@ BEGIN
       IF v_keys IS NULL OR pg_catalog.cardinality(v_keys) < v_asked THEN
         v_from_head := NULL;
       ELSE
-        v_from_head := v_last_fresh;
+        v_from_head := COALESCE(v_last_fresh, v_from_head);
       END IF;
     ELSE
       EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
         'SELECT pg_catalog.array_agg(s.partition_key), pg_catalog.array_agg(s.head_id),
-                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0),
+                pg_catalog.array_agg(s.floor_id), pg_catalog.max(s.head_id) FILTER (WHERE s.attempt_count = 0 AND %s),
                 pg_catalog.bool_and(s.attempt_count = 0)
-         FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count FROM outbox.partition_heads h
+         FROM (SELECT h.partition_key, h.head_id, h.floor_id, h.attempt_count, h.xmin AS written_by
+               FROM outbox.partition_heads h
                WHERE h.queue_id = $1 AND h.parked_until IS NULL
                  -- In lock mode claimed heads are not parked, and SKIP LOCKED does not skip our own
                  -- locks: without this a later pass would take them again.
@@ -971,7 +983,7 @@ BEGIN
                  AND %s
                ORDER BY h.attempt_count, h.head_id
                LIMIT $5
-               FOR NO KEY UPDATE OF h SKIP LOCKED) s', pg_catalog.replace(v_not_in_flight, '$5', '$4')),
+               FOR NO KEY UPDATE OF h SKIP LOCKED) s', v_seen_by_search, pg_catalog.replace(v_not_in_flight, '$5', '$4')),
         'integer, bigint[], text[], timestamptz, integer',
         'TABLE(pgdrain_keys text[], pgdrain_heads bigint[], pgdrain_floors bigint[], pgdrain_last bigint, pgdrain_only_fresh boolean)')
         INTO v_keys, v_heads, v_floors, v_last_fresh, v_only_fresh
