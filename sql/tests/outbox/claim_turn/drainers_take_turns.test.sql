@@ -1,9 +1,11 @@
 -- outbox.claim_turn paces a queue's drainers together: the first to ask gets the turn (0), and
 -- until the pause has passed every other ask is told how long is left; then the next ask gets it.
 -- Both kinds of queue have the turn; a queue without it (registered before it existed) always
--- answers 0; drop_queue drops it. A refused call changes nothing. As pgdrain_worker.
+-- answers 0; drop_queue drops it. A refused call changes nothing. Crash recovery resets the
+-- UNLOGGED turn (never called: no last value): the next ask takes the turn and sets it again.
+-- As pgdrain_worker.
 BEGIN;
-SELECT plan(14);
+SELECT plan(17);
 
 SELECT test_helpers.new_queue('resource_id') AS q \gset
 SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
@@ -24,6 +26,15 @@ RESET ROLE;
 SELECT pg_sleep(0.06);
 SET LOCAL ROLE pgdrain_worker;
 SELECT is(outbox.claim_turn(:'q', interval '50 milliseconds'), interval '0', 'once the pause has passed, the next ask takes the turn');
+RESET ROLE;
+
+SELECT setval(('outbox.claim_turn_q' || :'qid')::regclass, 1, false) IS NULL AS _ \gset
+SELECT is(pg_sequence_last_value(('outbox.claim_turn_q' || :'qid')::regclass), NULL,
+          'a turn reset as by crash recovery has no last value');
+SET LOCAL ROLE pgdrain_worker;
+SELECT is(outbox.claim_turn(:'q', interval '5 seconds'), interval '0', 'after a crash reset the first to ask takes the turn');
+SELECT ok(outbox.claim_turn(:'q', interval '5 seconds') BETWEEN interval '4 seconds' AND interval '5 seconds',
+          'and the turn paces the next ask again');
 RESET ROLE;
 
 SELECT pg_sequence_last_value(('outbox.claim_turn_q' || :'qid')::regclass) AS turn \gset
