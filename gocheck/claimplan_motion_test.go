@@ -3,7 +3,6 @@ package gocheck
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -75,25 +74,6 @@ func Test_ClaimPlan_InMotion_WithHeldXmin_StaysFlat(t *testing.T) {
 		require.EqualValues(t, claimBatchSize, got.Rows)
 		requireFlat(t, fmt.Sprintf("claim after %d events drained, xmin held", (i+1)*10_000), got, base)
 	}
-}
-
-// medianClaim is the median cost of three claims on conn, each rolled back. One claim per second
-// per queue searches the ready heads from the front (a session's cursor lasts a second), so one
-// of the three may, and with the xmin held that one walks every dead entry the drain left in front
-// of the live heads by design; the other two start where it stopped. A single sample is that
-// front search as often as a second holds one claim: on a loaded machine (the test suite in
-// parallel) often enough to fail, so the median. The drainer's claims are measured the same way
-// on a session that keeps no cursor (a monitoring query, a script, a replica's first claim).
-func medianClaim(t *testing.T, conn *pgx.Conn, claimSQL string) claimCost {
-	t.Helper()
-	costs := make([]claimCost, 3)
-	for i := range costs {
-		var err error
-		costs[i], err = explainFunctionScan(context.Background(), conn, claimSQL)
-		require.NoError(t, err)
-	}
-	slices.SortFunc(costs, func(a, b claimCost) int { return int(a.Buffers - b.Buffers) })
-	return costs[1]
 }
 
 // A claim on a session without a cursor during a drain with the xmin held starts where the queue's last search
