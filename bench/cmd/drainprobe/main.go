@@ -21,9 +21,11 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +50,7 @@ func main() {
 	run := flag.Int("run", 1, "RunLength of each replica")
 	keys := flag.Int("keys", 0, "partition keys (0: events/6)")
 	extra := flag.String("sql", "", "SQL file applied after the migrations")
+	cpuProfile := flag.String("cpuprofile", "", "write the drainers' Go CPU profile of the drain to this file")
 	flag.Parse()
 	ctx := context.Background()
 	db := *dsn
@@ -135,6 +138,13 @@ func main() {
 	var wg sync.WaitGroup
 	before := walCounters(ctx, pool)
 	cpuBefore := cpustat.Read()
+	selfBefore := processCPU()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		must(err)
+		must(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	for range *replicas {
 		d, err := drainer.New(pool, dc, func(b []byte) (json.RawMessage, error) { return b, nil },
@@ -178,6 +188,8 @@ func main() {
 	busy := cpustat.Read().Sub(cpuBefore).BusyShare()
 	fmt.Printf("CPU busy %.0f%% of the machine (%d cores): %.0f µs of CPU per event\n", 100*busy, runtime.NumCPU(),
 		busy*float64(runtime.NumCPU())*time.Since(start).Seconds()*1e6/float64(*n))
+	fmt.Printf("of which this process (the Go drainers): %.0f µs per event\n",
+		(processCPU()-selfBefore).Seconds()*1e6/float64(*n))
 	fmt.Printf("per event: %.0f WAL bytes, %.2f FPIs, %.2f records; %.3f commits (%.1f events per commit); %.1f events per claim, %.1f per apply_results call; %.1f%% of WAL time syncing, %.2f commits per sync\n",
 		(after.bytes-before.bytes)/float64(*n), (after.fpi-before.fpi)/float64(*n), (after.records-before.records)/float64(*n),
 		(after.commits-before.commits)/float64(*n), float64(*n)/(after.commits-before.commits),
@@ -185,6 +197,13 @@ func main() {
 		100*(after.syncMs-before.syncMs)/time.Since(start).Seconds()/1000, (after.commits-before.commits)/(after.syncs-before.syncs))
 	cancel()
 	wg.Wait()
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	must(syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type counters struct{ bytes, fpi, records, commits, claims, results, syncMs, syncs float64 }

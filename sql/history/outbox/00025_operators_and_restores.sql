@@ -1012,7 +1012,7 @@ BEGIN
     v_until := pg_catalog.clock_timestamp() + p_lease;
     EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
       'WITH picked AS (
-         SELECT t.id, t.%2$I AS key
+         SELECT t.id, t.%2$I AS key, t.ctid AS version
          FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
          -- A head must point at a row of its own partition (heads of new keys come from settings a
          -- producer could forge); one that does not is stale and refreshed below.
@@ -1030,8 +1030,11 @@ BEGIN
       v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type,
       CASE WHEN p_mode = 'lease'
            THEN pg_catalog.format(
+             -- By the version picked locked (a TID scan), not by id: a second index probe per row.
+             -- A version newer than the statement's snapshot (a concurrent release committed
+             -- between the snapshot and the lock) is not leased; its head counts as stale below.
              'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
-              FROM picked WHERE u.id = picked.id RETURNING u.id, picked.key', v_table)
+              FROM picked WHERE u.ctid = picked.version RETURNING u.id, picked.key', v_table)
            ELSE 'SELECT picked.id, picked.key FROM picked' END),
       'bigint[], integer, bigint[], text[], timestamptz, timestamptz', 'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
       INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;
@@ -1623,33 +1626,31 @@ BEGIN
        SELECT u.id, u.token, u.outcome, u.err, u.retry_at
        FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $11::timestamptz[])
          AS u(id, token, outcome, err, retry_at)),
-     decided AS (
-       SELECT i.*, CASE
-                WHEN i.outcome = ''sent'' THEN NULL
-                WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
-                -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts
-                -- while it was leased stays poisoned.
-                ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END AS attempts
-       FROM input i JOIN %1$s t ON t.id = i.id),
      upd AS (
+       -- The attempts a failure leaves are computed from the row being updated, not read in a join
+       -- before it: one index probe per row instead of two.
        UPDATE %1$s t SET
-         sent_at = CASE WHEN d.outcome = ''sent'' THEN pg_catalog.now() END,
-         attempt_count = COALESCE(d.attempts, t.attempt_count),
+         sent_at = CASE WHEN i.outcome = ''sent'' THEN pg_catalog.now() END,
+         attempt_count = CASE WHEN i.outcome = ''sent'' THEN t.attempt_count ELSE %3$s END,
          next_attempt_at = CASE
-           WHEN d.outcome = ''sent'' THEN t.next_attempt_at
-           WHEN d.attempts >= $6 THEN NULL
-           WHEN d.retry_at IS NOT NULL THEN GREATEST(d.retry_at, $10)
-           ELSE $10 + outbox._backoff(d.attempts, $8, $9) END,
-         last_error = CASE WHEN d.outcome = ''sent'' THEN NULL ELSE d.err END,
+           WHEN i.outcome = ''sent'' THEN t.next_attempt_at
+           WHEN %3$s >= $6 THEN NULL
+           WHEN i.retry_at IS NOT NULL THEN GREATEST(i.retry_at, $10)
+           ELSE $10 + outbox._backoff(%3$s, $8, $9) END,
+         last_error = CASE WHEN i.outcome = ''sent'' THEN NULL ELSE i.err END,
          leased_until = NULL,
          lease_token = NULL
-       FROM decided d
-       WHERE t.id = d.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = d.token)
+       FROM input i
+       WHERE t.id = i.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = i.token)
        RETURNING t.id, %2$s AS key)
      SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
     p_q.table_oid::regclass,
     CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
-         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END),
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END,
+    -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts while it was
+    -- leased stays poisoned.
+    '(CASE WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
+           ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END)'),
     'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
     'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
     INTO v_done, v_keys
@@ -1660,6 +1661,152 @@ BEGIN
     PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;
   RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Points the head of each given partition at its first deliverable row (the smallest id at or above
+-- the partition's floor among unsent, not poisoned rows), parked until that row's lease or backoff
+-- ends; creates missing heads. The caller must have written its own changes in an earlier
+-- statement, so they are visible here.
+-- A partition found empty loses its head, and a partition whose head search stepped over poisoned
+-- rows gets its floor raised past them, but only with the head locked FOR UPDATE (skip, never
+-- wait) and after a second look with a newer snapshot: a producer committing rows of the
+-- partition holds its head FOR KEY SHARE until it commits (outbox._commit_partitions), so its
+-- rows never lose their head; one that finds the head locked by us leaves a wake note, applied by
+-- a later claim. When the head is busy an empty head (head_id NULL) is parked for a second and
+-- looked at again by a later claim.
+-- Only READ COMMITTED gives the second look a newer snapshot: under REPEATABLE READ or SERIALIZABLE
+-- every key counts as busy, so a head is never deleted nor a floor raised from an old snapshot.
+-- A head moved on to a row with every row below it (from the floor) sent takes that row's id as its
+-- floor, in READ COMMITTED, without the lock: no row of the key below it can still come, since a
+-- row committed after the row we found, which is committed, gets a larger id (commit order,
+-- docs/ordering.md), so claims and refreshes walk no index entries of the key's sent rows again
+-- (before, every head move and every claim walked all of them from the key's first row: the
+-- dead ones too while an xmin is held). Only a floor still as we read it is raised: one lowered
+-- meanwhile (a wake note, a producer's fix) stays.
+CREATE OR REPLACE FUNCTION outbox._refresh_heads(p_q outbox.queues, p_keys text[])
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_next constant text := pg_catalog.format(
+    'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head,
+            NULLIF(GREATEST(n.next_attempt_at, n.leased_until, $4), $4) AS parked,
+            n.id IS NULL OR n.id > fl.floor_id AND EXISTS (
+              SELECT 1 FROM %1$s s WHERE s.%2$I = k.key::%3$s AND s.sent_at IS NULL
+                AND s.id >= fl.floor_id AND s.id < n.id) AS tidy
+     FROM pg_catalog.unnest($1::text[]) AS k(key)
+     -- A join, read once per key: as a scalar subquery in a pulled-up LATERAL the planner copied
+     -- the lookup into each of its five uses (15 of 24 buffers per key in a drain).
+     LEFT JOIN outbox.partition_heads fh ON fh.queue_id = $3 AND fh.partition_key = k.key
+     CROSS JOIN LATERAL (
+       SELECT COALESCE(fh.floor_id, 0) AS floor_id, fh.partition_key IS NOT NULL AS has_head) fl
+     LEFT JOIN LATERAL (
+       SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
+       FROM %1$s t
+       WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2 AND t.id >= fl.floor_id
+       ORDER BY t.id LIMIT 1) n ON true',
+    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type);
+  v_tidy text[];
+  v_locked text[];
+  v_busy text[];
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
+BEGIN
+  IF p_keys IS NULL OR pg_catalog.cardinality(p_keys) = 0 THEN
+    RETURN;
+  END IF;
+  -- Point heads at their next row; partitions that are empty or stepped over poisoned rows are
+  -- only collected here, so the common uncontended case writes each of them once, below.
+  -- Heads that exist are updated in place (an upsert locks each row before it updates it); those
+  -- that do not, or were deleted meanwhile, are made.
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH next AS (%s),
+     moved AS (
+       UPDATE outbox.partition_heads h
+       SET head_id = next.id, attempt_count = next.attempt_count, parked_until = next.parked,
+           floor_id = CASE WHEN $5 AND h.floor_id >= next.floor_id THEN GREATEST(h.floor_id, next.id)
+                           ELSE h.floor_id END
+       FROM next
+       WHERE next.id IS NOT NULL AND NOT next.tidy AND next.has_head
+         AND h.queue_id = $3 AND h.partition_key = next.key
+       RETURNING h.partition_key),
+     made AS (
+       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+       SELECT $3, next.key, next.id, next.attempt_count, next.parked, CASE WHEN $5 THEN next.id ELSE 0 END
+       FROM next WHERE next.id IS NOT NULL AND NOT next.tidy
+         AND next.key NOT IN (SELECT moved.partition_key FROM moved)
+       ON CONFLICT (queue_id, partition_key) DO UPDATE
+         SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+             parked_until = EXCLUDED.parked_until)
+     SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FROM next WHERE next.tidy', v_next),
+    'text[], integer, integer, timestamptz, boolean', 'TABLE(pgdrain_tidy text[])')
+    INTO v_tidy USING p_keys, p_q.max_attempts, p_q.queue_id, v_now, v_read_committed;
+  IF v_tidy IS NULL THEN
+    RETURN;
+  END IF;
+
+  IF v_read_committed THEN
+    -- A partition with no head row has nothing a producer relies on (one that makes its head
+    -- meanwhile waits for our insert, then leaves a wake note): it counts as locked.
+    SELECT pg_catalog.array_agg(k) INTO v_locked
+    FROM pg_catalog.unnest(v_tidy) AS k
+    WHERE k IN (SELECT h.partition_key FROM outbox.partition_heads h
+                WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_tidy)
+                FOR UPDATE SKIP LOCKED)
+       OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads h
+                      WHERE h.queue_id = p_q.queue_id AND h.partition_key = k);
+  END IF;
+  SELECT pg_catalog.array_agg(k) INTO v_busy
+  FROM pg_catalog.unnest(v_tidy) AS k
+  WHERE k <> ALL (COALESCE(v_locked, '{}'));
+
+  -- Head busy (a producer is committing rows of the partition, or another claim holds it): point
+  -- the head at what we found, the floor stays; an empty head is parked for a second and looked at
+  -- again by a later claim.
+  IF v_busy IS NOT NULL THEN
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH next AS (%s)
+       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
+       SELECT $3, next.key, next.id, COALESCE(next.attempt_count, 0),
+              CASE WHEN next.id IS NULL THEN $4 + interval ''1 second'' ELSE next.parked END
+       FROM next WHERE next.id IS NOT NULL OR next.has_head
+       ON CONFLICT (queue_id, partition_key) DO UPDATE
+         SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+             parked_until = EXCLUDED.parked_until', v_next),
+      'text[], integer, integer, timestamptz', 'void')
+      USING v_busy, p_q.max_attempts, p_q.queue_id, v_now;
+  END IF;
+  IF v_locked IS NULL THEN
+    RETURN;
+  END IF;
+
+  -- Under the exclusive lock, with a newer snapshot (rows committed before the lock are visible):
+  -- delete empty heads, raise floors past poisoned rows.
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH next AS (%s),
+     gone AS (
+       DELETE FROM outbox.partition_heads h USING next
+       WHERE next.id IS NULL AND h.queue_id = $3 AND h.partition_key = next.key)
+     INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+     SELECT $3, next.key, next.id, next.attempt_count, next.parked, next.id
+     FROM next WHERE next.id IS NOT NULL
+     ON CONFLICT (queue_id, partition_key) DO UPDATE
+       SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next),
+    'text[], integer, integer, timestamptz', 'void')
+    USING v_locked, p_q.max_attempts, p_q.queue_id, v_now;
 END;
 $$;
 -- +goose StatementEnd
@@ -3472,6 +3619,131 @@ BEGIN
     PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;
   RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Points the head of each given partition at its first deliverable row (the smallest id at or above
+-- the partition's floor among unsent, not poisoned rows), parked until that row's lease or backoff
+-- ends; creates missing heads. The caller must have written its own changes in an earlier
+-- statement, so they are visible here.
+-- A partition found empty loses its head, and a partition whose head search stepped over poisoned
+-- rows gets its floor raised past them, but only with the head locked FOR UPDATE (skip, never
+-- wait) and after a second look with a newer snapshot: a producer committing rows of the
+-- partition holds its head FOR KEY SHARE until it commits (outbox._commit_partitions), so its
+-- rows never lose their head; one that finds the head locked by us leaves a wake note, applied by
+-- a later claim. When the head is busy an empty head (head_id NULL) is parked for a second and
+-- looked at again by a later claim.
+-- Only READ COMMITTED gives the second look a newer snapshot: under REPEATABLE READ or SERIALIZABLE
+-- every key counts as busy, so a head is never deleted nor a floor raised from an old snapshot.
+CREATE OR REPLACE FUNCTION outbox._refresh_heads(p_q outbox.queues, p_keys text[])
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_next constant text := pg_catalog.format(
+    'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head,
+            NULLIF(GREATEST(n.next_attempt_at, n.leased_until, $4), $4) AS parked,
+            n.id IS NULL OR n.id > fl.floor_id AND EXISTS (
+              SELECT 1 FROM %1$s s WHERE s.%2$I = k.key::%3$s AND s.sent_at IS NULL
+                AND s.id >= fl.floor_id AND s.id < n.id) AS tidy
+     FROM pg_catalog.unnest($1::text[]) AS k(key)
+     CROSS JOIN LATERAL (
+       SELECT COALESCE(x.floor_id, 0) AS floor_id, x.floor_id IS NOT NULL AS has_head
+       FROM (SELECT (SELECT h.floor_id FROM outbox.partition_heads h
+                     WHERE h.queue_id = $3 AND h.partition_key = k.key) AS floor_id) x) fl
+     LEFT JOIN LATERAL (
+       SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
+       FROM %1$s t
+       WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2 AND t.id >= fl.floor_id
+       ORDER BY t.id LIMIT 1) n ON true',
+    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type);
+  v_tidy text[];
+  v_locked text[];
+  v_busy text[];
+  v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+  IF p_keys IS NULL OR pg_catalog.cardinality(p_keys) = 0 THEN
+    RETURN;
+  END IF;
+  -- Point heads at their next row; partitions that are empty or stepped over poisoned rows are
+  -- only collected here, so the common uncontended case writes each of them once, below.
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH next AS (%s),
+     upd AS (
+       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
+       SELECT $3, next.key, next.id, next.attempt_count, next.parked
+       FROM next WHERE next.id IS NOT NULL AND NOT next.tidy
+       ON CONFLICT (queue_id, partition_key) DO UPDATE
+         SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+             parked_until = EXCLUDED.parked_until)
+     SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FROM next WHERE next.tidy', v_next),
+    'text[], integer, integer, timestamptz', 'TABLE(pgdrain_tidy text[])')
+    INTO v_tidy USING p_keys, p_q.max_attempts, p_q.queue_id, v_now;
+  IF v_tidy IS NULL THEN
+    RETURN;
+  END IF;
+
+  IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+    -- A partition with no head row has nothing a producer relies on (one that makes its head
+    -- meanwhile waits for our insert, then leaves a wake note): it counts as locked.
+    SELECT pg_catalog.array_agg(k) INTO v_locked
+    FROM pg_catalog.unnest(v_tidy) AS k
+    WHERE k IN (SELECT h.partition_key FROM outbox.partition_heads h
+                WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_tidy)
+                FOR UPDATE SKIP LOCKED)
+       OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads h
+                      WHERE h.queue_id = p_q.queue_id AND h.partition_key = k);
+  END IF;
+  SELECT pg_catalog.array_agg(k) INTO v_busy
+  FROM pg_catalog.unnest(v_tidy) AS k
+  WHERE k <> ALL (COALESCE(v_locked, '{}'));
+
+  -- Head busy (a producer is committing rows of the partition, or another claim holds it): point
+  -- the head at what we found, the floor stays; an empty head is parked for a second and looked at
+  -- again by a later claim.
+  IF v_busy IS NOT NULL THEN
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH next AS (%s)
+       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
+       SELECT $3, next.key, next.id, COALESCE(next.attempt_count, 0),
+              CASE WHEN next.id IS NULL THEN $4 + interval ''1 second'' ELSE next.parked END
+       FROM next WHERE next.id IS NOT NULL OR next.has_head
+       ON CONFLICT (queue_id, partition_key) DO UPDATE
+         SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+             parked_until = EXCLUDED.parked_until', v_next),
+      'text[], integer, integer, timestamptz', 'void')
+      USING v_busy, p_q.max_attempts, p_q.queue_id, v_now;
+  END IF;
+  IF v_locked IS NULL THEN
+    RETURN;
+  END IF;
+
+  -- Under the exclusive lock, with a newer snapshot (rows committed before the lock are visible):
+  -- delete empty heads, raise floors past poisoned rows.
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH next AS (%s),
+     gone AS (
+       DELETE FROM outbox.partition_heads h USING next
+       WHERE next.id IS NULL AND h.queue_id = $3 AND h.partition_key = next.key)
+     INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+     SELECT $3, next.key, next.id, next.attempt_count, next.parked, next.id
+     FROM next WHERE next.id IS NOT NULL
+     ON CONFLICT (queue_id, partition_key) DO UPDATE
+       SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next),
+    'text[], integer, integer, timestamptz', 'void')
+    USING v_locked, p_q.max_attempts, p_q.queue_id, v_now;
 END;
 $$;
 -- +goose StatementEnd
