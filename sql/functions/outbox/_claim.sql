@@ -242,7 +242,7 @@ BEGIN
     v_until := pg_catalog.clock_timestamp() + p_lease;
     EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
       'WITH picked AS (
-         SELECT t.id, t.%2$I AS key
+         SELECT t.id, t.%2$I AS key, t.ctid AS version
          FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
          -- A head must point at a row of its own partition (heads of new keys come from settings a
          -- producer could forge); one that does not is stale and refreshed below.
@@ -260,8 +260,11 @@ BEGIN
       v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type,
       CASE WHEN p_mode = 'lease'
            THEN pg_catalog.format(
+             -- By the version picked locked (a TID scan), not by id: a second index probe per row.
+             -- A version newer than the statement's snapshot (a concurrent release committed
+             -- between the snapshot and the lock) is not leased; its head counts as stale below.
              'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
-              FROM picked WHERE u.id = picked.id RETURNING u.id, picked.key', v_table)
+              FROM picked WHERE u.ctid = picked.version RETURNING u.id, picked.key', v_table)
            ELSE 'SELECT picked.id, picked.key FROM picked' END),
       'bigint[], integer, bigint[], text[], timestamptz, timestamptz', 'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
       INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;

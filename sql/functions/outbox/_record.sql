@@ -33,33 +33,31 @@ BEGIN
        SELECT u.id, u.token, u.outcome, u.err, u.retry_at
        FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $11::timestamptz[])
          AS u(id, token, outcome, err, retry_at)),
-     decided AS (
-       SELECT i.*, CASE
-                WHEN i.outcome = ''sent'' THEN NULL
-                WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
-                -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts
-                -- while it was leased stays poisoned.
-                ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END AS attempts
-       FROM input i JOIN %1$s t ON t.id = i.id),
      upd AS (
+       -- The attempts a failure leaves are computed from the row being updated, not read in a join
+       -- before it: one index probe per row instead of two.
        UPDATE %1$s t SET
-         sent_at = CASE WHEN d.outcome = ''sent'' THEN pg_catalog.now() END,
-         attempt_count = COALESCE(d.attempts, t.attempt_count),
+         sent_at = CASE WHEN i.outcome = ''sent'' THEN pg_catalog.now() END,
+         attempt_count = CASE WHEN i.outcome = ''sent'' THEN t.attempt_count ELSE %3$s END,
          next_attempt_at = CASE
-           WHEN d.outcome = ''sent'' THEN t.next_attempt_at
-           WHEN d.attempts >= $6 THEN NULL
-           WHEN d.retry_at IS NOT NULL THEN GREATEST(d.retry_at, $10)
-           ELSE $10 + outbox._backoff(d.attempts, $8, $9) END,
-         last_error = CASE WHEN d.outcome = ''sent'' THEN NULL ELSE d.err END,
+           WHEN i.outcome = ''sent'' THEN t.next_attempt_at
+           WHEN %3$s >= $6 THEN NULL
+           WHEN i.retry_at IS NOT NULL THEN GREATEST(i.retry_at, $10)
+           ELSE $10 + outbox._backoff(%3$s, $8, $9) END,
+         last_error = CASE WHEN i.outcome = ''sent'' THEN NULL ELSE i.err END,
          leased_until = NULL,
          lease_token = NULL
-       FROM decided d
-       WHERE t.id = d.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = d.token)
+       FROM input i
+       WHERE t.id = i.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = i.token)
        RETURNING t.id, %2$s AS key)
      SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
     p_q.table_oid::regclass,
     CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
-         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END),
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END,
+    -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts while it was
+    -- leased stays poisoned.
+    '(CASE WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
+           ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END)'),
     'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
     'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
     INTO v_done, v_keys
