@@ -13,6 +13,11 @@ import (
 // only once its result is recorded.
 const resultFlushDelay = 10 * time.Millisecond
 
+// maxResultsPerFlush is the most results one apply_results call carries: the function refuses
+// more ids than a claim may take (MaxBatchSize). Results that finished meanwhile beyond it go in the
+// next flush, at once.
+const maxResultsPerFlush = MaxBatchSize
+
 // recorder records lease-mode results with outbox.apply_results, one flush at a time, batching
 // what finished meanwhile. A flush is due as soon as any of these holds: claimSize results are
 // pending; no apply is running or waiting (nothing more is coming soon); the oldest pending result
@@ -33,13 +38,14 @@ type recorder[T any] struct {
 	kick chan struct{}
 	done chan struct{}
 
-	mu      sync.Mutex
-	pending []*job
-	index   map[int64]int // position in pending by id
-	since   time.Time     // when the oldest pending result arrived
-	closed  bool
-	closeBy time.Time // closed: retries stop by then (shutdown stays bounded)
-	retryAt time.Time // a failed flush is retried then (zero: no retry pending)
+	mu       sync.Mutex
+	pending  []*job
+	index    map[int64]int // position in pending by id
+	flushing int           // results of the flush being written
+	since    time.Time     // when the oldest pending result arrived
+	closed   bool
+	closeBy  time.Time // closed: retries stop by then (shutdown stays bounded)
+	retryAt  time.Time // a failed flush is retried then (zero: no retry pending)
 }
 
 func newRecorder[T any](r *runner[T], busy func() bool) *recorder[T] {
@@ -75,6 +81,13 @@ func (rec *recorder[T]) add(j *job) {
 	rec.nudge()
 }
 
+// backlog is how many results are not yet recorded: pending, and in the flush being written.
+func (rec *recorder[T]) backlog() int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return len(rec.pending) + rec.flushing
+}
+
 func (rec *recorder[T]) nudge() {
 	select {
 	case rec.kick <- struct{}{}:
@@ -101,10 +114,13 @@ func (rec *recorder[T]) run(ctx context.Context) {
 	for {
 		jobs, wait, closed := rec.due()
 		if len(jobs) > 0 {
-			recorded, rest, err := rec.r.recordLeased(ctx, jobs)
-			if recorded {
-				rec.r.signal()
-			}
+			_, rest, err := rec.r.recordLeased(ctx, jobs)
+			rec.mu.Lock()
+			rec.flushing = 0
+			rec.mu.Unlock()
+			// Also when nothing counted: a claimer held back by the backlog (pipeline.room) may
+			// claim again.
+			rec.r.signal()
 			if err == nil {
 				retryDelay = 0
 				continue
@@ -150,8 +166,7 @@ func (rec *recorder[T]) due() (jobs []*job, wait time.Duration, closed bool) {
 			return nil, wait, false
 		}
 		rec.mu.Lock()
-		jobs, rec.pending = rec.pending, nil
-		clear(rec.index)
+		jobs = rec.takeLocked()
 		rec.retryAt = time.Time{}
 		rec.mu.Unlock()
 		return jobs, 0, closed
@@ -164,10 +179,26 @@ func (rec *recorder[T]) due() (jobs []*job, wait time.Duration, closed bool) {
 		return nil, wait, false
 	}
 	rec.mu.Lock()
-	jobs, rec.pending = rec.pending, nil
-	clear(rec.index)
+	jobs = rec.takeLocked()
 	rec.mu.Unlock()
 	return jobs, 0, closed
+}
+
+// takeLocked takes the oldest pending results for a flush, at most maxResultsPerFlush; the rest
+// stay pending, due at once. rec.mu is held.
+func (rec *recorder[T]) takeLocked() []*job {
+	n := min(len(rec.pending), maxResultsPerFlush)
+	jobs := rec.pending[:n:n]
+	rec.pending = rec.pending[n:]
+	clear(rec.index)
+	for i, j := range rec.pending {
+		rec.index[j.event.ID] = i
+	}
+	if len(rec.pending) > 0 {
+		rec.since = time.Time{} // the oldest left has waited long enough: due at once
+	}
+	rec.flushing = n
+	return jobs
 }
 
 // retry puts back the results of a failed flush that may still be recorded in time, and schedules

@@ -96,6 +96,44 @@ func TestDrainer_Pipeline_FastAppliesGetFullClaims(t *testing.T) {
 	drNoPrivilegeErrors(t, buf.String())
 }
 
+// Claims wait for the recorder: with fast applies and results slow to record (a trigger on the
+// queue table sleeps 2 ms per row made sent), a lease-mode drainer does not claim ahead of what it
+// has recorded. Before, it kept claiming while results piled up (4 replicas at BatchSize 256 held
+// more than 10,000, which apply_results refuses, and every claim walked past their heads in
+// flight). Leased unsent rows are sampled during the drain: at most a claim in the slots and five
+// claims' worth of results (under four when a claim starts, and its rows), never the whole queue.
+// Run as pgdrain_worker.
+func TestDrainer_Pipeline_ClaimsWaitForTheRecorder(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{})
+	const rows, batch = 1500, 50
+	drFill(t, q, "fast", rows)
+	_, err := q.pool.Exec(context.Background(), `
+		CREATE FUNCTION public.slow_record() RETURNS trigger LANGUAGE plpgsql AS
+		  $$BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END$$;
+		CREATE TRIGGER slow_record BEFORE UPDATE ON public.events FOR EACH ROW
+		  WHEN (OLD.sent_at IS NULL AND NEW.sent_at IS NOT NULL) EXECUTE FUNCTION public.slow_record()`)
+	require.NoError(t, err)
+	worker := loginPool(t, q.db, "pgdrain_worker")
+
+	cfg := q.config(drainer.ClaimLease)
+	cfg.BatchSize, cfg.ApplyConcurrency, cfg.ApplyTimeout, cfg.Lease = batch, 1, 5*time.Second, time.Minute
+	logger, buf := drCapture(t)
+	d, _ := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil },
+		drainer.WithLogger[drEvent](logger))
+	stop := drStart(t, d)
+	var most int64
+	drWaitFor(t, 60*time.Second, "every row sent", func() bool {
+		most = max(most, q.count(t, `SELECT count(*) FROM public.events WHERE sent_at IS NULL AND leased_until > now()`))
+		return q.sent(t) == rows
+	})
+	require.NoError(t, stop())
+	t.Logf("at most %d rows leased and not yet recorded (BatchSize %d, %d rows)", most, batch, rows)
+	require.LessOrEqual(t, most, int64(6*batch),
+		"claims ran ahead of the recorder: %d rows leased and unrecorded at once (BatchSize %d)", most, batch)
+	drNoPrivilegeErrors(t, buf.String())
+}
+
 // An Applier that ignores its context does not hold shutdown: Run returns once ApplyTimeout has
 // passed after the cancellation, having recorded the applies that did return. The hung row is
 // not recorded: in lease mode its lease ends and it is delivered again; in lock mode the COMMIT
