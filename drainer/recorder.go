@@ -114,7 +114,7 @@ func (rec *recorder[T]) run(ctx context.Context) {
 	for {
 		jobs, wait, closed := rec.due()
 		if len(jobs) > 0 {
-			_, rest, err := rec.r.recordLeased(ctx, jobs)
+			rest, err := rec.r.recordLeased(ctx, jobs)
 			rec.mu.Lock()
 			rec.flushing = 0
 			rec.mu.Unlock()
@@ -255,12 +255,11 @@ func (rec *recorder[T]) retry(ctx context.Context, jobs []*job, err error, delay
 	}
 }
 
-// recordLeased writes the results of jobs in one apply_results round trip and reports whether any
-// counted. A row reported applied = false was no longer ours (its lease ran out and someone else
+// recordLeased writes the results of jobs in one apply_results round trip. A row reported applied = false was no longer ours (its lease ran out and someone else
 // took it): it is counted, never retried from here. A batch the server refuses with a data
 // exception is recorded row by row (recordEach). A failed round trip returns its error and the
 // jobs not recorded (the recorder retries or drops them, see retry).
-func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded bool, rest []*job, err error) {
+func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (rest []*job, err error) {
 	byID := make(map[int64]*job, len(jobs))
 	for _, j := range jobs {
 		byID[j.event.ID] = j
@@ -272,7 +271,6 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded boo
 	counted := func(id int64, applied bool) {
 		j := byID[id]
 		if applied {
-			recorded = true
 			r.metrics.recorded(j.disposition)
 			return
 		}
@@ -283,12 +281,12 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (recorded boo
 	err = queryApplyResults(rctx, r.d.pool, r.reg.queue, jobs, counted)
 	switch {
 	case err == nil:
-		return recorded, nil, nil
+		return nil, nil
 	case dataException(err) == nil:
-		return recorded, jobs, err
+		return jobs, err
 	}
 	rest, err = r.recordEach(ctx, jobs, err, func(j *job) error {
 		return queryApplyResults(rctx, r.d.pool, r.reg.queue, []*job{j}, counted)
 	})
-	return recorded, rest, err
+	return rest, err
 }
