@@ -8,8 +8,9 @@
 #   hook       that trigger noting the keys in a hook row, and a deferred constraint trigger on the
 #              hook that deletes it at COMMIT: the least a commit step needs to run at all;
 #   minimal    the hook, and at COMMIT what pgdrain's commit step must do for such rows: lock their
-#              keys' clock rows (one upsert, in slot order), hold their heads FOR KEY SHARE, and
-#              make the heads of new keys;
+#              keys' clock rows (one upsert, in slot order, that writes none: READ COMMITTED),
+#              look for rows of their keys written since their first one, hold their heads FOR KEY
+#              SHARE, and make the heads of new keys;
 #   pgdrain    a partitioned pgdrain queue.
 # Prints each one's mean latency and bare / it (a closed loop: rate ∝ 1 / latency). The gap between
 # minimal and pgdrain is what pgdrain's own machinery costs; the gap between bare and minimal is
@@ -54,14 +55,15 @@ CREATE TRIGGER t AFTER INSERT ON pgdrain_floor.statement REFERENCING NEW TABLE A
 -- The hook and minimal tables each note into their own hook table, whose deferred trigger runs at
 -- COMMIT.
 CREATE UNLOGGED TABLE pgdrain_floor.hooks (xid xid8 PRIMARY KEY, keys text[]);
-CREATE UNLOGGED TABLE pgdrain_floor.minimal_hooks (xid xid8 PRIMARY KEY, keys text[]);
+CREATE UNLOGGED TABLE pgdrain_floor.minimal_hooks (xid xid8 PRIMARY KEY, keys text[], lo bigint);
 -- Static SQL, one function per hook table (a dynamic EXECUTE would be planned on every statement).
 CREATE FUNCTION pgdrain_floor.note_hook() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
   INSERT INTO pgdrain_floor.hooks (xid, keys) SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_agg(n.resource_id)
   FROM n ON CONFLICT (xid) DO NOTHING;
   RETURN NULL; END $$;
 CREATE FUNCTION pgdrain_floor.note_minimal() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-  INSERT INTO pgdrain_floor.minimal_hooks (xid, keys) SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_agg(n.resource_id)
+  INSERT INTO pgdrain_floor.minimal_hooks (xid, keys, lo)
+  SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_agg(n.resource_id), pg_catalog.min(n.id)
   FROM n ON CONFLICT (xid) DO NOTHING;
   RETURN NULL; END $$;
 CREATE TRIGGER t AFTER INSERT ON pgdrain_floor.hook REFERENCING NEW TABLE AS n
@@ -79,16 +81,20 @@ INSERT INTO pgdrain_floor.heads SELECT 'key-' || g, g FROM generate_series(0, 99
 INSERT INTO pgdrain_floor.clocks SELECT DISTINCT pg_catalog.hashtext('key-' || g) & 65535, 1
 FROM generate_series(0, 9999) g WHERE :'keys' = 'existing';
 -- Single-row transactions in scalar statements, as pgdrain's own scalar path; many keys in one
--- upsert of their slots in slot order, one locking probe of their heads, one insert of the new ones.
+-- locking upsert of their slots in slot order (READ COMMITTED: the rows locked, not updated), one
+-- look at the rows written since ours (is any key late?), one locking probe of their heads, one
+-- insert of the new ones.
 CREATE FUNCTION pgdrain_floor.commit_step() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   v_keys text[];
-  v_clock bigint;
+  v_lo bigint;
 BEGIN
-  DELETE FROM pgdrain_floor.minimal_hooks h WHERE h.xid = NEW.xid RETURNING h.keys INTO v_keys;
+  DELETE FROM pgdrain_floor.minimal_hooks h WHERE h.xid = NEW.xid RETURNING h.keys, h.lo INTO v_keys, v_lo;
   IF pg_catalog.cardinality(v_keys) = 1 THEN
     INSERT INTO pgdrain_floor.clocks AS c (slot, committed_max) VALUES (pg_catalog.hashtext(v_keys[1]) & 65535, 1)
-    ON CONFLICT (slot) DO UPDATE SET committed_max = c.committed_max + 1 RETURNING c.committed_max INTO v_clock;
+    ON CONFLICT (slot) DO UPDATE SET committed_max = c.committed_max WHERE false;
+    PERFORM FROM pgdrain_floor.minimal t
+    WHERE t.id > v_lo AND t.resource_id = v_keys[1] AND t.xmin::text <> (pg_catalog.pg_current_xact_id()::text::bigint % 4294967296)::text;
     PERFORM FROM pgdrain_floor.heads x WHERE x.partition_key = v_keys[1] FOR KEY SHARE SKIP LOCKED;
     IF NOT FOUND THEN
       INSERT INTO pgdrain_floor.heads (partition_key, head_id) VALUES (v_keys[1], 0) ON CONFLICT DO NOTHING;
@@ -97,7 +103,9 @@ BEGIN
   END IF;
   INSERT INTO pgdrain_floor.clocks AS c (slot, committed_max)
   SELECT DISTINCT pg_catalog.hashtext(k) & 65535, 1 FROM unnest(v_keys) k ORDER BY 1
-  ON CONFLICT (slot) DO UPDATE SET committed_max = c.committed_max + 1;
+  ON CONFLICT (slot) DO UPDATE SET committed_max = c.committed_max WHERE false;
+  PERFORM FROM pgdrain_floor.minimal t
+  WHERE t.id > v_lo AND t.resource_id = ANY (v_keys) AND t.xmin::text <> (pg_catalog.pg_current_xact_id()::text::bigint % 4294967296)::text;
   PERFORM FROM unnest(v_keys) k, LATERAL (SELECT FROM pgdrain_floor.heads x WHERE x.partition_key = k
                                            FOR KEY SHARE SKIP LOCKED) h;
   INSERT INTO pgdrain_floor.heads (partition_key, head_id)

@@ -214,6 +214,7 @@ func TestCLI_CheckNamesEveryProblem(t *testing.T) {
 	cliExec(t, db.Pool, `ALTER TABLE public.cli_events RESET (autovacuum_analyze_scale_factor)`)
 	cliExec(t, db.Pool, `ALTER TABLE public.cli_events SET (autovacuum_vacuum_scale_factor = 0.2)`)
 	cliExec(t, db.Pool, `ALTER TABLE public.cli_events DISABLE TRIGGER pgdrain_heads`)
+	cliExec(t, db.Pool, `DROP TRIGGER pgdrain_snapshot ON public.cli_events`)
 	cliExec(t, db.Pool, `DROP TRIGGER pgdrain_notify ON public.cli_jobs`)
 	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cli_events", "--dsn", db.URL)
 	require.False(t, r.OK)
@@ -226,6 +227,7 @@ func TestCLI_CheckNamesEveryProblem(t *testing.T) {
 		"autovacuum not set":  "autovacuum_analyze_scale_factor",
 		"autovacuum too lazy": "autovacuum_vacuum_scale_factor",
 		"triggers disabled":   "pgdrain_heads",
+		"triggers missing":    "pgdrain_snapshot",
 	}, got, "a partitioned queue has no NOTIFY trigger to miss: its commit step notifies")
 	runCLIJSON(t, cli.ExitProblems, &r, "check", "cli_jobs", "--dsn", db.URL)
 	got = map[string]string{}

@@ -172,6 +172,7 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"outbox.enqueue_event(text,text,jsonb,text,timestamp with time zone,jsonb,uuid)": "definer producer",
 		"outbox.tg_queue__commit()":                                                           "definer -",
 		"outbox.tg_queue__truncate()":                                                         "definer -",
+		"outbox.tg_queue__snapshot_producer()":                                                "invoker -",
 		"outbox.queue_info(text)":                                                             "definer operator,reader,worker",
 		"outbox.next_due(text)":                                                               "definer operator,reader,worker",
 		"outbox.repair(text,boolean)":                                                         "definer operator,worker",

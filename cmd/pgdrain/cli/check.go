@@ -174,10 +174,13 @@ func checkTriggers(ctx context.Context, conn *pgx.Conn, table string, tableOID u
 	// A partitioned queue's commit step sends its NOTIFY; only an unpartitioned one has the trigger.
 	want := map[string]string{"pgdrain_notify": "NOTIFY on insert, which wakes the drainers"}
 	if partitioned {
-		want = map[string]string{"pgdrain_heads": "notes the keys each statement writes and queues the commit step"}
+		want = map[string]string{
+			"pgdrain_heads":    "notes the keys each statement writes and queues the commit step",
+			"pgdrain_snapshot": "makes commits keep the key clocks REPEATABLE READ and SERIALIZABLE producers read",
+		}
 	}
 	var out []finding
-	for _, name := range []string{"pgdrain_notify", "pgdrain_heads"} {
+	for _, name := range []string{"pgdrain_notify", "pgdrain_heads", "pgdrain_snapshot"} {
 		why, ok := want[name]
 		if !ok {
 			continue

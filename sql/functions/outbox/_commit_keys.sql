@@ -74,14 +74,35 @@ DECLARE
   v_probed boolean := false;
   v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
   v_serializable constant boolean := pg_catalog.current_setting('transaction_isolation') = 'serializable';
+  -- READ COMMITTED: per key (aligned with v_keys), the largest id another transaction committed
+  -- above our smallest (outbox._late_rows), NULL when not late.
+  v_late bigint[];
+  -- Whether our commit locks raise the clocks: always in REPEATABLE READ and SERIALIZABLE, which
+  -- read them to know they are late; in READ COMMITTED only while such a producer may be open.
+  v_write_clock boolean := NOT v_read_committed;
+  -- REPEATABLE READ or SERIALIZABLE with a sequence whose sessions cache ids: every key is late,
+  -- past every id given out when the locks were taken (v_issued_locked).
+  v_cached boolean := false;
+  v_issued_locked bigint;
 BEGIN
   v_keys := p_keys;
   v_mins := p_mins;
   v_maxs := p_maxs;
+  IF NOT v_read_committed THEN
+    -- A session's cached ids may lie below ids a READ COMMITTED producer committed without writing
+    -- a clock before we announced ourselves (outbox._snapshot_producers_open); we can not see them.
+    SELECT s.seqcache > 1 INTO v_cached FROM pg_catalog.pg_sequence s WHERE s.seqrelid = v_sequence;
+    v_cached := COALESCE(v_cached, false);
+  END IF;
   IF NOT p_locked THEN
-    -- The commit locks, and whether any key is late: a hash is late when the clock we found
+    -- The commit locks: a hash's clock row, raised only when v_write_clock (else locked, no new
+    -- version: ON CONFLICT DO UPDATE locks the rows its WHERE keeps from updating). Under REPEATABLE
+    -- READ or SERIALIZABLE, whether any key is late: a hash is late when the clock we found
     -- (previous_max) is above the smallest id we wrote of it. Compared per hash, in hash order
     -- (both sides sorted by slot, one row per slot each): no join, no sort of the keys.
+    IF v_read_committed THEN
+      v_write_clock := outbox._snapshot_producers_open(p_q.queue_id);
+    END IF;
     v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
     WITH noted AS (
       SELECT pg_catalog.hashtext(u.k) & 65535 AS slot, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
@@ -94,11 +115,20 @@ BEGIN
       ON CONFLICT (queue_id, slot) DO UPDATE
         SET previous_max = c.committed_max,
             committed_max = GREATEST(c.committed_max, EXCLUDED.committed_max)
+        WHERE v_write_clock
       RETURNING c.slot, c.previous_max)
-    SELECT EXISTS (SELECT 1 FROM unnest((SELECT pg_catalog.array_agg(l.previous_max ORDER BY l.slot) FROM locked l),
-                                        (SELECT pg_catalog.array_agg(n.lo ORDER BY n.slot) FROM noted n)) AS x(clock, lo)
-                   WHERE x.clock > x.lo)
+    SELECT NOT v_read_committed
+           AND (v_cached
+                OR EXISTS (SELECT 1 FROM unnest((SELECT pg_catalog.array_agg(l.previous_max ORDER BY l.slot) FROM locked l),
+                                                (SELECT pg_catalog.array_agg(n.lo ORDER BY n.slot) FROM noted n)) AS x(clock, lo)
+                           WHERE x.clock > x.lo))
       INTO v_any_late;
+    IF v_read_committed THEN
+      -- A new statement: its snapshot sees every commit that released these locks. Asked before
+      -- the heads are read (see outbox._commit_partitions).
+      v_any_late := EXISTS (SELECT 1 FROM unnest(outbox._late_rows(p_q, v_keys, v_mins, v_maxs)) AS l(id)
+                            WHERE l.id IS NOT NULL);
+    END IF;
     IF v_any_late THEN
       SELECT pg_catalog.array_agg(n.k ORDER BY n.k), pg_catalog.array_agg(n.lo ORDER BY n.k),
              pg_catalog.array_agg(n.hi ORDER BY n.k)
@@ -143,17 +173,29 @@ BEGIN
   -- A new statement: in READ COMMITTED its snapshot sees every commit that released these locks.
   -- One probe per key of its clock as we found it and of its head (LATERAL: index probes whatever
   -- the statistics of these small tables say). Late keys are renumbered, then probed again.
+  IF v_cached THEN
+    v_issued_locked := pg_catalog.pg_sequence_last_value(v_sequence);
+  END IF;
   WHILE NOT v_probed LOOP
-    SELECT pg_catalog.bool_or(c.previous_max > u.lo),
-           pg_catalog.array_agg(CASE WHEN c.previous_max > u.lo THEN c.previous_max END ORDER BY u.k),
+    -- READ COMMITTED: whether a key is late, from the queue table (a statement of its own, after
+    -- the locks); not again once renumbered.
+    v_late := CASE WHEN v_read_committed AND NOT v_renumbered THEN outbox._late_rows(p_q, v_keys, v_mins, v_maxs) END;
+    SELECT pg_catalog.bool_or(l.clock IS NOT NULL),
+           pg_catalog.array_agg(l.clock ORDER BY u.k),
            pg_catalog.array_agg(s.state ORDER BY u.k),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE s.state = 'new'),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE s.state = 'fix'),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE s.state = 'contended')
       INTO v_any_late, v_late_clocks, v_states, v_new, v_fix, v_contended
-    FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
+    FROM unnest(v_keys, v_mins, v_maxs, v_late) AS u(k, lo, hi, late)
+    -- REPEATABLE READ and SERIALIZABLE: the clock as our lock found it.
     LEFT JOIN LATERAL (SELECT x.previous_max FROM outbox.partition_clocks x
-                       WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
+                       WHERE NOT v_read_committed
+                         AND x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
+    -- What the key's rows must be renumbered past, NULL when not late.
+    CROSS JOIN LATERAL (SELECT CASE WHEN v_read_committed THEN u.late
+                                    WHEN v_cached THEN v_issued_locked
+                                    WHEN c.previous_max > u.lo THEN c.previous_max END AS clock) l
     -- The head's latest version, held until we commit; none when a claim holds it (or, under
     -- REPEATABLE READ or SERIALIZABLE, always).
     LEFT JOIN LATERAL (SELECT true AS held, x.head_id, x.floor_id FROM outbox.partition_heads x
@@ -177,14 +219,21 @@ BEGIN
       INTO v_keys, v_mins, v_maxs
     FROM outbox._renumber_late_rows(p_q, v_sequence, v_keys, v_mins, v_maxs, v_late_clocks) r;
     v_renumbered := true;
-    -- The late keys' rows now end above every clock: their clocks follow.
-    v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
-    UPDATE outbox.partition_clocks c
-    SET committed_max = GREATEST(c.committed_max, LEAST(r.hi, v_issued))
-    FROM (SELECT pg_catalog.hashtext(u.k) & 65535 AS slot, pg_catalog.max(u.hi) AS hi
-          FROM unnest(v_keys, v_maxs, v_late_clocks) AS u(k, hi, clock)
-          WHERE u.clock IS NOT NULL GROUP BY 1) r
-    WHERE c.queue_id = p_q.queue_id AND c.slot = r.slot;
+    -- The late keys' rows now end above every clock: their clocks follow, when clocks are written.
+    -- READ COMMITTED asks again: a producer that announced itself since took its ids before our
+    -- new ones (outbox._snapshot_producers_open).
+    IF v_read_committed THEN
+      v_write_clock := outbox._snapshot_producers_open(p_q.queue_id);
+    END IF;
+    IF v_write_clock THEN
+      v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
+      UPDATE outbox.partition_clocks c
+      SET committed_max = GREATEST(c.committed_max, LEAST(r.hi, v_issued))
+      FROM (SELECT pg_catalog.hashtext(u.k) & 65535 AS slot, pg_catalog.max(u.hi) AS hi
+            FROM unnest(v_keys, v_maxs, v_late_clocks) AS u(k, hi, clock)
+            WHERE u.clock IS NOT NULL GROUP BY 1) r
+      WHERE c.queue_id = p_q.queue_id AND c.slot = r.slot;
+    END IF;
   END LOOP;
 
   -- New keys get their heads, a head a claim left empty while we were open is woken, and a floor

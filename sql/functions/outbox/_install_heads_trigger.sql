@@ -1,11 +1,17 @@
--- Gives a partitioned queue its heads trigger: a statement-level AFTER INSERT trigger running a
--- function made for this queue, outbox.tg_queue__heads_q<queue_id>, whose one statement names the
--- partition column statically, so PL/pgSQL plans it once per session instead of on every
--- statement (a generic function would need a dynamic EXECUTE). It notes the key and id of each new
--- row for the commit step, as outbox._note_written does (inlined: one function call less on every
--- producer statement), except in a SERIALIZABLE transaction, which
--- calls it. Made again by every create_queue, so it always matches the registration
--- (nothing else reinstalls it: run create_queue again if it was dropped).
+-- Gives a partitioned queue its commit-step triggers:
+-- - pgdrain_heads, a statement-level AFTER INSERT trigger running a function made for this queue,
+--   outbox.tg_queue__heads_q<queue_id>, whose one statement names the partition column
+--   statically, so PL/pgSQL plans it once per session instead of on every statement (a generic
+--   function would need a dynamic EXECUTE). It notes the key and id of each new row for the commit
+--   step, as outbox._note_written does (inlined: one function call less on every producer
+--   statement), except in a SERIALIZABLE transaction, which calls it.
+-- - pgdrain_snapshot, a statement-level BEFORE INSERT trigger that fires only in REPEATABLE READ
+--   and SERIALIZABLE transactions (its WHEN costs a READ COMMITTED statement no function call):
+--   outbox.tg_queue__snapshot_producer announces the transaction before it takes an id, so that
+--   READ COMMITTED commit steps keep the clocks those transactions read (docs/ordering.md).
+-- And makes the function of the commit step's late-rows statement (outbox._late_rows_function).
+-- Made again by every create_queue, so they always match the registration (nothing else
+-- reinstalls the triggers: run create_queue again if one was dropped).
 -- SECURITY DEFINER like the other triggers: a producer can not write the notes.
 CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
 RETURNS void
@@ -49,5 +55,13 @@ $f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
   EXECUTE pg_catalog.format(
     'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
        FOR EACH STATEMENT EXECUTE FUNCTION %s()', p_q.table_oid::regclass, v_function);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', p_q.table_oid::regclass);
+  EXECUTE pg_catalog.format(
+    $f$CREATE TRIGGER pgdrain_snapshot BEFORE INSERT ON %s FOR EACH STATEMENT
+       WHEN (pg_catalog.current_setting('transaction_isolation') <> 'read committed')
+       EXECUTE FUNCTION outbox.tg_queue__snapshot_producer(%s, %s)$f$,
+    p_q.table_oid::regclass, outbox._snapshot_lock_class(), p_q.queue_id);
+  -- The commit step's late-rows statement, made now rather than by a producer's commit.
+  PERFORM outbox._late_rows_function(p_q);
 END;
 $$;

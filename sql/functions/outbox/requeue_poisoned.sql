@@ -49,6 +49,11 @@ BEGIN
   IF v_old IS NULL THEN
     RETURN 0;
   END IF;
+  -- A REPEATABLE READ or SERIALIZABLE requeue announces itself before it takes ids, as a
+  -- producer's insert does (outbox.tg_queue__snapshot_producer).
+  IF v_q.partition_column IS NOT NULL AND pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(outbox._snapshot_lock_class(), v_q.queue_id);
+  END IF;
   -- New ids in the order of the old ones (generate_series yields in order, nextval runs per row).
   EXECUTE pg_catalog.format(
     'WITH moved AS (

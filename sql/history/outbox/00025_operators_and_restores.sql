@@ -372,6 +372,112 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Lateness as a READ COMMITTED commit step sees it, with its commit locks taken (outbox._commit_keys):
+-- per key (aligned with p_keys; p_los and p_his our smallest and largest id of each), the largest id
+-- of a row of the key that another transaction committed above our smallest, NULL when there is
+-- none: our rows must be renumbered past it. Delivered rows count too, so that a key's ids never go
+-- down in delivery order. Read from the queue table itself, so that the commit locks need not write
+-- a clock (docs/ordering.md): one range of the primary key, from our smallest id to the last id the
+-- sequence gave out, whose rows all came after ours; our own rows are known by xmin, and other
+-- transactions' uncommitted rows are not visible.
+-- The range holds every row any producer wrote since our first one. When it is long (a transaction
+-- that stayed open while thousands of other rows were written) every key is taken for late, past
+-- the last id given out: renumbering our rows costs less than reading all of theirs, and is always
+-- right (a new id is larger than every id given out so far).
+--
+-- The statement names the queue's table, so it runs in a function made for the queue and its
+-- table as registered and named now (outbox._late_rows_function), which keeps its plan for the
+-- session. This runs on every producer's commit, so it calls the function directly (one EXECUTE of
+-- a call) instead of going through outbox._prepared.
+CREATE OR REPLACE FUNCTION outbox._late_rows(p_q outbox.queues, p_keys text[], p_los bigint[], p_his bigint[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_issued constant bigint := pg_catalog.pg_sequence_last_value(p_q.id_sequence);
+  v_from constant bigint := (SELECT pg_catalog.min(l.lo) FROM unnest(p_los) AS l(lo));
+  v_span constant bigint := (SELECT pg_catalog.max(h.hi) FROM unnest(p_his) AS h(hi)) - v_from;
+  v_xid constant bigint := pg_catalog.pg_current_xact_id()::text::bigint;
+  v_late bigint[];
+BEGIN
+  IF v_issued IS NULL OR v_from IS NULL OR v_issued <= v_from THEN
+    RETURN NULL;
+  END IF;
+  IF v_issued - v_from > 4096 + 2 * v_span THEN
+    RETURN pg_catalog.array_fill(v_issued, ARRAY[pg_catalog.cardinality(p_keys)]);
+  END IF;
+  EXECUTE outbox._late_rows_function(p_q) INTO v_late USING p_keys, p_los, v_xid, v_from, v_issued;
+  RETURN v_late;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The function that runs outbox._late_rows' statement for a queue, made for the queue and its table
+-- as registered and named now: outbox._q<queue_id>_late_<hash of the table and column>, static
+-- SQL, so PL/pgSQL keeps its plan for the session. A renamed table or column finds no function of
+-- its name and gets one. Made by create_queue (so that producers' commits do not make it) and
+-- otherwise by the first commit that needs it, as outbox._prepared makes its functions (the commit
+-- step runs as the schema owner, under a try-lock); when it can not be made now (another session is
+-- making it, a read-only transaction, DDL refused), the statement itself runs this once.
+-- drop_queue drops it with the queue's other functions.
+-- Returns the statement to EXECUTE with $1..$5 = keys, our smallest id of each, our transaction's
+-- full id, our smallest id, the last id given out.
+CREATE OR REPLACE FUNCTION outbox._late_rows_function(p_q outbox.queues)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_table constant text := p_q.table_oid::regclass::text;
+  v_name constant text := '_q' || p_q.queue_id || '_late_' || pg_catalog.left(
+    pg_catalog.md5(v_table || '|' || p_q.partition_column), 16);
+  v_sql text;
+BEGIN
+  IF pg_catalog.to_regproc('outbox.' || v_name) IS NOT NULL THEN
+    RETURN pg_catalog.format('SELECT outbox.%I($1, $2, $3, $4, $5)', v_name);
+  END IF;
+  -- One pass over the range, whatever the number of keys: a key's membership is a lookup in a
+  -- jsonb object of our keys, and the answer per key another (no join: this runs under the commit
+  -- step's planner settings, and a nested loop over thousands of keys would be quadratic). A
+  -- visible row whose xmin is in progress is ours (a savepoint's): its full xid, widened from 32
+  -- bits against ours ($3), as outbox._written_here does.
+  v_sql := pg_catalog.format(
+    'SELECT pg_catalog.array_agg(CASE WHEN (m.j ->> u.k)::bigint > u.lo THEN (m.j ->> u.k)::bigint END ORDER BY u.n)
+     FROM (SELECT pg_catalog.jsonb_object_agg(r.k, r.hi) AS j
+           FROM (SELECT t.%2$I::text AS k, pg_catalog.max(t.id) AS hi
+                 FROM %1$s t
+                 WHERE t.id > $4 AND t.id <= $5
+                   AND (SELECT pg_catalog.jsonb_object_agg(x.k, true) FROM unnest($1::text[]) AS x(k)) ? t.%2$I::text
+                   AND t.xmin::text::bigint <> $3 %% 4294967296
+                   AND pg_catalog.pg_xact_status(($3 + ((t.xmin::text::bigint - ($3 %% 4294967296) + 6442450944) %% 4294967296
+                                                       - 2147483648))::text::xid8) <> ''in progress''
+                 GROUP BY 1) r) m
+     CROSS JOIN unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(k, lo, n)',
+    v_table, p_q.partition_column);
+  IF pg_catalog.current_setting('transaction_read_only') = 'off'
+     AND pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgdrain._prepared'), pg_catalog.hashtext(v_name)) THEN
+    BEGIN
+      EXECUTE pg_catalog.format(
+        'CREATE FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) RETURNS bigint[] LANGUAGE plpgsql STABLE
+         SET search_path = '''' AS %L', v_name, 'BEGIN RETURN (' || v_sql || '); END');
+      EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) FROM PUBLIC', v_name);
+      EXECUTE pg_catalog.format('COMMENT ON FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) IS %L', v_name,
+        'pgdrain: the late-rows statement of queue ' || p_q.queue_id || ' (outbox._late_rows; internal)');
+      RETURN pg_catalog.format('SELECT outbox.%I($1, $2, $3, $4, $5)', v_name);
+    EXCEPTION WHEN OTHERS THEN
+      NULL;
+    END;
+  END IF;
+  RETURN v_sql;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- The head of one new key of a single-row commit step (outbox._commit_partitions), with its floor
 -- as the caller decided it (see outbox._make_heads, which makes the heads of many keys): returns
 -- whether it made it. false: another session made it meanwhile, committed (ON CONFLICT DO NOTHING)
@@ -534,6 +640,46 @@ BEGIN
     PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
   END IF;
   RETURN v_ids;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The first key of the advisory lock by which REPEATABLE READ and SERIALIZABLE producers of a queue
+-- announce themselves (outbox.tg_queue__snapshot_producer; the second key is the queue_id). An
+-- application that takes advisory locks with two integer keys should not use this first key.
+CREATE OR REPLACE FUNCTION outbox._snapshot_lock_class()
+RETURNS integer
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = ''
+RETURN 1885823231;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Whether a REPEATABLE READ or SERIALIZABLE transaction may be writing rows of the queue (it holds
+-- the shared lock of outbox.tg_queue__snapshot_producer): a READ COMMITTED commit step then raises
+-- its keys' clocks, which such a transaction reads to know it is late. Otherwise it only locks them:
+-- a clock written on every commit piles up a version per commit of its key while any session holds
+-- back the xmin horizon, and every later commit of the key walks them (issue 29).
+-- A try of the exclusive lock, let go at once: another READ COMMITTED commit step trying at the same
+-- instant makes it answer true, which only costs a clock write.
+-- Why no such transaction can miss a lock-only commit: docs/ordering.md.
+CREATE OR REPLACE FUNCTION outbox._snapshot_producers_open(p_queue_id integer)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_class constant integer := outbox._snapshot_lock_class();
+BEGIN
+  IF pg_catalog.pg_try_advisory_lock(v_class, p_queue_id) THEN
+    PERFORM pg_catalog.pg_advisory_unlock(v_class, p_queue_id);
+    RETURN false;
+  END IF;
+  RETURN true;
 END;
 $$;
 -- +goose StatementEnd
@@ -747,6 +893,28 @@ BEGIN
     PERFORM outbox._check_reason(fn, reason);
   END IF;
   RETURN pg_catalog.cardinality(outbox._operator_act(v_q, 'retry', ARRAY[retry_row.id], retry_row.attempt_count, reason)) = 1;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- pgdrain_snapshot (outbox._install_heads_trigger): a REPEATABLE READ or SERIALIZABLE transaction
+-- about to write rows of a partitioned queue announces itself before it
+-- takes an id, with a shared transaction-level advisory lock held until it ends. Such a transaction
+-- reads the key clocks in its snapshot at COMMIT and can not see later commits in the queue table;
+-- a READ COMMITTED commit step that finds the lock taken raises the clocks of its keys for it
+-- (outbox._snapshot_producers_open). Shared: these transactions never wait for each other; the
+-- lock is taken once per statement (a lock this transaction holds costs a lookup). Its keys are
+-- the trigger's arguments: outbox._snapshot_lock_class() and the queue_id, so that a producer needs
+-- no privilege to run it.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__snapshot_producer()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = ''
+AS $$
+BEGIN
+  PERFORM pg_catalog.pg_advisory_xact_lock_shared(TG_ARGV[0]::integer, TG_ARGV[1]::integer);
+  RETURN NULL;
 END;
 $$;
 -- +goose StatementEnd
@@ -1162,14 +1330,35 @@ DECLARE
   v_probed boolean := false;
   v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
   v_serializable constant boolean := pg_catalog.current_setting('transaction_isolation') = 'serializable';
+  -- READ COMMITTED: per key (aligned with v_keys), the largest id another transaction committed
+  -- above our smallest (outbox._late_rows), NULL when not late.
+  v_late bigint[];
+  -- Whether our commit locks raise the clocks: always in REPEATABLE READ and SERIALIZABLE, which
+  -- read them to know they are late; in READ COMMITTED only while such a producer may be open.
+  v_write_clock boolean := NOT v_read_committed;
+  -- REPEATABLE READ or SERIALIZABLE with a sequence whose sessions cache ids: every key is late,
+  -- past every id given out when the locks were taken (v_issued_locked).
+  v_cached boolean := false;
+  v_issued_locked bigint;
 BEGIN
   v_keys := p_keys;
   v_mins := p_mins;
   v_maxs := p_maxs;
+  IF NOT v_read_committed THEN
+    -- A session's cached ids may lie below ids a READ COMMITTED producer committed without writing
+    -- a clock before we announced ourselves (outbox._snapshot_producers_open); we can not see them.
+    SELECT s.seqcache > 1 INTO v_cached FROM pg_catalog.pg_sequence s WHERE s.seqrelid = v_sequence;
+    v_cached := COALESCE(v_cached, false);
+  END IF;
   IF NOT p_locked THEN
-    -- The commit locks, and whether any key is late: a hash is late when the clock we found
+    -- The commit locks: a hash's clock row, raised only when v_write_clock (else locked, no new
+    -- version: ON CONFLICT DO UPDATE locks the rows its WHERE keeps from updating). Under REPEATABLE
+    -- READ or SERIALIZABLE, whether any key is late: a hash is late when the clock we found
     -- (previous_max) is above the smallest id we wrote of it. Compared per hash, in hash order
     -- (both sides sorted by slot, one row per slot each): no join, no sort of the keys.
+    IF v_read_committed THEN
+      v_write_clock := outbox._snapshot_producers_open(p_q.queue_id);
+    END IF;
     v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
     WITH noted AS (
       SELECT pg_catalog.hashtext(u.k) & 65535 AS slot, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
@@ -1182,11 +1371,20 @@ BEGIN
       ON CONFLICT (queue_id, slot) DO UPDATE
         SET previous_max = c.committed_max,
             committed_max = GREATEST(c.committed_max, EXCLUDED.committed_max)
+        WHERE v_write_clock
       RETURNING c.slot, c.previous_max)
-    SELECT EXISTS (SELECT 1 FROM unnest((SELECT pg_catalog.array_agg(l.previous_max ORDER BY l.slot) FROM locked l),
-                                        (SELECT pg_catalog.array_agg(n.lo ORDER BY n.slot) FROM noted n)) AS x(clock, lo)
-                   WHERE x.clock > x.lo)
+    SELECT NOT v_read_committed
+           AND (v_cached
+                OR EXISTS (SELECT 1 FROM unnest((SELECT pg_catalog.array_agg(l.previous_max ORDER BY l.slot) FROM locked l),
+                                                (SELECT pg_catalog.array_agg(n.lo ORDER BY n.slot) FROM noted n)) AS x(clock, lo)
+                           WHERE x.clock > x.lo))
       INTO v_any_late;
+    IF v_read_committed THEN
+      -- A new statement: its snapshot sees every commit that released these locks. Asked before
+      -- the heads are read (see outbox._commit_partitions).
+      v_any_late := EXISTS (SELECT 1 FROM unnest(outbox._late_rows(p_q, v_keys, v_mins, v_maxs)) AS l(id)
+                            WHERE l.id IS NOT NULL);
+    END IF;
     IF v_any_late THEN
       SELECT pg_catalog.array_agg(n.k ORDER BY n.k), pg_catalog.array_agg(n.lo ORDER BY n.k),
              pg_catalog.array_agg(n.hi ORDER BY n.k)
@@ -1231,17 +1429,29 @@ BEGIN
   -- A new statement: in READ COMMITTED its snapshot sees every commit that released these locks.
   -- One probe per key of its clock as we found it and of its head (LATERAL: index probes whatever
   -- the statistics of these small tables say). Late keys are renumbered, then probed again.
+  IF v_cached THEN
+    v_issued_locked := pg_catalog.pg_sequence_last_value(v_sequence);
+  END IF;
   WHILE NOT v_probed LOOP
-    SELECT pg_catalog.bool_or(c.previous_max > u.lo),
-           pg_catalog.array_agg(CASE WHEN c.previous_max > u.lo THEN c.previous_max END ORDER BY u.k),
+    -- READ COMMITTED: whether a key is late, from the queue table (a statement of its own, after
+    -- the locks); not again once renumbered.
+    v_late := CASE WHEN v_read_committed AND NOT v_renumbered THEN outbox._late_rows(p_q, v_keys, v_mins, v_maxs) END;
+    SELECT pg_catalog.bool_or(l.clock IS NOT NULL),
+           pg_catalog.array_agg(l.clock ORDER BY u.k),
            pg_catalog.array_agg(s.state ORDER BY u.k),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE s.state = 'new'),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE s.state = 'fix'),
            pg_catalog.array_agg(u.k ORDER BY u.k) FILTER (WHERE s.state = 'contended')
       INTO v_any_late, v_late_clocks, v_states, v_new, v_fix, v_contended
-    FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi)
+    FROM unnest(v_keys, v_mins, v_maxs, v_late) AS u(k, lo, hi, late)
+    -- REPEATABLE READ and SERIALIZABLE: the clock as our lock found it.
     LEFT JOIN LATERAL (SELECT x.previous_max FROM outbox.partition_clocks x
-                       WHERE x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
+                       WHERE NOT v_read_committed
+                         AND x.queue_id = p_q.queue_id AND x.slot = pg_catalog.hashtext(u.k) & 65535) c ON true
+    -- What the key's rows must be renumbered past, NULL when not late.
+    CROSS JOIN LATERAL (SELECT CASE WHEN v_read_committed THEN u.late
+                                    WHEN v_cached THEN v_issued_locked
+                                    WHEN c.previous_max > u.lo THEN c.previous_max END AS clock) l
     -- The head's latest version, held until we commit; none when a claim holds it (or, under
     -- REPEATABLE READ or SERIALIZABLE, always).
     LEFT JOIN LATERAL (SELECT true AS held, x.head_id, x.floor_id FROM outbox.partition_heads x
@@ -1265,14 +1475,21 @@ BEGIN
       INTO v_keys, v_mins, v_maxs
     FROM outbox._renumber_late_rows(p_q, v_sequence, v_keys, v_mins, v_maxs, v_late_clocks) r;
     v_renumbered := true;
-    -- The late keys' rows now end above every clock: their clocks follow.
-    v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
-    UPDATE outbox.partition_clocks c
-    SET committed_max = GREATEST(c.committed_max, LEAST(r.hi, v_issued))
-    FROM (SELECT pg_catalog.hashtext(u.k) & 65535 AS slot, pg_catalog.max(u.hi) AS hi
-          FROM unnest(v_keys, v_maxs, v_late_clocks) AS u(k, hi, clock)
-          WHERE u.clock IS NOT NULL GROUP BY 1) r
-    WHERE c.queue_id = p_q.queue_id AND c.slot = r.slot;
+    -- The late keys' rows now end above every clock: their clocks follow, when clocks are written.
+    -- READ COMMITTED asks again: a producer that announced itself since took its ids before our
+    -- new ones (outbox._snapshot_producers_open).
+    IF v_read_committed THEN
+      v_write_clock := outbox._snapshot_producers_open(p_q.queue_id);
+    END IF;
+    IF v_write_clock THEN
+      v_issued := pg_catalog.pg_sequence_last_value(v_sequence);
+      UPDATE outbox.partition_clocks c
+      SET committed_max = GREATEST(c.committed_max, LEAST(r.hi, v_issued))
+      FROM (SELECT pg_catalog.hashtext(u.k) & 65535 AS slot, pg_catalog.max(u.hi) AS hi
+            FROM unnest(v_keys, v_maxs, v_late_clocks) AS u(k, hi, clock)
+            WHERE u.clock IS NOT NULL GROUP BY 1) r
+      WHERE c.queue_id = p_q.queue_id AND c.slot = r.slot;
+    END IF;
   END LOOP;
 
   -- New keys get their heads, a head a claim left empty while we were open is woken, and a floor
@@ -1344,15 +1561,21 @@ AS $$
 DECLARE
   v_key text;
   v_id bigint;
-  v_previous bigint;
   v_head bigint;
   v_floor bigint;
+  v_read_committed boolean;
+  v_write_clock boolean;
+  v_sure boolean;
 BEGIN
   -- SERIALIZABLE: outbox._commit_keys, which reads nothing other producers write.
   IF pg_catalog.cardinality(p_keys) = 1 AND pg_catalog.current_setting('transaction_isolation') <> 'serializable' THEN
-    -- The commit lock of the key's hash, taken and the clock raised as outbox._commit_keys does.
+    -- The commit lock of the key's hash, taken as outbox._commit_keys takes it: in READ COMMITTED
+    -- without writing the clock (unless a REPEATABLE READ or SERIALIZABLE producer may need it),
+    -- lateness then read from the queue table; in REPEATABLE READ with the clock raised.
     v_key := p_keys[1];
     v_id := p_ids[1];
+    v_read_committed := pg_catalog.current_setting('transaction_isolation') = 'read committed';
+    v_write_clock := NOT v_read_committed OR outbox._snapshot_producers_open(p_q.queue_id);
     INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
     VALUES (p_q.queue_id, pg_catalog.hashtext(v_key) & 65535,
             GREATEST(p_q.clock_base, LEAST(v_id, pg_catalog.pg_sequence_last_value(p_q.id_sequence))),
@@ -1360,39 +1583,51 @@ BEGIN
     ON CONFLICT (queue_id, slot) DO UPDATE
       SET previous_max = c.committed_max,
           committed_max = GREATEST(c.committed_max, EXCLUDED.committed_max)
-    RETURNING c.previous_max INTO v_previous;
-    IF v_previous <= v_id AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-      SELECT x.head_id, x.floor_id INTO v_head, v_floor
-      FROM outbox.partition_heads x
-      WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_key
-      FOR KEY SHARE SKIP LOCKED;
+      WHERE v_write_clock;
+    IF NOT v_read_committed THEN
+      RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
+    END IF;
+    -- A new statement: its snapshot sees every commit that released the lock. Late when another
+    -- transaction committed a row of the key with a larger id (outbox._late_rows). Asked before the
+    -- head is read: a claim may raise the floor of a head we hold (docs/ordering.md, "One floor raise
+    -- needs no lock") only by moving it on to a row that our question, coming first, sees pending.
+    IF (outbox._late_rows(p_q, p_keys, p_ids, p_ids))[1] IS NOT NULL THEN
+      RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
+    END IF;
+    -- The head, held until we commit (none when a claim holds it).
+    SELECT x.head_id, x.floor_id INTO v_head, v_floor
+    FROM outbox.partition_heads x
+    WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_key
+    FOR KEY SHARE SKIP LOCKED;
+    IF FOUND THEN
+      -- A head with rows below a floor that is not above us (the usual case for a key with a
+      -- backlog): done. Else a head to wake or a floor to lower.
       IF v_head IS NOT NULL AND v_floor <= v_id THEN
         RETURN false;
       END IF;
-      -- A new key (the other usual case): its head, made as outbox._commit_keys makes it. A head
-      -- that exists (a claim holds it, or it needs a fix) is left to outbox._commit_keys, also one
-      -- a claim's open transaction deleted: the probe above skips it (locked), this snapshot still
-      -- sees it, and an insert of the key would wait on that transaction's index entry (issue 29: a
-      -- lock-mode batch that delivered a key's last row held its producers at COMMIT).
-      IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
-                                   WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_key) THEN
-        -- Its floor is its id only while the queue's heads are complete and no wake note waits
-        -- for the key (the reasons are on outbox._make_heads); this is READ COMMITTED.
-        IF NOT outbox._make_head(p_q.queue_id, v_key, v_id,
-             CASE WHEN EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
-                       AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
-                                       WHERE w.queue_id = p_q.queue_id AND w.partition_key = v_key)
-                  THEN v_id ELSE 0 END) THEN
-          -- Made meanwhile by another session, maybe a claim's open transaction: a wake note.
-          INSERT INTO outbox.partition_wakes (queue_id, partition_key, low_id) VALUES (p_q.queue_id, v_key, v_id);
-        END IF;
-        IF outbox._drainer_waits(p_q) THEN
-          PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
-        END IF;
-        RETURN true;
-      END IF;
+      RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
     END IF;
-    RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
+    -- A head that exists (a claim holds it) is left to outbox._commit_keys, also one a claim's open
+    -- transaction deleted: the probe above skips it (locked), this snapshot still sees it, and an
+    -- insert of the key would wait on that transaction's index entry (issue 29: a lock-mode batch
+    -- that delivered a key's last row held its producers at COMMIT).
+    IF EXISTS (SELECT 1 FROM outbox.partition_heads x WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_key) THEN
+      RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
+    END IF;
+    -- A new key (the other usual case). Its floor is its id only while the queue's heads are
+    -- complete and no wake note waits for the key (the reasons are on outbox._make_heads).
+    v_sure := EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
+              AND NOT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                              WHERE w.queue_id = p_q.queue_id AND w.partition_key = v_key);
+    -- Its head, made as outbox._commit_keys makes it.
+    IF NOT outbox._make_head(p_q.queue_id, v_key, v_id, CASE WHEN v_sure THEN v_id ELSE 0 END) THEN
+      -- Made meanwhile by another session, maybe a claim's open transaction: a wake note.
+      INSERT INTO outbox.partition_wakes (queue_id, partition_key, low_id) VALUES (p_q.queue_id, v_key, v_id);
+    END IF;
+    IF outbox._drainer_waits(p_q) THEN
+      PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
+    END IF;
+    RETURN true;
   END IF;
 
   RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, false);
@@ -1504,6 +1739,76 @@ AS $$
 BEGIN
   EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS outbox.%I', 'claim_start_q' || p_q.queue_id);
   EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS outbox.%I', 'claim_front_q' || p_q.queue_id);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Gives a partitioned queue its commit-step triggers:
+-- - pgdrain_heads, a statement-level AFTER INSERT trigger running a function made for this queue,
+--   outbox.tg_queue__heads_q<queue_id>, whose one statement names the partition column
+--   statically, so PL/pgSQL plans it once per session instead of on every statement (a generic
+--   function would need a dynamic EXECUTE). It notes the key and id of each new row for the commit
+--   step, as outbox._note_written does (inlined: one function call less on every producer
+--   statement), except in a SERIALIZABLE transaction, which calls it.
+-- - pgdrain_snapshot, a statement-level BEFORE INSERT trigger that fires only in REPEATABLE READ
+--   and SERIALIZABLE transactions (its WHEN costs a READ COMMITTED statement no function call):
+--   outbox.tg_queue__snapshot_producer announces the transaction before it takes an id, so that
+--   READ COMMITTED commit steps keep the clocks those transactions read (docs/ordering.md).
+-- And makes the function of the commit step's late-rows statement (outbox._late_rows_function).
+-- Made again by every create_queue, so they always match the registration (nothing else
+-- reinstalls the triggers: run create_queue again if one was dropped).
+-- SECURITY DEFINER like the other triggers: a producer can not write the notes.
+CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  v_function constant text := 'outbox.' || pg_catalog.quote_ident('tg_queue__heads_q' || p_q.queue_id);
+BEGIN
+  EXECUTE pg_catalog.format(
+    $f$CREATE OR REPLACE FUNCTION %1$s()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = ''
+AS $body$
+-- Made by outbox._install_heads_trigger for queue %2$s; do not edit.
+BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
+    -- Noted in the hook, see outbox._note_written.
+    PERFORM outbox._note_written(TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id))
+    FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+    HAVING pg_catalog.count(*) > 0;
+    RETURN NULL;
+  END IF;
+  WITH hook AS (
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
+    ON CONFLICT (xid) DO NOTHING)
+  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
+  SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id)
+  FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+  HAVING pg_catalog.count(*) > 0;
+  RETURN NULL;
+END;
+$body$
+$f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
+  EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', v_function);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', p_q.table_oid::regclass);
+  EXECUTE pg_catalog.format(
+    'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
+       FOR EACH STATEMENT EXECUTE FUNCTION %s()', p_q.table_oid::regclass, v_function);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', p_q.table_oid::regclass);
+  EXECUTE pg_catalog.format(
+    $f$CREATE TRIGGER pgdrain_snapshot BEFORE INSERT ON %s FOR EACH STATEMENT
+       WHEN (pg_catalog.current_setting('transaction_isolation') <> 'read committed')
+       EXECUTE FUNCTION outbox.tg_queue__snapshot_producer(%s, %s)$f$,
+    p_q.table_oid::regclass, outbox._snapshot_lock_class(), p_q.queue_id);
+  -- The commit step's late-rows statement, made now rather than by a producer's commit.
+  PERFORM outbox._late_rows_function(p_q);
 END;
 $$;
 -- +goose StatementEnd
@@ -2178,6 +2483,7 @@ BEGIN
   -- outbox.set_notify last said (a registration keeps it).
   PERFORM outbox._install_notify_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
   EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', v_rel);
   EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
   IF v_col IS NOT NULL THEN
     PERFORM outbox._install_heads_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
@@ -2360,6 +2666,7 @@ BEGIN
   ELSE
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', v_rel);
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_truncate ON %s', v_rel);
   END IF;
   -- The queue's own heads trigger function (outbox._install_heads_trigger).
@@ -2398,6 +2705,94 @@ DECLARE
 BEGIN
   RETURN QUERY SELECT v_q.queue, v_q.partition_column, v_q.max_attempts, v_q.backoff_min, v_q.backoff_max,
                       v_q.permanent_policy, v_q.channel, v_q.max_delay;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Operator: gives poisoned rows (all of them, or the given ids) a fresh start: attempt_count 0,
+-- due now, last_error kept for the record. Returns how many rows were requeued.
+-- On a partitioned queue a requeued row goes to the TAIL of its key, as if committed now: it gets a
+-- new id from the queue's sequence and is delivered after every row of its key committed before
+-- the requeue, never before a successor that was already delivered (an old "register" must not
+-- come back after the "unregister" that followed it without the operator asking for exactly that;
+-- see docs/ordering.md). The rows then go through the producers' commit step (outbox._note_written):
+-- order against concurrent producers, heads, NOTIFY. Their event is the same; only the position moves.
+CREATE OR REPLACE FUNCTION outbox.requeue_poisoned(queue text, ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'requeue_poisoned';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_count bigint;
+  v_old bigint[];
+  v_keys text[];
+  v_mins bigint[];
+  v_maxs bigint[];
+BEGIN
+  IF ids IS NOT NULL AND pg_catalog.array_position(ids, NULL) IS NOT NULL THEN
+    PERFORM outbox._invalid(fn, 'ids must not contain NULL');
+  END IF;
+  IF v_q.partition_column IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'UPDATE %s t SET attempt_count = 0, next_attempt_at = NULL, leased_until = NULL, lease_token = NULL
+       WHERE t.sent_at IS NULL AND t.attempt_count >= $1 AND ($2::bigint[] IS NULL OR t.id = ANY ($2))',
+      v_q.table_oid::regclass)
+      USING v_q.max_attempts, ids;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+      PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+    END IF;
+    RETURN v_count;
+  END IF;
+
+  IF v_q.id_sequence IS NULL THEN
+    RAISE EXCEPTION '%: queue % has no id sequence to move requeued rows to the tail of their keys (call outbox.create_queue again)',
+      fn, v_q.queue USING ERRCODE = '55000';
+  END IF;
+  EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.array_agg(t.id ORDER BY t.id) FROM %s t
+     WHERE t.sent_at IS NULL AND t.attempt_count >= $1 AND ($2::bigint[] IS NULL OR t.id = ANY ($2))',
+    v_q.table_oid::regclass)
+    INTO v_old USING v_q.max_attempts, ids;
+  IF v_old IS NULL THEN
+    RETURN 0;
+  END IF;
+  -- A REPEATABLE READ or SERIALIZABLE requeue announces itself before it takes ids, as a
+  -- producer's insert does (outbox.tg_queue__snapshot_producer).
+  IF v_q.partition_column IS NOT NULL AND pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(outbox._snapshot_lock_class(), v_q.queue_id);
+  END IF;
+  -- New ids in the order of the old ones (generate_series yields in order, nextval runs per row).
+  EXECUTE pg_catalog.format(
+    'WITH moved AS (
+       SELECT o.old_id, n.new_id
+       FROM unnest($1::bigint[]) WITH ORDINALITY AS o(old_id, i)
+       JOIN (SELECT g.i, pg_catalog.nextval($3) AS new_id FROM pg_catalog.generate_series(1, $4) AS g(i)) n
+         ON n.i = o.i),
+     upd AS (
+       UPDATE %1$s t SET id = m.new_id, attempt_count = 0, next_attempt_at = NULL, leased_until = NULL,
+                         lease_token = NULL, event_id = %3$s
+       FROM moved m WHERE t.id = m.old_id AND t.sent_at IS NULL AND t.attempt_count >= $2
+       RETURNING t.id, t.%2$I::text AS key)
+     SELECT pg_catalog.array_agg(k ORDER BY k), pg_catalog.array_agg(lo ORDER BY k), pg_catalog.array_agg(hi ORDER BY k),
+            COALESCE(pg_catalog.sum(n), 0)
+     FROM (SELECT upd.key AS k, pg_catalog.min(upd.id) AS lo, pg_catalog.max(upd.id) AS hi, pg_catalog.count(*) AS n
+           FROM upd GROUP BY 1) s',
+    v_q.table_oid::regclass, v_q.partition_column, outbox._event_id_of(v_q))
+    INTO v_keys, v_mins, v_maxs, v_count USING v_old, v_q.max_attempts, v_q.id_sequence, pg_catalog.cardinality(v_old);
+  IF v_keys IS NULL THEN
+    RETURN 0;
+  END IF;
+  -- Each key's first and last moved row: what the commit step needs of them.
+  PERFORM outbox._note_written(v_q.table_oid, v_keys || v_keys, v_mins || v_maxs);
+  -- The commit step notifies only for heads it creates or wakes; a requeue is an operator asking
+  -- for delivery now, so say so whatever the heads were.
+  PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  RETURN v_count;
 END;
 $$;
 -- +goose StatementEnd
@@ -3476,6 +3871,62 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Gives a partitioned queue its heads trigger: a statement-level AFTER INSERT trigger running a
+-- function made for this queue, outbox.tg_queue__heads_q<queue_id>, whose one statement names the
+-- partition column statically, so PL/pgSQL plans it once per session instead of on every
+-- statement (a generic function would need a dynamic EXECUTE). It notes the key and id of each new
+-- row for the commit step, as outbox._note_written does (inlined: one function call less on every
+-- producer statement), except in a SERIALIZABLE transaction, which
+-- calls it. Made again by every create_queue, so it always matches the registration
+-- (nothing else reinstalls it: run create_queue again if it was dropped).
+-- SECURITY DEFINER like the other triggers: a producer can not write the notes.
+CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET client_min_messages = warning
+AS $$
+DECLARE
+  v_function constant text := 'outbox.' || pg_catalog.quote_ident('tg_queue__heads_q' || p_q.queue_id);
+BEGIN
+  EXECUTE pg_catalog.format(
+    $f$CREATE OR REPLACE FUNCTION %1$s()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = ''
+AS $body$
+-- Made by outbox._install_heads_trigger for queue %2$s; do not edit.
+BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
+    -- Noted in the hook, see outbox._note_written.
+    PERFORM outbox._note_written(TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id))
+    FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+    HAVING pg_catalog.count(*) > 0;
+    RETURN NULL;
+  END IF;
+  WITH hook AS (
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
+    ON CONFLICT (xid) DO NOTHING)
+  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
+  SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id)
+  FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+  HAVING pg_catalog.count(*) > 0;
+  RETURN NULL;
+END;
+$body$
+$f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
+  EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', v_function);
+  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', p_q.table_oid::regclass);
+  EXECUTE pg_catalog.format(
+    'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
+       FOR EACH STATEMENT EXECUTE FUNCTION %s()', p_q.table_oid::regclass, v_function);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Gives a queue its NOTIFY machinery as its registration says: the sequence in which drainers say
 -- until when they wait (outbox.drainer_waits_q<queue_id>, UNLOGGED: not versioned, so a producer in
 -- any snapshot reads the latest value, and moving it leaves no dead tuple and no WAL; after a crash
@@ -4356,6 +4807,89 @@ DECLARE
 BEGIN
   RETURN QUERY SELECT v_q.queue, v_q.partition_column, v_q.max_attempts, v_q.backoff_min, v_q.backoff_max,
                       v_q.permanent_policy, v_q.channel;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Operator: gives poisoned rows (all of them, or the given ids) a fresh start: attempt_count 0,
+-- due now, last_error kept for the record. Returns how many rows were requeued.
+-- On a partitioned queue a requeued row goes to the TAIL of its key, as if committed now: it gets a
+-- new id from the queue's sequence and is delivered after every row of its key committed before
+-- the requeue, never before a successor that was already delivered (an old "register" must not
+-- come back after the "unregister" that followed it without the operator asking for exactly that;
+-- see docs/ordering.md). The rows then go through the producers' commit step (outbox._note_written):
+-- order against concurrent producers, heads, NOTIFY. Their event is the same; only the position moves.
+CREATE OR REPLACE FUNCTION outbox.requeue_poisoned(queue text, ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  fn constant text := 'requeue_poisoned';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_count bigint;
+  v_old bigint[];
+  v_keys text[];
+  v_mins bigint[];
+  v_maxs bigint[];
+BEGIN
+  IF ids IS NOT NULL AND pg_catalog.array_position(ids, NULL) IS NOT NULL THEN
+    PERFORM outbox._invalid(fn, 'ids must not contain NULL');
+  END IF;
+  IF v_q.partition_column IS NULL THEN
+    EXECUTE pg_catalog.format(
+      'UPDATE %s t SET attempt_count = 0, next_attempt_at = NULL, leased_until = NULL, lease_token = NULL
+       WHERE t.sent_at IS NULL AND t.attempt_count >= $1 AND ($2::bigint[] IS NULL OR t.id = ANY ($2))',
+      v_q.table_oid::regclass)
+      USING v_q.max_attempts, ids;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+      PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+    END IF;
+    RETURN v_count;
+  END IF;
+
+  IF v_q.id_sequence IS NULL THEN
+    RAISE EXCEPTION '%: queue % has no id sequence to move requeued rows to the tail of their keys (call outbox.create_queue again)',
+      fn, v_q.queue USING ERRCODE = '55000';
+  END IF;
+  EXECUTE pg_catalog.format(
+    'SELECT pg_catalog.array_agg(t.id ORDER BY t.id) FROM %s t
+     WHERE t.sent_at IS NULL AND t.attempt_count >= $1 AND ($2::bigint[] IS NULL OR t.id = ANY ($2))',
+    v_q.table_oid::regclass)
+    INTO v_old USING v_q.max_attempts, ids;
+  IF v_old IS NULL THEN
+    RETURN 0;
+  END IF;
+  -- New ids in the order of the old ones (generate_series yields in order, nextval runs per row).
+  EXECUTE pg_catalog.format(
+    'WITH moved AS (
+       SELECT o.old_id, n.new_id
+       FROM unnest($1::bigint[]) WITH ORDINALITY AS o(old_id, i)
+       JOIN (SELECT g.i, pg_catalog.nextval($3) AS new_id FROM pg_catalog.generate_series(1, $4) AS g(i)) n
+         ON n.i = o.i),
+     upd AS (
+       UPDATE %1$s t SET id = m.new_id, attempt_count = 0, next_attempt_at = NULL, leased_until = NULL,
+                         lease_token = NULL, event_id = %3$s
+       FROM moved m WHERE t.id = m.old_id AND t.sent_at IS NULL AND t.attempt_count >= $2
+       RETURNING t.id, t.%2$I::text AS key)
+     SELECT pg_catalog.array_agg(k ORDER BY k), pg_catalog.array_agg(lo ORDER BY k), pg_catalog.array_agg(hi ORDER BY k),
+            COALESCE(pg_catalog.sum(n), 0)
+     FROM (SELECT upd.key AS k, pg_catalog.min(upd.id) AS lo, pg_catalog.max(upd.id) AS hi, pg_catalog.count(*) AS n
+           FROM upd GROUP BY 1) s',
+    v_q.table_oid::regclass, v_q.partition_column, outbox._event_id_of(v_q))
+    INTO v_keys, v_mins, v_maxs, v_count USING v_old, v_q.max_attempts, v_q.id_sequence, pg_catalog.cardinality(v_old);
+  IF v_keys IS NULL THEN
+    RETURN 0;
+  END IF;
+  -- Each key's first and last moved row: what the commit step needs of them.
+  PERFORM outbox._note_written(v_q.table_oid, v_keys || v_keys, v_mins || v_maxs);
+  -- The commit step notifies only for heads it creates or wakes; a requeue is an operator asking
+  -- for delivery now, so say so whatever the heads were.
+  PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  RETURN v_count;
 END;
 $$;
 -- +goose StatementEnd

@@ -1,7 +1,10 @@
 -- The commit step (outbox.pgdrain_commit, run here with SET CONSTRAINTS ... IMMEDIATE, which is what
--- COMMIT does): heads for new keys, clocks raised to the largest ids, and a key whose clock says another
--- transaction committed a larger id gets this transaction's rows renumbered past it, in order.
-BEGIN;
+-- COMMIT does) of a REPEATABLE READ producer, which reads the key clocks: heads for new keys, clocks
+-- raised to the largest ids, and a key whose clock says another transaction committed a larger id
+-- gets this transaction's rows renumbered past it, in order. (READ COMMITTED producers read lateness
+-- from the queue table and leave the clocks as they are: read_committed_locks_clocks_without_writing;
+-- renumbering among real concurrent producers: gocheck's TestProducers_DeliveryFollowsCommitOrder_*.)
+BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT plan(11);
 
 SELECT test_helpers.new_queue('k') AS q \gset

@@ -11,8 +11,8 @@ SELECT test_helpers.new_queue() AS q2 \gset
 -- The trigger's arguments checked below are those of 'always' (new queues notify 'when_waiting').
 SELECT outbox.set_notify(:'q2', 'always') IS NULL AS _ \gset
 
-SELECT triggers_are('public', :'t', ARRAY['pgdrain_heads', 'pgdrain_truncate'],
-                    'a partitioned queue has exactly the partition-head and truncate triggers');
+SELECT triggers_are('public', :'t', ARRAY['pgdrain_heads', 'pgdrain_snapshot', 'pgdrain_truncate'],
+                    'a partitioned queue has exactly the partition-head, snapshot-producer and truncate triggers');
 SELECT trigger_is('public', split_part(:'q2', '.', 2), 'pgdrain_notify', 'outbox', 'tg_queue__notify',
                   'pgdrain_notify calls outbox.tg_queue__notify');
 -- tgtype bits: 1 = ROW, 2 = BEFORE, 4 = INSERT; 4 alone = AFTER INSERT FOR EACH STATEMENT.

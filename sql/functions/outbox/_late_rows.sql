@@ -1,0 +1,40 @@
+-- Lateness as a READ COMMITTED commit step sees it, with its commit locks taken (outbox._commit_keys):
+-- per key (aligned with p_keys; p_los and p_his our smallest and largest id of each), the largest id
+-- of a row of the key that another transaction committed above our smallest, NULL when there is
+-- none: our rows must be renumbered past it. Delivered rows count too, so that a key's ids never go
+-- down in delivery order. Read from the queue table itself, so that the commit locks need not write
+-- a clock (docs/ordering.md): one range of the primary key, from our smallest id to the last id the
+-- sequence gave out, whose rows all came after ours; our own rows are known by xmin, and other
+-- transactions' uncommitted rows are not visible.
+-- The range holds every row any producer wrote since our first one. When it is long (a transaction
+-- that stayed open while thousands of other rows were written) every key is taken for late, past
+-- the last id given out: renumbering our rows costs less than reading all of theirs, and is always
+-- right (a new id is larger than every id given out so far).
+--
+-- The statement names the queue's table, so it runs in a function made for the queue and its
+-- table as registered and named now (outbox._late_rows_function), which keeps its plan for the
+-- session. This runs on every producer's commit, so it calls the function directly (one EXECUTE of
+-- a call) instead of going through outbox._prepared.
+CREATE OR REPLACE FUNCTION outbox._late_rows(p_q outbox.queues, p_keys text[], p_los bigint[], p_his bigint[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_issued constant bigint := pg_catalog.pg_sequence_last_value(p_q.id_sequence);
+  v_from constant bigint := (SELECT pg_catalog.min(l.lo) FROM unnest(p_los) AS l(lo));
+  v_span constant bigint := (SELECT pg_catalog.max(h.hi) FROM unnest(p_his) AS h(hi)) - v_from;
+  v_xid constant bigint := pg_catalog.pg_current_xact_id()::text::bigint;
+  v_late bigint[];
+BEGIN
+  IF v_issued IS NULL OR v_from IS NULL OR v_issued <= v_from THEN
+    RETURN NULL;
+  END IF;
+  IF v_issued - v_from > 4096 + 2 * v_span THEN
+    RETURN pg_catalog.array_fill(v_issued, ARRAY[pg_catalog.cardinality(p_keys)]);
+  END IF;
+  EXECUTE outbox._late_rows_function(p_q) INTO v_late USING p_keys, p_los, v_xid, v_from, v_issued;
+  RETURN v_late;
+END;
+$$;

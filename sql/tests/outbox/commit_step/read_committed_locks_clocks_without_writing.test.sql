@@ -1,0 +1,51 @@
+-- A READ COMMITTED commit step takes its commit lock (the key hash's clock row) without writing it:
+-- a row written on every commit of a key piles up one version per commit while any session holds
+-- back the xmin horizon, and every later commit of the key walked them (issue 29). Lateness comes
+-- from the queue table instead (outbox._late_rows). The commit step runs here with SET CONSTRAINTS
+-- ... IMMEDIATE, which is what COMMIT does.
+BEGIN;
+SELECT plan(7);
+
+SELECT test_helpers.new_queue('k') AS q \gset
+SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
+SELECT (test_helpers.add(:'q', 1, 'hot'))[1] AS first_id \gset
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
+SELECT ctid AS clock_ctid, committed_max AS clock_max FROM outbox.partition_clocks
+WHERE queue_id = :qid AND slot = hashtext('hot') & 65535 \gset
+SELECT is(:'clock_max'::bigint, :'first_id'::bigint, 'the first commit of a key hash makes its clock row');
+
+-- The same key again, through the single-row path (the key has a head now) and the general one.
+SELECT test_helpers.add(:'q', 1, 'hot') AS _ \gset
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
+SELECT test_helpers.add(:'q', 2, 'hot') AS _ \gset
+SELECT test_helpers.add(:'q', 1, 'other') AS _ \gset
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
+SELECT results_eq(format('SELECT ctid, committed_max FROM outbox.partition_clocks WHERE queue_id = %s AND slot = %s',
+                         :qid, hashtext('hot') & 65535),
+                  format('VALUES (%L::tid, %s::bigint)', :'clock_ctid', :'clock_max'),
+                  'later commits of the key leave its clock row as it was: no new version, no new value');
+SELECT ok(EXISTS (SELECT 1 FROM outbox.partition_clocks c
+                  WHERE c.queue_id = :qid AND c.slot = hashtext('hot') & 65535 AND c.xmax::text = (txid_current() % 4294967296)::text),
+          'and it is locked by this transaction until it ends (xmax: a lock, not an update)');
+SELECT results_eq(format('SELECT array_agg(id ORDER BY id) = (SELECT array_agg(id ORDER BY id) FROM %1$s WHERE k = %2$L AND id >= %3$s)
+                          FROM %1$s WHERE k = %2$L', :'q', 'hot', :'first_id'),
+                  $$VALUES (true)$$,
+                  'a transaction''s own rows are never late against each other: no id changed');
+SELECT results_eq(format($$SELECT h.head_id FROM outbox.partition_heads h WHERE h.queue_id = %s AND h.partition_key = 'hot'$$, :qid),
+                  format('VALUES (%s::bigint)', :'first_id'),
+                  'the key''s head still points at its first row');
+
+-- The probe of the queue table: rows of this transaction do not count, committed rows of others
+-- above our smallest id do, delivered or not (gocheck's TestProducers_DeliveryFollowsCommitOrder_*
+-- commits them).
+SELECT is(outbox._late_rows((SELECT q FROM outbox.queues q WHERE q.queue_id = :qid), ARRAY['hot', 'other', 'none'],
+                            ARRAY[0, 0, 0]::bigint[], ARRAY[0, 0, 0]::bigint[]),
+          ARRAY[NULL, NULL, NULL]::bigint[], 'outbox._late_rows: our own rows are not another transaction''s');
+SELECT is((SELECT count(*) FROM pg_proc WHERE pronamespace = 'outbox'::regnamespace AND proname LIKE '\_q' || :qid || '\_late\_%'),
+          1::bigint, 'its statement runs in one function made for the queue, kept for the session');
+
+SELECT * FROM finish();
+ROLLBACK;
