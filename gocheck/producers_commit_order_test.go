@@ -237,6 +237,70 @@ func TestProducers_RepeatableReadProducerOvertakenFailsWithSerializationFailure(
 	require.Equal(t, []string{"B", "A"}, marksOf(t, db.Pool, drainOnce(t, db.Pool)))
 }
 
+// A snapshot producer overtaken by a READ COMMITTED one, on a key that already has its head and its
+// clock row (so nothing but the clock can tell it: no head is made). The READ COMMITTED commit step
+// locks its clock without writing it unless a REPEATABLE READ or SERIALIZABLE producer of the queue
+// has announced itself (pgdrain_snapshot), as A did by inserting first; so it writes it, and A
+// fails with 40001; the retry is delivered after B.
+func TestProducers_SnapshotProducerOvertakenByAReadCommittedOneFailsWithSerializationFailure(t *testing.T) {
+	t.Parallel()
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(level), func(t *testing.T) {
+			t.Parallel()
+			db := orderQueue(t)
+			ctx := context.Background()
+			insertMarked(t, db.Pool, "k", "seed")
+			a, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Rollback(ctx) })
+			insertMarked(t, a, "k", "A")
+			insertMarked(t, db.Pool, "k", "B")
+			err = a.Commit(ctx)
+			code, _ := sqlState(err)
+			require.Equal(t, "40001", code, "%v", err)
+			require.NoError(t, pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: level}, func(tx pgx.Tx) error {
+				insertMarked(t, tx, "k", "A")
+				return nil
+			}), "the retry commits")
+			require.Equal(t, []string{"seed", "B", "A"}, marksOf(t, db.Pool, drainOnce(t, db.Pool)))
+		})
+	}
+}
+
+// A sequence with CACHE > 1 hands each session its own block of ids, so a REPEATABLE READ or
+// SERIALIZABLE producer can take an id below one a READ COMMITTED producer committed before it
+// announced itself, without a clock to tell it. Such a producer is renumbered past every id given
+// out, always: A's id from its session's cache (below B's) is delivered after B's.
+func TestProducers_SnapshotProducerOfACachedSequenceIsDeliveredAfterEarlierCommits(t *testing.T) {
+	t.Parallel()
+	db := orderQueue(t)
+	ctx := context.Background()
+	exec(t, db.Pool, `DO $$ BEGIN
+		EXECUTE format('ALTER SEQUENCE %s CACHE 20', pg_get_serial_sequence('public.events', 'id'));
+	END $$`)
+	connA, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer connA.Release()
+	connB, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer connB.Release()
+	// The key's first row, from A's session (whose block of ids it opens), makes its clock row;
+	// B's commit then only locks it.
+	first := insertMarked(t, connA, "k", "seed")
+	idB := insertMarked(t, connB, "k", "B")
+	require.Greater(t, idB, first+1, "B's session has a block of its own, above A's")
+
+	a, err := connA.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	require.NoError(t, err)
+	idA := insertMarked(t, a, "k", "A")
+	require.Less(t, idA, idB, "A's id comes from its session's block, below B's committed one")
+	require.NoError(t, a.Commit(ctx))
+
+	delivered := drainOnce(t, db.Pool)
+	require.Equal(t, []string{"seed", "B", "A"}, marksOf(t, db.Pool, delivered), "commit order")
+	require.Greater(t, delivered[2], idB, "A was renumbered past B")
+}
+
 // Two queues written in opposite orders by two transactions: the commit step takes the queues'
 // commit locks in queue order, so this does not deadlock either.
 func TestProducers_OppositeQueueOrderDoesNotDeadlock(t *testing.T) {
