@@ -220,8 +220,9 @@ BEGIN
     FROM outbox._renumber_late_rows(p_q, v_sequence, v_keys, v_mins, v_maxs, v_late_clocks) r;
     v_renumbered := true;
     -- The late keys' rows now end above every clock: their clocks follow, when clocks are written.
-    -- READ COMMITTED asks again: a producer that announced itself since took its ids before our
-    -- new ones (outbox._snapshot_producers_open).
+    -- READ COMMITTED asks again, now that its new ids are taken: a REPEATABLE READ or SERIALIZABLE
+    -- producer that announced itself since the first time may hold ids below them, and will commit
+    -- after us (outbox._snapshot_producers_open).
     IF v_read_committed THEN
       v_write_clock := outbox._snapshot_producers_open(p_q.queue_id);
     END IF;
