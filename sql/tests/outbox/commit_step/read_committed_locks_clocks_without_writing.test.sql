@@ -4,7 +4,7 @@
 -- from the queue table instead (outbox._late_rows). The commit step runs here with SET CONSTRAINTS
 -- ... IMMEDIATE, which is what COMMIT does.
 BEGIN;
-SELECT plan(7);
+SELECT plan(10);
 
 SELECT test_helpers.new_queue('k') AS q \gset
 SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
@@ -42,10 +42,30 @@ SELECT results_eq(format($$SELECT h.head_id FROM outbox.partition_heads h WHERE 
 -- above our smallest id do, delivered or not (gocheck's TestProducers_DeliveryFollowsCommitOrder_*
 -- commits them).
 SELECT is(outbox._late_rows((SELECT q FROM outbox.queues q WHERE q.queue_id = :qid), ARRAY['hot', 'other', 'none'],
-                            ARRAY[0, 0, 0]::bigint[], ARRAY[0, 0, 0]::bigint[]),
+                            ARRAY[:first_id - 1, :first_id - 1, :first_id - 1]::bigint[],
+                            ARRAY[:first_id - 1, :first_id - 1, :first_id - 1]::bigint[]),
           ARRAY[NULL, NULL, NULL]::bigint[], 'outbox._late_rows: our own rows are not another transaction''s');
 SELECT is((SELECT count(*) FROM pg_proc WHERE pronamespace = 'outbox'::regnamespace AND proname LIKE '\_q' || :qid || '\_late\_%'),
           1::bigint, 'its statement runs in one function made for the queue, kept for the session');
+
+-- A renamed table gets a function of its own name (the old one names the old table).
+SELECT format('%s_renamed', :'q') AS q2 \gset
+SELECT format('ALTER TABLE %s RENAME TO %s', :'q', split_part(:'q2', '.', 2)) AS rename \gset
+:rename;
+SELECT is(outbox._late_rows((SELECT q FROM outbox.queues q WHERE q.queue_id = :qid), ARRAY['hot'], ARRAY[:first_id - 1]::bigint[],
+                            ARRAY[:first_id - 1]::bigint[]),
+          ARRAY[NULL]::bigint[], 'after a rename the probe still answers');
+SELECT is((SELECT count(*) FROM pg_proc WHERE pronamespace = 'outbox'::regnamespace AND proname LIKE '\_q' || :qid || '\_late\_%'
+             AND prosrc LIKE '%' || :'q2' || '%'),
+          1::bigint, 'from a function made for the new name');
+
+-- A transaction whose first row is more than 4,096 ids behind the last one given out is taken for
+-- late on every key, past that last id: renumbering its rows costs less than reading all the rows
+-- written since.
+SELECT pg_sequence_last_value(pg_get_serial_sequence(:'q2', 'id')) AS last_id \gset
+SELECT is(outbox._late_rows((SELECT q FROM outbox.queues q WHERE q.queue_id = :qid), ARRAY['hot', 'other'],
+                            ARRAY[:last_id - 5000, :last_id - 5000]::bigint[], ARRAY[:last_id - 5000, :last_id - 5000]::bigint[]),
+          ARRAY[:last_id, :last_id]::bigint[], 'a transaction older than 4,096 ids is late on every key');
 
 SELECT * FROM finish();
 ROLLBACK;
