@@ -3,9 +3,10 @@
 -- aligned, a key may repeat): the keys it wrote go to
 -- outbox._commit_keys, which makes per-key delivery order equal commit order and gives new keys
 -- their partition head. The usual transactions, one row of a key that has a head or of a new key,
--- not late, are done here in two or three scalar statements: every statement of the commit step is an executor start
--- on the producer's write path (aggregates and CTEs, which the general step needs, cost the most
--- to start), and so is every planner setting a function pins.
+-- not late, are done here in scalar statements (the lock, the lateness question of READ
+-- COMMITTED, the head, a new key's insert): every statement of the commit step is an executor
+-- start on the producer's write path (aggregates and CTEs, which the general step needs, cost the
+-- most to start), and so is every planner setting a function pins.
 -- Returns whether it wrote a head or a wake note (and notified).
 CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues, p_keys text[], p_ids bigint[])
 RETURNS boolean

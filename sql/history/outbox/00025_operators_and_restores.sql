@@ -1266,18 +1266,22 @@ $$;
 -- commit order, and gives new keys their partition head.
 --
 -- 1. Takes the commit lock of every key hash the transaction wrote (hashtext(key) & 65535), held
---    until the commit is complete: the hash's row of outbox.partition_clocks, made or updated in
---    hash order by one INSERT ... ON CONFLICT DO UPDATE, which also raises the clock to our largest
---    id and keeps the value it found in previous_max. A row lock, not an advisory one: a bulk
---    transaction of 20,000 keys locks 20,000 rows without filling the lock table, and producers of
---    other hashes never wait for it. Commits that share a hash are serialised from here on; only
---    commit steps take these locks, all in one order, so they can not deadlock.
--- 2. A key is late when a transaction that committed before us wrote a row of it (or of a key
---    with the same hash) with a larger id than our smallest: the clock keeps the largest committed
---    id per hash, written only under these locks. A late key's rows of this transaction get new
---    ids from the id sequence, in their order, larger than every id already given out: delivered
---    order (id order) is then commit order, and the clock follows them. Not late (the usual case):
---    no row is written twice.
+--    until the commit is complete: the hash's row of outbox.partition_clocks, made or locked in
+--    hash order by one INSERT ... ON CONFLICT DO UPDATE. Under REPEATABLE READ and SERIALIZABLE it
+--    also raises the clock to our largest id and keeps the value it found in previous_max; under
+--    READ COMMITTED it only locks the rows (its WHERE keeps it from updating them: no row version
+--    per commit for a held xmin to keep), unless such a producer of the queue may be open
+--    (outbox._snapshot_producers_open). A row lock, not an advisory one: a bulk transaction of
+--    20,000 keys locks 20,000 rows without filling the lock table, and producers of other hashes
+--    never wait for it. Commits that share a hash are serialised from here on; only commit steps
+--    take these locks, all in one order, so they can not deadlock.
+-- 2. A key is late when a transaction that committed before us wrote a row of it with a larger id
+--    than our smallest. READ COMMITTED asks the queue table, after the locks and before the heads
+--    (outbox._late_rows); REPEATABLE READ and SERIALIZABLE compare the clock of its hash (with a
+--    sequence that caches ids, every key is late: see v_cached). A late key's rows of this
+--    transaction get new ids from the id sequence, in their order, larger than every id already
+--    given out: delivered order (id order) is then commit order, and written clocks follow them.
+--    Not late (the usual case): no row is written twice.
 -- 3. Holds each existing head of its keys FOR KEY SHARE until the transaction ends, so that no claim
 --    deletes it or raises its floor over our rows before they are visible (a claim takes FOR UPDATE,
 --    and skips heads it can not lock, see outbox._refresh_heads); creates the heads of new keys,
@@ -1288,10 +1292,11 @@ $$;
 --    a drainer waits: outbox._drainer_waits).
 -- Returns whether it wrote a head or a wake note (and notified).
 --
--- The usual transaction, no key late, costs two statements whatever its keys: the locks (the clocks
--- they return compared per hash with our smallest ids) and one probe per key of its head, which
+-- The usual transaction, no key late, costs the locks, the lateness question (READ COMMITTED: one
+-- statement, none when no id was given out since ours) and one probe per key of its head, which
 -- keeps only the keys with something to do (none when every key has a head whose floor is below
--- our rows). A late transaction sorts its keys and probes them again after renumbering.
+-- our rows), whatever its keys. A late transaction sorts its keys and probes them again after
+-- renumbering.
 --
 -- Under REPEATABLE READ or SERIALIZABLE the clocks are read in the transaction's snapshot; when
 -- another producer of the same hash committed after it started, raising the clock fails with
@@ -1554,9 +1559,10 @@ $$;
 -- aligned, a key may repeat): the keys it wrote go to
 -- outbox._commit_keys, which makes per-key delivery order equal commit order and gives new keys
 -- their partition head. The usual transactions, one row of a key that has a head or of a new key,
--- not late, are done here in two or three scalar statements: every statement of the commit step is an executor start
--- on the producer's write path (aggregates and CTEs, which the general step needs, cost the most
--- to start), and so is every planner setting a function pins.
+-- not late, are done here in scalar statements (the lock, the lateness question of READ
+-- COMMITTED, the head, a new key's insert): every statement of the commit step is an executor
+-- start on the producer's write path (aggregates and CTEs, which the general step needs, cost the
+-- most to start), and so is every planner setting a function pins.
 -- Returns whether it wrote a head or a wake note (and notified).
 CREATE OR REPLACE FUNCTION outbox._commit_partitions(p_q outbox.queues, p_keys text[], p_ids bigint[])
 RETURNS boolean
