@@ -43,8 +43,8 @@ func TestProducers_UpgradeToCommitOrderKeepsRegisteredQueues(t *testing.T) {
 	var triggers []string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(tgname::text ORDER BY tgname) FROM pg_trigger
 		WHERE tgrelid = 'public.events'::regclass AND NOT tgisinternal`).Scan(&triggers))
-	require.Equal(t, []string{"pgdrain_heads", "pgdrain_truncate"}, triggers,
-		"the queue's triggers are kept (00004 adds the TRUNCATE trigger; 00019 drops the NOTIFY trigger of a partitioned queue, whose commit step notifies)")
+	require.Equal(t, []string{"pgdrain_heads", "pgdrain_snapshot", "pgdrain_truncate"}, triggers,
+		"the queue's triggers are kept (00004 adds the TRUNCATE trigger; 00019 drops the NOTIFY trigger of a partitioned queue, whose commit step notifies; 00025 adds the snapshot producers' one)")
 	var hook bool
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger
 		WHERE tgrelid = 'outbox.commit_hooks'::regclass AND tgname = 'pgdrain_commit' AND tgdeferrable AND tginitdeferred)`).Scan(&hook))

@@ -144,21 +144,26 @@ COMMENT ON COLUMN outbox.partition_clocks.previous_max IS
 -- its first statement and deleted by its commit step; the insert queues the commit step, through
 -- the deferred trigger pgdrain_commit (baseline_after.sql, outbox.tg_queue__commit). Keeping that
 -- event off the queue tables keeps their DDL and TRUNCATE possible in the producing transaction.
--- A SERIALIZABLE transaction also keeps its notes here (table_oids, keys, ids), which its commit
--- step finds by the primary key's arbiter (no predicate lock) and deletes by ctid: notes read by
--- index from outbox.commit_notes would make a chain of read/write dependencies between unrelated
--- producers that PostgreSQL cancels (40001).
+-- The first statement's notes are in it too (table_oids, keys, ids): the usual transaction, one
+-- statement, writes and deletes no note row. Later statements note in outbox.commit_notes and
+-- set more_notes. A SERIALIZABLE transaction keeps all its notes here, which its commit step finds
+-- by the primary key's arbiter (no predicate lock) and deletes by ctid: notes read by index from
+-- outbox.commit_notes would make a chain of read/write dependencies between unrelated producers
+-- that PostgreSQL cancels (40001).
 CREATE UNLOGGED TABLE outbox.commit_hooks (
   xid xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
   table_oids oid[],
   keys text[],
   ids bigint[],
+  more_notes boolean NOT NULL DEFAULT false,
   CONSTRAINT commit_hooks_pkey PRIMARY KEY (xid)
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
 COMMENT ON TABLE outbox.commit_hooks IS
   'Producers'' open transactions, each queueing its commit step once (internal; empty when idle).';
 COMMENT ON COLUMN outbox.commit_hooks.keys IS
-  'SERIALIZABLE transactions only: the key and id of every row written, and its table (aligned); others note in outbox.commit_notes.';
+  'The key and id of every row the first statement wrote (SERIALIZABLE: every statement), and its table (aligned); later statements note in outbox.commit_notes.';
+COMMENT ON COLUMN outbox.commit_hooks.more_notes IS
+  'Whether a later statement noted rows in outbox.commit_notes (never in SERIALIZABLE transactions).';
 
 -- Producers' notes: one row per statement that wrote a partitioned queue, inserted and never
 -- updated (an appended row per transaction made n statements cost O(n²)), read and deleted by the
@@ -667,8 +672,8 @@ BEGIN
     PERFORM outbox._restore_heads(p_q);
   END IF;
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same
-  -- transaction (a test, a script) makes them now. A SERIALIZABLE transaction noted them in its
-  -- hook (outbox._note_written).
+  -- transaction (a test, a script) makes them now. Its first statement (a SERIALIZABLE transaction: every one)
+  -- noted them in its hook (outbox._note_written).
   -- (A transaction that has written nothing has no xid, and looks no further.)
   IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL
      AND (EXISTS (SELECT 1 FROM outbox.commit_notes n
@@ -1175,6 +1180,7 @@ DECLARE
   -- READ COMMITTED: per key (aligned with v_keys), the largest id another transaction committed
   -- above our smallest (outbox._late_rows), NULL when not late.
   v_late bigint[];
+  v_late_asked boolean := false;
   -- Whether our commit locks raise the clocks: always in REPEATABLE READ and SERIALIZABLE, which
   -- read them to know they are late; in READ COMMITTED only while such a producer may be open.
   v_write_clock boolean := NOT v_read_committed;
@@ -1223,16 +1229,18 @@ BEGIN
       INTO v_any_late;
     IF v_read_committed THEN
       -- A new statement: its snapshot sees every commit that released these locks. Asked before
-      -- the heads are read (see outbox._commit_partitions).
-      v_any_late := EXISTS (SELECT 1 FROM unnest(outbox._late_rows(p_q, v_keys, v_mins, v_maxs)) AS l(id)
-                            WHERE l.id IS NOT NULL);
+      -- the heads are read (see outbox._commit_partitions), and once: the loop below reuses it.
+      v_late := outbox._late_rows(p_q, v_keys, v_mins, v_maxs);
+      v_late_asked := true;
+      v_any_late := EXISTS (SELECT 1 FROM unnest(v_late) AS l(id) WHERE l.id IS NOT NULL);
     END IF;
     IF v_any_late THEN
+      -- A key's answer is the same wherever it repeats (READ COMMITTED; NULL otherwise).
       SELECT pg_catalog.array_agg(n.k ORDER BY n.k), pg_catalog.array_agg(n.lo ORDER BY n.k),
-             pg_catalog.array_agg(n.hi ORDER BY n.k)
-        INTO v_keys, v_mins, v_maxs
-      FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
-            FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi) GROUP BY u.k) n;
+             pg_catalog.array_agg(n.hi ORDER BY n.k), pg_catalog.array_agg(n.late ORDER BY n.k)
+        INTO v_keys, v_mins, v_maxs, v_late
+      FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi, pg_catalog.max(u.late) AS late
+            FROM unnest(v_keys, v_mins, v_maxs, v_late) AS u(k, lo, hi, late) GROUP BY u.k) n;
     ELSIF v_serializable THEN
       -- SERIALIZABLE, no key late: every key gets a wake note (the next claim makes or fixes its
       -- head), without reading a head. A read takes a predicate lock on the index page other
@@ -1276,8 +1284,12 @@ BEGIN
   END IF;
   WHILE NOT v_probed LOOP
     -- READ COMMITTED: whether a key is late, from the queue table (a statement of its own, after
-    -- the locks); not again once renumbered.
-    v_late := CASE WHEN v_read_committed AND NOT v_renumbered THEN outbox._late_rows(p_q, v_keys, v_mins, v_maxs) END;
+    -- the locks), unless asked above; not again once renumbered.
+    IF NOT v_read_committed OR v_renumbered THEN
+      v_late := NULL;
+    ELSIF NOT v_late_asked THEN
+      v_late := outbox._late_rows(p_q, v_keys, v_mins, v_maxs);
+    END IF;
     SELECT pg_catalog.bool_or(l.clock IS NOT NULL),
            pg_catalog.array_agg(l.clock ORDER BY u.k),
            pg_catalog.array_agg(s.state ORDER BY u.k),
@@ -1419,7 +1431,15 @@ BEGIN
     v_key := p_keys[1];
     v_id := p_ids[1];
     v_read_committed := pg_catalog.current_setting('transaction_isolation') = 'read committed';
-    v_write_clock := NOT v_read_committed OR outbox._snapshot_producers_open(p_q.queue_id);
+    -- outbox._snapshot_producers_open, inlined (one function call less on every commit).
+    v_write_clock := NOT v_read_committed;
+    IF v_read_committed THEN
+      IF pg_catalog.pg_try_advisory_lock(outbox._snapshot_lock_class(), p_q.queue_id) THEN
+        PERFORM pg_catalog.pg_advisory_unlock(outbox._snapshot_lock_class(), p_q.queue_id);
+      ELSE
+        v_write_clock := true;
+      END IF;
+    END IF;
     INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
     VALUES (p_q.queue_id, pg_catalog.hashtext(v_key) & 65535,
             GREATEST(p_q.clock_base, LEAST(v_id, pg_catalog.pg_sequence_last_value(p_q.id_sequence))),
@@ -1435,7 +1455,9 @@ BEGIN
     -- transaction committed a row of the key with a larger id (outbox._late_rows). Asked before the
     -- head is read: a claim may raise the floor of a head we hold (docs/ordering.md, "One floor raise
     -- needs no lock") only by moving it on to a row that our question, coming first, sees pending.
-    IF (outbox._late_rows(p_q, p_keys, p_ids, p_ids))[1] IS NOT NULL THEN
+    -- No id given out since ours (read under the lock): nobody committed a larger one, no question.
+    IF pg_catalog.pg_sequence_last_value(p_q.id_sequence) > v_id
+       AND (outbox._late_rows(p_q, p_keys, p_ids, p_ids))[1] IS NOT NULL THEN
       RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
     END IF;
     -- The head, held until we commit (none when a claim holds it).
@@ -1809,8 +1831,9 @@ $$;
 --   outbox.tg_queue__heads_q<queue_id>, whose one statement names the partition column
 --   statically, so PL/pgSQL plans it once per session instead of on every statement (a generic
 --   function would need a dynamic EXECUTE). It notes the key and id of each new row for the commit
---   step, as outbox._note_written does (inlined: one function call less on every producer
---   statement), except in a SERIALIZABLE transaction, which calls it.
+--   step, as outbox._note_written does; the first statement of a transaction, which inserts its
+--   hook, inlined (one function call less on the usual transaction), later ones and SERIALIZABLE
+--   transactions by calling it.
 -- - pgdrain_snapshot, a statement-level BEFORE INSERT trigger that fires only in REPEATABLE READ
 --   and SERIALIZABLE transactions (its WHEN costs a READ COMMITTED statement no function call):
 --   outbox.tg_queue__snapshot_producer announces the transaction before it takes an id, so that
@@ -1845,13 +1868,18 @@ BEGIN
     HAVING pg_catalog.count(*) > 0;
     RETURN NULL;
   END IF;
-  WITH hook AS (
-    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
-    ON CONFLICT (xid) DO NOTHING)
-  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
-  SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id)
+  -- The transaction's first statement notes in its hook; later ones in outbox.commit_notes.
+  INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+  SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_agg(TG_RELID), pg_catalog.array_agg(n.%3$I::text),
+         pg_catalog.array_agg(n.id)
   FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
-  HAVING pg_catalog.count(*) > 0;
+  HAVING pg_catalog.count(*) > 0
+  ON CONFLICT (xid) DO NOTHING;
+  IF NOT FOUND THEN
+    PERFORM outbox._note_written(TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id))
+    FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+    HAVING pg_catalog.count(*) > 0;
+  END IF;
   RETURN NULL;
 END;
 $body$
@@ -2185,11 +2213,13 @@ $$;
 -- +goose StatementBegin
 -- Notes rows this transaction wrote to a partitioned queue (requeue_poisoned moving rows to the tail
 -- of their keys; a producer's INSERT does the same in its generated heads trigger, see
--- outbox._install_heads_trigger) for its commit step: one row of outbox.commit_notes per statement,
--- inserted and never updated, so a statement costs the same however many came before it. The
--- transaction's row of outbox.commit_hooks, inserted by its first note only, queues the commit step
--- (outbox.tg_queue__commit) at COMMIT. A rolled back savepoint takes its notes with it, like its
--- rows (and its hook: a later note inserts it again). It takes no lock a producer could wait for:
+-- outbox._install_heads_trigger) for its commit step. The transaction's first note inserts its row
+-- of outbox.commit_hooks, which queues the commit step (outbox.tg_queue__commit) at COMMIT, with the
+-- note in it: the usual transaction, one statement, writes no other row. Each later note is one
+-- row of outbox.commit_notes, inserted and never updated, so a statement costs the same however
+-- many came before it; the first of them marks the hook (more_notes), so that the commit step
+-- reads outbox.commit_notes only then. A rolled back savepoint takes its notes with it, like its
+-- rows (and its hook, or its mark: a later note inserts it again). It takes no lock a producer could wait for:
 -- what protects its uncommitted rows from a claim that finds their partition empty is the commit
 -- step's (see outbox._commit_partitions and outbox._refresh_heads). Nothing else writes these
 -- tables, so a producer can not forge a note.
@@ -2215,12 +2245,17 @@ BEGIN
     END IF;
     RETURN;
   END IF;
-  WITH hook AS (
-    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
-    ON CONFLICT (xid) DO NOTHING)
-  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
-  SELECT p_table, p_keys, p_ids
-  WHERE pg_catalog.cardinality(p_ids) > 0;
+  IF NOT pg_catalog.cardinality(p_ids) > 0 THEN
+    RETURN;
+  END IF;
+  INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+  VALUES (pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]),
+          p_keys, p_ids)
+  ON CONFLICT (xid) DO NOTHING;
+  IF NOT FOUND THEN
+    INSERT INTO outbox.commit_notes (table_oid, keys, ids) VALUES (p_table, p_keys, p_ids);
+    UPDATE outbox.commit_hooks h SET more_notes = true WHERE h.xid = pg_catalog.pg_current_xact_id() AND NOT h.more_notes;
+  END IF;
 END;
 $$;
 -- +goose StatementEnd
@@ -4104,7 +4139,8 @@ BEGIN
             AND pg_catalog.pg_xact_status(n.xid) IS DISTINCT FROM 'in progress'
           GROUP BY n.xid
           UNION ALL
-          -- A SERIALIZABLE transaction notes in its hook, one entry per row (outbox._note_written).
+          -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook, one entry
+          -- per row (outbox._note_written).
           SELECT h.xid, pg_catalog.count(*)
           FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids) AS o(table_oid)
           WHERE o.table_oid = v_q.table_oid
@@ -4373,7 +4409,8 @@ $$;
 -- The commit step of producers: the constraint trigger pgdrain_commit on outbox.commit_hooks
 -- (DEFERRABLE INITIALLY DEFERRED), queued by the first note of a transaction (see
 -- outbox._note_written and the generated heads triggers), fires at COMMIT. It takes every note of
--- the transaction and hands each partitioned queue's keys and ids to outbox._commit_partitions in
+-- the transaction (the first statement's are in the hook, which it deletes anyway: a transaction
+-- of one statement reads and deletes nothing else) and hands each partitioned queue's keys and ids to outbox._commit_partitions in
 -- queue_id order: the commit locks of all transactions are taken in one global order, and
 -- committing transactions never deadlock.
 -- Immediate constraints (SET CONSTRAINTS ALL IMMEDIATE, which ORMs and migration tools issue) fire
@@ -4403,6 +4440,7 @@ DECLARE
   v_keys text[];
   v_ids bigint[];
   v_requeued outbox.commit_hooks;
+  v_more boolean;
 BEGIN
   IF pg_catalog.pg_trigger_depth() > 1 THEN
     SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
@@ -4424,19 +4462,27 @@ BEGIN
     RETURNING h.ctid, h.table_oids, h.keys, h.ids INTO v_hook, v_oids, v_keys, v_ids;
     DELETE FROM outbox.commit_hooks h WHERE h.ctid = v_hook;
   ELSE
-    DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid;
-    -- The whole row (RETURNING n), not its columns: an array of the CTE's own row type would be
-    -- converted to outbox.commit_notes[] through text, element by element (about 3 µs a commit).
-    WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n)
-    SELECT pg_catalog.array_agg(t.n) INTO v_notes FROM taken t;
-    -- One statement (the usual transaction): its queue, and its keys and ids as noted.
-    -- The transaction may have dropped a table it wrote: nothing of it is left to order.
-    IF pg_catalog.cardinality(v_notes) = 1 THEN
-      SELECT * INTO v_q FROM outbox.queues q
-      WHERE q.table_oid = v_notes[1].table_oid AND q.partition_column IS NOT NULL
-        AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
-      IF FOUND THEN
-        v_notified := outbox._commit_partitions(v_q, v_notes[1].keys, v_notes[1].ids);
+    -- The first statement's notes are in the hook (as a TRUNCATE in the transaction left them),
+    -- later statements' in outbox.commit_notes (outbox._note_written).
+    DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid
+    RETURNING h.table_oids, h.keys, h.ids, h.more_notes INTO v_oids, v_keys, v_ids, v_more;
+    -- (No notes in the hook: a heads trigger made before 00025 notes every statement in
+    -- outbox.commit_notes.)
+    IF v_more OR v_ids IS NULL THEN
+      -- The whole row (RETURNING n), not its columns: an array of the CTE's own row type would be
+      -- converted to outbox.commit_notes[] through text, element by element (about 3 µs a commit).
+      WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n)
+      SELECT pg_catalog.array_agg(t.n) INTO v_notes FROM taken t;
+    ELSE
+      -- One statement (the usual transaction): its queue, and its keys and ids as noted.
+      -- The transaction may have dropped a table it wrote: nothing of it is left to order.
+      IF pg_catalog.cardinality(v_ids) > 0 THEN
+        SELECT * INTO v_q FROM outbox.queues q
+        WHERE q.table_oid = v_oids[1] AND q.partition_column IS NOT NULL
+          AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
+        IF FOUND THEN
+          v_notified := outbox._commit_partitions(v_q, v_keys, v_ids);
+        END IF;
       END IF;
       RETURN NULL;
     END IF;
@@ -4546,7 +4592,7 @@ BEGIN
   WHERE q.table_oid = TG_RELID;
   DELETE FROM outbox.commit_notes n
   WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
-  -- A SERIALIZABLE transaction's notes are in its hook (outbox._note_written).
+  -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook (outbox._note_written).
   UPDATE outbox.commit_hooks h
   SET (table_oids, keys, ids) = (
         SELECT pg_catalog.array_agg(u.table_oid ORDER BY u.n), pg_catalog.array_agg(u.k ORDER BY u.n),

@@ -116,8 +116,8 @@ BEGIN
     PERFORM outbox._restore_heads(p_q);
   END IF;
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same
-  -- transaction (a test, a script) makes them now. A SERIALIZABLE transaction noted them in its
-  -- hook (outbox._note_written).
+  -- transaction (a test, a script) makes them now. Its first statement (a SERIALIZABLE transaction: every one)
+  -- noted them in its hook (outbox._note_written).
   -- (A transaction that has written nothing has no xid, and looks no further.)
   IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL
      AND (EXISTS (SELECT 1 FROM outbox.commit_notes n

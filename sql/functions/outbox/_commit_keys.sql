@@ -82,6 +82,7 @@ DECLARE
   -- READ COMMITTED: per key (aligned with v_keys), the largest id another transaction committed
   -- above our smallest (outbox._late_rows), NULL when not late.
   v_late bigint[];
+  v_late_asked boolean := false;
   -- Whether our commit locks raise the clocks: always in REPEATABLE READ and SERIALIZABLE, which
   -- read them to know they are late; in READ COMMITTED only while such a producer may be open.
   v_write_clock boolean := NOT v_read_committed;
@@ -130,16 +131,18 @@ BEGIN
       INTO v_any_late;
     IF v_read_committed THEN
       -- A new statement: its snapshot sees every commit that released these locks. Asked before
-      -- the heads are read (see outbox._commit_partitions).
-      v_any_late := EXISTS (SELECT 1 FROM unnest(outbox._late_rows(p_q, v_keys, v_mins, v_maxs)) AS l(id)
-                            WHERE l.id IS NOT NULL);
+      -- the heads are read (see outbox._commit_partitions), and once: the loop below reuses it.
+      v_late := outbox._late_rows(p_q, v_keys, v_mins, v_maxs);
+      v_late_asked := true;
+      v_any_late := EXISTS (SELECT 1 FROM unnest(v_late) AS l(id) WHERE l.id IS NOT NULL);
     END IF;
     IF v_any_late THEN
+      -- A key's answer is the same wherever it repeats (READ COMMITTED; NULL otherwise).
       SELECT pg_catalog.array_agg(n.k ORDER BY n.k), pg_catalog.array_agg(n.lo ORDER BY n.k),
-             pg_catalog.array_agg(n.hi ORDER BY n.k)
-        INTO v_keys, v_mins, v_maxs
-      FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
-            FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi) GROUP BY u.k) n;
+             pg_catalog.array_agg(n.hi ORDER BY n.k), pg_catalog.array_agg(n.late ORDER BY n.k)
+        INTO v_keys, v_mins, v_maxs, v_late
+      FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi, pg_catalog.max(u.late) AS late
+            FROM unnest(v_keys, v_mins, v_maxs, v_late) AS u(k, lo, hi, late) GROUP BY u.k) n;
     ELSIF v_serializable THEN
       -- SERIALIZABLE, no key late: every key gets a wake note (the next claim makes or fixes its
       -- head), without reading a head. A read takes a predicate lock on the index page other
@@ -183,8 +186,12 @@ BEGIN
   END IF;
   WHILE NOT v_probed LOOP
     -- READ COMMITTED: whether a key is late, from the queue table (a statement of its own, after
-    -- the locks); not again once renumbered.
-    v_late := CASE WHEN v_read_committed AND NOT v_renumbered THEN outbox._late_rows(p_q, v_keys, v_mins, v_maxs) END;
+    -- the locks), unless asked above; not again once renumbered.
+    IF NOT v_read_committed OR v_renumbered THEN
+      v_late := NULL;
+    ELSIF NOT v_late_asked THEN
+      v_late := outbox._late_rows(p_q, v_keys, v_mins, v_maxs);
+    END IF;
     SELECT pg_catalog.bool_or(l.clock IS NOT NULL),
            pg_catalog.array_agg(l.clock ORDER BY u.k),
            pg_catalog.array_agg(s.state ORDER BY u.k),

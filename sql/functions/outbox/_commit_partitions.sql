@@ -32,7 +32,15 @@ BEGIN
     v_key := p_keys[1];
     v_id := p_ids[1];
     v_read_committed := pg_catalog.current_setting('transaction_isolation') = 'read committed';
-    v_write_clock := NOT v_read_committed OR outbox._snapshot_producers_open(p_q.queue_id);
+    -- outbox._snapshot_producers_open, inlined (one function call less on every commit).
+    v_write_clock := NOT v_read_committed;
+    IF v_read_committed THEN
+      IF pg_catalog.pg_try_advisory_lock(outbox._snapshot_lock_class(), p_q.queue_id) THEN
+        PERFORM pg_catalog.pg_advisory_unlock(outbox._snapshot_lock_class(), p_q.queue_id);
+      ELSE
+        v_write_clock := true;
+      END IF;
+    END IF;
     INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
     VALUES (p_q.queue_id, pg_catalog.hashtext(v_key) & 65535,
             GREATEST(p_q.clock_base, LEAST(v_id, pg_catalog.pg_sequence_last_value(p_q.id_sequence))),
@@ -48,7 +56,9 @@ BEGIN
     -- transaction committed a row of the key with a larger id (outbox._late_rows). Asked before the
     -- head is read: a claim may raise the floor of a head we hold (docs/ordering.md, "One floor raise
     -- needs no lock") only by moving it on to a row that our question, coming first, sees pending.
-    IF (outbox._late_rows(p_q, p_keys, p_ids, p_ids))[1] IS NOT NULL THEN
+    -- No id given out since ours (read under the lock): nobody committed a larger one, no question.
+    IF pg_catalog.pg_sequence_last_value(p_q.id_sequence) > v_id
+       AND (outbox._late_rows(p_q, p_keys, p_ids, p_ids))[1] IS NOT NULL THEN
       RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
     END IF;
     -- The head, held until we commit (none when a claim holds it).

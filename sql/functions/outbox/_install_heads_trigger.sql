@@ -3,8 +3,9 @@
 --   outbox.tg_queue__heads_q<queue_id>, whose one statement names the partition column
 --   statically, so PL/pgSQL plans it once per session instead of on every statement (a generic
 --   function would need a dynamic EXECUTE). It notes the key and id of each new row for the commit
---   step, as outbox._note_written does (inlined: one function call less on every producer
---   statement), except in a SERIALIZABLE transaction, which calls it.
+--   step, as outbox._note_written does; the first statement of a transaction, which inserts its
+--   hook, inlined (one function call less on the usual transaction), later ones and SERIALIZABLE
+--   transactions by calling it.
 -- - pgdrain_snapshot, a statement-level BEFORE INSERT trigger that fires only in REPEATABLE READ
 --   and SERIALIZABLE transactions (its WHEN costs a READ COMMITTED statement no function call):
 --   outbox.tg_queue__snapshot_producer announces the transaction before it takes an id, so that
@@ -39,13 +40,18 @@ BEGIN
     HAVING pg_catalog.count(*) > 0;
     RETURN NULL;
   END IF;
-  WITH hook AS (
-    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
-    ON CONFLICT (xid) DO NOTHING)
-  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
-  SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id)
+  -- The transaction's first statement notes in its hook; later ones in outbox.commit_notes.
+  INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+  SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_agg(TG_RELID), pg_catalog.array_agg(n.%3$I::text),
+         pg_catalog.array_agg(n.id)
   FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
-  HAVING pg_catalog.count(*) > 0;
+  HAVING pg_catalog.count(*) > 0
+  ON CONFLICT (xid) DO NOTHING;
+  IF NOT FOUND THEN
+    PERFORM outbox._note_written(TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id))
+    FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+    HAVING pg_catalog.count(*) > 0;
+  END IF;
   RETURN NULL;
 END;
 $body$

@@ -1,10 +1,12 @@
 -- Notes rows this transaction wrote to a partitioned queue (requeue_poisoned moving rows to the tail
 -- of their keys; a producer's INSERT does the same in its generated heads trigger, see
--- outbox._install_heads_trigger) for its commit step: one row of outbox.commit_notes per statement,
--- inserted and never updated, so a statement costs the same however many came before it. The
--- transaction's row of outbox.commit_hooks, inserted by its first note only, queues the commit step
--- (outbox.tg_queue__commit) at COMMIT. A rolled back savepoint takes its notes with it, like its
--- rows (and its hook: a later note inserts it again). It takes no lock a producer could wait for:
+-- outbox._install_heads_trigger) for its commit step. The transaction's first note inserts its row
+-- of outbox.commit_hooks, which queues the commit step (outbox.tg_queue__commit) at COMMIT, with the
+-- note in it: the usual transaction, one statement, writes no other row. Each later note is one
+-- row of outbox.commit_notes, inserted and never updated, so a statement costs the same however
+-- many came before it; the first of them marks the hook (more_notes), so that the commit step
+-- reads outbox.commit_notes only then. A rolled back savepoint takes its notes with it, like its
+-- rows (and its hook, or its mark: a later note inserts it again). It takes no lock a producer could wait for:
 -- what protects its uncommitted rows from a claim that finds their partition empty is the commit
 -- step's (see outbox._commit_partitions and outbox._refresh_heads). Nothing else writes these
 -- tables, so a producer can not forge a note.
@@ -30,11 +32,16 @@ BEGIN
     END IF;
     RETURN;
   END IF;
-  WITH hook AS (
-    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
-    ON CONFLICT (xid) DO NOTHING)
-  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
-  SELECT p_table, p_keys, p_ids
-  WHERE pg_catalog.cardinality(p_ids) > 0;
+  IF NOT pg_catalog.cardinality(p_ids) > 0 THEN
+    RETURN;
+  END IF;
+  INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+  VALUES (pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]),
+          p_keys, p_ids)
+  ON CONFLICT (xid) DO NOTHING;
+  IF NOT FOUND THEN
+    INSERT INTO outbox.commit_notes (table_oid, keys, ids) VALUES (p_table, p_keys, p_ids);
+    UPDATE outbox.commit_hooks h SET more_notes = true WHERE h.xid = pg_catalog.pg_current_xact_id() AND NOT h.more_notes;
+  END IF;
 END;
 $$;

@@ -124,7 +124,8 @@ BEGIN
             AND pg_catalog.pg_xact_status(n.xid) IS DISTINCT FROM 'in progress'
           GROUP BY n.xid
           UNION ALL
-          -- A SERIALIZABLE transaction notes in its hook, one entry per row (outbox._note_written).
+          -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook, one entry
+          -- per row (outbox._note_written).
           SELECT h.xid, pg_catalog.count(*)
           FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids) AS o(table_oid)
           WHERE o.table_oid = v_q.table_oid

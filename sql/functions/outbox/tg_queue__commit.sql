@@ -1,7 +1,8 @@
 -- The commit step of producers: the constraint trigger pgdrain_commit on outbox.commit_hooks
 -- (DEFERRABLE INITIALLY DEFERRED), queued by the first note of a transaction (see
 -- outbox._note_written and the generated heads triggers), fires at COMMIT. It takes every note of
--- the transaction and hands each partitioned queue's keys and ids to outbox._commit_partitions in
+-- the transaction (the first statement's are in the hook, which it deletes anyway: a transaction
+-- of one statement reads and deletes nothing else) and hands each partitioned queue's keys and ids to outbox._commit_partitions in
 -- queue_id order: the commit locks of all transactions are taken in one global order, and
 -- committing transactions never deadlock.
 -- Immediate constraints (SET CONSTRAINTS ALL IMMEDIATE, which ORMs and migration tools issue) fire
@@ -31,6 +32,7 @@ DECLARE
   v_keys text[];
   v_ids bigint[];
   v_requeued outbox.commit_hooks;
+  v_more boolean;
 BEGIN
   IF pg_catalog.pg_trigger_depth() > 1 THEN
     SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
@@ -52,19 +54,27 @@ BEGIN
     RETURNING h.ctid, h.table_oids, h.keys, h.ids INTO v_hook, v_oids, v_keys, v_ids;
     DELETE FROM outbox.commit_hooks h WHERE h.ctid = v_hook;
   ELSE
-    DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid;
-    -- The whole row (RETURNING n), not its columns: an array of the CTE's own row type would be
-    -- converted to outbox.commit_notes[] through text, element by element (about 3 µs a commit).
-    WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n)
-    SELECT pg_catalog.array_agg(t.n) INTO v_notes FROM taken t;
-    -- One statement (the usual transaction): its queue, and its keys and ids as noted.
-    -- The transaction may have dropped a table it wrote: nothing of it is left to order.
-    IF pg_catalog.cardinality(v_notes) = 1 THEN
-      SELECT * INTO v_q FROM outbox.queues q
-      WHERE q.table_oid = v_notes[1].table_oid AND q.partition_column IS NOT NULL
-        AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
-      IF FOUND THEN
-        v_notified := outbox._commit_partitions(v_q, v_notes[1].keys, v_notes[1].ids);
+    -- The first statement's notes are in the hook (as a TRUNCATE in the transaction left them),
+    -- later statements' in outbox.commit_notes (outbox._note_written).
+    DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid
+    RETURNING h.table_oids, h.keys, h.ids, h.more_notes INTO v_oids, v_keys, v_ids, v_more;
+    -- (No notes in the hook: a heads trigger made before 00025 notes every statement in
+    -- outbox.commit_notes.)
+    IF v_more OR v_ids IS NULL THEN
+      -- The whole row (RETURNING n), not its columns: an array of the CTE's own row type would be
+      -- converted to outbox.commit_notes[] through text, element by element (about 3 µs a commit).
+      WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n)
+      SELECT pg_catalog.array_agg(t.n) INTO v_notes FROM taken t;
+    ELSE
+      -- One statement (the usual transaction): its queue, and its keys and ids as noted.
+      -- The transaction may have dropped a table it wrote: nothing of it is left to order.
+      IF pg_catalog.cardinality(v_ids) > 0 THEN
+        SELECT * INTO v_q FROM outbox.queues q
+        WHERE q.table_oid = v_oids[1] AND q.partition_column IS NOT NULL
+          AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
+        IF FOUND THEN
+          v_notified := outbox._commit_partitions(v_q, v_keys, v_ids);
+        END IF;
       END IF;
       RETURN NULL;
     END IF;

@@ -27,7 +27,7 @@ BEGIN
   WHERE q.table_oid = TG_RELID;
   DELETE FROM outbox.commit_notes n
   WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
-  -- A SERIALIZABLE transaction's notes are in its hook (outbox._note_written).
+  -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook (outbox._note_written).
   UPDATE outbox.commit_hooks h
   SET (table_oids, keys, ids) = (
         SELECT pg_catalog.array_agg(u.table_oid ORDER BY u.n), pg_catalog.array_agg(u.k ORDER BY u.n),

@@ -42,6 +42,14 @@ COMMENT ON TABLE outbox.operator_actions IS
 DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text);
 -- claim_batch and claim_locked become SQL functions over the bodies they share with claim_runs and
 -- claim_locked_runs (a function's language can change in place, its result type stays).
+
+-- A transaction's first statement notes in its hook (issue 29: the usual transaction, one statement,
+-- writes and deletes no note row); later statements in outbox.commit_notes, and say so here.
+ALTER TABLE outbox.commit_hooks ADD COLUMN more_notes boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN outbox.commit_hooks.keys IS
+  'The key and id of every row the first statement wrote (SERIALIZABLE: every statement), and its table (aligned); later statements note in outbox.commit_notes.';
+COMMENT ON COLUMN outbox.commit_hooks.more_notes IS
+  'Whether a later statement noted rows in outbox.commit_notes (never in SERIALIZABLE transactions).';
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -1060,8 +1068,8 @@ BEGIN
     PERFORM outbox._restore_heads(p_q);
   END IF;
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same
-  -- transaction (a test, a script) makes them now. A SERIALIZABLE transaction noted them in its
-  -- hook (outbox._note_written).
+  -- transaction (a test, a script) makes them now. Its first statement (a SERIALIZABLE transaction: every one)
+  -- noted them in its hook (outbox._note_written).
   -- (A transaction that has written nothing has no xid, and looks no further.)
   IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL
      AND (EXISTS (SELECT 1 FROM outbox.commit_notes n
@@ -1344,6 +1352,7 @@ DECLARE
   -- READ COMMITTED: per key (aligned with v_keys), the largest id another transaction committed
   -- above our smallest (outbox._late_rows), NULL when not late.
   v_late bigint[];
+  v_late_asked boolean := false;
   -- Whether our commit locks raise the clocks: always in REPEATABLE READ and SERIALIZABLE, which
   -- read them to know they are late; in READ COMMITTED only while such a producer may be open.
   v_write_clock boolean := NOT v_read_committed;
@@ -1392,16 +1401,18 @@ BEGIN
       INTO v_any_late;
     IF v_read_committed THEN
       -- A new statement: its snapshot sees every commit that released these locks. Asked before
-      -- the heads are read (see outbox._commit_partitions).
-      v_any_late := EXISTS (SELECT 1 FROM unnest(outbox._late_rows(p_q, v_keys, v_mins, v_maxs)) AS l(id)
-                            WHERE l.id IS NOT NULL);
+      -- the heads are read (see outbox._commit_partitions), and once: the loop below reuses it.
+      v_late := outbox._late_rows(p_q, v_keys, v_mins, v_maxs);
+      v_late_asked := true;
+      v_any_late := EXISTS (SELECT 1 FROM unnest(v_late) AS l(id) WHERE l.id IS NOT NULL);
     END IF;
     IF v_any_late THEN
+      -- A key's answer is the same wherever it repeats (READ COMMITTED; NULL otherwise).
       SELECT pg_catalog.array_agg(n.k ORDER BY n.k), pg_catalog.array_agg(n.lo ORDER BY n.k),
-             pg_catalog.array_agg(n.hi ORDER BY n.k)
-        INTO v_keys, v_mins, v_maxs
-      FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi
-            FROM unnest(v_keys, v_mins, v_maxs) AS u(k, lo, hi) GROUP BY u.k) n;
+             pg_catalog.array_agg(n.hi ORDER BY n.k), pg_catalog.array_agg(n.late ORDER BY n.k)
+        INTO v_keys, v_mins, v_maxs, v_late
+      FROM (SELECT u.k, pg_catalog.min(u.lo) AS lo, pg_catalog.max(u.hi) AS hi, pg_catalog.max(u.late) AS late
+            FROM unnest(v_keys, v_mins, v_maxs, v_late) AS u(k, lo, hi, late) GROUP BY u.k) n;
     ELSIF v_serializable THEN
       -- SERIALIZABLE, no key late: every key gets a wake note (the next claim makes or fixes its
       -- head), without reading a head. A read takes a predicate lock on the index page other
@@ -1445,8 +1456,12 @@ BEGIN
   END IF;
   WHILE NOT v_probed LOOP
     -- READ COMMITTED: whether a key is late, from the queue table (a statement of its own, after
-    -- the locks); not again once renumbered.
-    v_late := CASE WHEN v_read_committed AND NOT v_renumbered THEN outbox._late_rows(p_q, v_keys, v_mins, v_maxs) END;
+    -- the locks), unless asked above; not again once renumbered.
+    IF NOT v_read_committed OR v_renumbered THEN
+      v_late := NULL;
+    ELSIF NOT v_late_asked THEN
+      v_late := outbox._late_rows(p_q, v_keys, v_mins, v_maxs);
+    END IF;
     SELECT pg_catalog.bool_or(l.clock IS NOT NULL),
            pg_catalog.array_agg(l.clock ORDER BY u.k),
            pg_catalog.array_agg(s.state ORDER BY u.k),
@@ -1588,7 +1603,15 @@ BEGIN
     v_key := p_keys[1];
     v_id := p_ids[1];
     v_read_committed := pg_catalog.current_setting('transaction_isolation') = 'read committed';
-    v_write_clock := NOT v_read_committed OR outbox._snapshot_producers_open(p_q.queue_id);
+    -- outbox._snapshot_producers_open, inlined (one function call less on every commit).
+    v_write_clock := NOT v_read_committed;
+    IF v_read_committed THEN
+      IF pg_catalog.pg_try_advisory_lock(outbox._snapshot_lock_class(), p_q.queue_id) THEN
+        PERFORM pg_catalog.pg_advisory_unlock(outbox._snapshot_lock_class(), p_q.queue_id);
+      ELSE
+        v_write_clock := true;
+      END IF;
+    END IF;
     INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
     VALUES (p_q.queue_id, pg_catalog.hashtext(v_key) & 65535,
             GREATEST(p_q.clock_base, LEAST(v_id, pg_catalog.pg_sequence_last_value(p_q.id_sequence))),
@@ -1604,7 +1627,9 @@ BEGIN
     -- transaction committed a row of the key with a larger id (outbox._late_rows). Asked before the
     -- head is read: a claim may raise the floor of a head we hold (docs/ordering.md, "One floor raise
     -- needs no lock") only by moving it on to a row that our question, coming first, sees pending.
-    IF (outbox._late_rows(p_q, p_keys, p_ids, p_ids))[1] IS NOT NULL THEN
+    -- No id given out since ours (read under the lock): nobody committed a larger one, no question.
+    IF pg_catalog.pg_sequence_last_value(p_q.id_sequence) > v_id
+       AND (outbox._late_rows(p_q, p_keys, p_ids, p_ids))[1] IS NOT NULL THEN
       RETURN outbox._commit_keys(p_q, p_keys, p_ids, p_ids, true);
     END IF;
     -- The head, held until we commit (none when a claim holds it).
@@ -1762,8 +1787,9 @@ $$;
 --   outbox.tg_queue__heads_q<queue_id>, whose one statement names the partition column
 --   statically, so PL/pgSQL plans it once per session instead of on every statement (a generic
 --   function would need a dynamic EXECUTE). It notes the key and id of each new row for the commit
---   step, as outbox._note_written does (inlined: one function call less on every producer
---   statement), except in a SERIALIZABLE transaction, which calls it.
+--   step, as outbox._note_written does; the first statement of a transaction, which inserts its
+--   hook, inlined (one function call less on the usual transaction), later ones and SERIALIZABLE
+--   transactions by calling it.
 -- - pgdrain_snapshot, a statement-level BEFORE INSERT trigger that fires only in REPEATABLE READ
 --   and SERIALIZABLE transactions (its WHEN costs a READ COMMITTED statement no function call):
 --   outbox.tg_queue__snapshot_producer announces the transaction before it takes an id, so that
@@ -1798,13 +1824,18 @@ BEGIN
     HAVING pg_catalog.count(*) > 0;
     RETURN NULL;
   END IF;
-  WITH hook AS (
-    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
-    ON CONFLICT (xid) DO NOTHING)
-  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
-  SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id)
+  -- The transaction's first statement notes in its hook; later ones in outbox.commit_notes.
+  INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+  SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_agg(TG_RELID), pg_catalog.array_agg(n.%3$I::text),
+         pg_catalog.array_agg(n.id)
   FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
-  HAVING pg_catalog.count(*) > 0;
+  HAVING pg_catalog.count(*) > 0
+  ON CONFLICT (xid) DO NOTHING;
+  IF NOT FOUND THEN
+    PERFORM outbox._note_written(TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id))
+    FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
+    HAVING pg_catalog.count(*) > 0;
+  END IF;
   RETURN NULL;
 END;
 $body$
@@ -1866,6 +1897,56 @@ BEGIN
       'CREATE TRIGGER pgdrain_notify AFTER INSERT ON %s FOR EACH STATEMENT
          EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L, %L, %L)', v_rel, p_q.channel, p_q.queue,
       p_q.queue_id, v_sequence);
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Notes rows this transaction wrote to a partitioned queue (requeue_poisoned moving rows to the tail
+-- of their keys; a producer's INSERT does the same in its generated heads trigger, see
+-- outbox._install_heads_trigger) for its commit step. The transaction's first note inserts its row
+-- of outbox.commit_hooks, which queues the commit step (outbox.tg_queue__commit) at COMMIT, with the
+-- note in it: the usual transaction, one statement, writes no other row. Each later note is one
+-- row of outbox.commit_notes, inserted and never updated, so a statement costs the same however
+-- many came before it; the first of them marks the hook (more_notes), so that the commit step
+-- reads outbox.commit_notes only then. A rolled back savepoint takes its notes with it, like its
+-- rows (and its hook, or its mark: a later note inserts it again). It takes no lock a producer could wait for:
+-- what protects its uncommitted rows from a claim that finds their partition empty is the commit
+-- step's (see outbox._commit_partitions and outbox._refresh_heads). Nothing else writes these
+-- tables, so a producer can not forge a note.
+-- A SERIALIZABLE transaction notes in its hook instead (appended per statement): its commit step
+-- must find its notes without an index scan, whose predicate lock on the page other producers'
+-- notes go into makes unrelated SERIALIZABLE producers fail as a read/write cycle (see
+-- outbox.tg_queue__commit). Its statements then cost in proportion to the notes before them.
+-- Arguments: the queue table, and its rows' keys and ids (aligned).
+CREATE OR REPLACE FUNCTION outbox._note_written(p_table oid, p_keys text[], p_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
+    IF pg_catalog.cardinality(p_ids) > 0 THEN
+      INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+      VALUES (pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]),
+              p_keys, p_ids)
+      ON CONFLICT (xid) DO UPDATE
+        SET table_oids = h.table_oids || EXCLUDED.table_oids, keys = h.keys || EXCLUDED.keys, ids = h.ids || EXCLUDED.ids;
+    END IF;
+    RETURN;
+  END IF;
+  IF NOT pg_catalog.cardinality(p_ids) > 0 THEN
+    RETURN;
+  END IF;
+  INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+  VALUES (pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]),
+          p_keys, p_ids)
+  ON CONFLICT (xid) DO NOTHING;
+  IF NOT FOUND THEN
+    INSERT INTO outbox.commit_notes (table_oid, keys, ids) VALUES (p_table, p_keys, p_ids);
+    UPDATE outbox.commit_hooks h SET more_notes = true WHERE h.xid = pg_catalog.pg_current_xact_id() AND NOT h.more_notes;
   END IF;
 END;
 $$;
@@ -2723,6 +2804,161 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Finds the pending deliverable rows of a partitioned queue that no claim can reach, and (unless
+-- dry_run) makes them reachable again. Partition heads, floors and parks are a cache of the queue
+-- table (outbox.partition_heads); this checks the cache against the table, one key at a time:
+--   missing_head     the key has a deliverable row but no head: no claim would ever look at it;
+--   floor_above_row  the head's floor (below it, everything is taken to be sent or poisoned) is above
+--                    the key's first deliverable row: that row would never be found;
+--   parked_past_due  the head is parked (lease or backoff) more than a second past the time its first
+--                    deliverable row is due;
+--   stale_notes      (no key) a transaction that wrote the queue ended without its commit step
+--                    (pgdrain_commit disabled): its notes in outbox.commit_notes (or, SERIALIZABLE,
+--                    in its row of outbox.commit_hooks) are deleted.
+-- Every fix moves the cache the safe way (a head is made or pointed at the first deliverable row, a
+-- floor lowered, a park ended): a claim re-checks every head against the table, so a fix that
+-- raced another session is harmless. Heads locked by a claim right now are skipped (their claim
+-- refreshes them). Cost: one walk over the distinct keys with unsent rows (a skip scan of the
+-- partition index) plus, per key, its poisoned rows in front of its first deliverable one: it grows
+-- with partitions, not with rows. One repair per queue at a time (advisory lock (1885823232 +
+-- queue_id, -3), tried, never waited for: a second caller returns nothing).
+-- Every problem is returned (and, when fixed, raised as a WARNING for the server log and counted in
+-- outbox.repairs); an empty result means the cache was right. Unpartitioned queues keep no cache.
+CREATE OR REPLACE FUNCTION outbox.repair(queue text, dry_run boolean DEFAULT false)
+RETURNS TABLE(partition_key text, cause text, head_id bigint, detail text)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_material = off
+SET jit = off
+AS $$
+DECLARE
+  fn constant text := 'repair';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  r record;
+BEGIN
+  IF dry_run IS NULL THEN
+    PERFORM outbox._invalid(fn, 'dry_run must not be NULL');
+  END IF;
+  IF v_q.partition_column IS NULL
+     OR NOT pg_catalog.pg_try_advisory_xact_lock(1885823232 + v_q.queue_id, -3)
+     -- Not built yet (after a crash): the next claim rebuilds every head anyway.
+     OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id) THEN
+    RETURN;
+  END IF;
+
+  -- Every per-key lookup is a LATERAL probe of an index (OFFSET 0 keeps it one: the planner must not
+  -- turn it into a join). The CTE's row estimate is tiny whatever the queue holds, and given a join
+  -- the planner materialized every head of the queue and compared each key with each of them:
+  -- 16,666 keys took 20 s, keys squared.
+  FOR r IN EXECUTE pg_catalog.format(
+    'WITH RECURSIVE keys(k) AS (
+       (SELECT t.%2$I FROM %1$s t WHERE t.sent_at IS NULL ORDER BY t.%2$I LIMIT 1)
+       UNION ALL
+       SELECT (SELECT t.%2$I FROM %1$s t WHERE t.sent_at IS NULL AND t.%2$I > keys.k ORDER BY t.%2$I LIMIT 1)
+       FROM keys WHERE keys.k IS NOT NULL)
+     SELECT s.key, s.cause, s.head_id, s.row_id, s.detail FROM (
+       SELECT keys.k::text AS key, h.head_id, f.id AS row_id,
+              CASE WHEN h.present IS NULL THEN ''missing_head''
+                   WHEN h.floor_id > f.id THEN ''floor_above_row''
+                   WHEN h.parked_until > f.due + interval ''1 second'' THEN ''parked_past_due'' END AS cause,
+              CASE WHEN h.present IS NULL THEN pg_catalog.format(''row %%s has no partition head'', f.id)
+                   WHEN h.floor_id > f.id THEN pg_catalog.format(''floor %%s is above row %%s'', h.floor_id, f.id)
+                   ELSE pg_catalog.format(''head parked until %%s, row %%s due at %%s'', h.parked_until, f.id, f.due)
+              END AS detail
+       FROM keys
+       CROSS JOIN LATERAL (
+         SELECT t.id, GREATEST(t.next_attempt_at, t.leased_until, $3) AS due FROM %1$s t
+         WHERE t.%2$I = keys.k AND t.sent_at IS NULL AND t.attempt_count < $2
+         ORDER BY t.id LIMIT 1) f
+       LEFT JOIN LATERAL (
+         SELECT true AS present, x.head_id, x.floor_id, x.parked_until FROM outbox.partition_heads x
+         WHERE x.queue_id = $1 AND x.partition_key = keys.k::text
+         OFFSET 0) h ON true
+       -- A key with a wake note is not stuck: the next claim applies the note (outbox._apply_wakes).
+       CROSS JOIN LATERAL (
+         SELECT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                        WHERE w.queue_id = $1 AND w.partition_key = keys.k::text) AS noted
+         OFFSET 0) n
+       WHERE keys.k IS NOT NULL AND NOT n.noted) s
+     WHERE s.cause IS NOT NULL
+     ORDER BY s.key',
+    v_q.table_oid::regclass, v_q.partition_column)
+    USING v_q.queue_id, v_q.max_attempts, v_now
+  LOOP
+    IF NOT dry_run THEN
+      IF r.cause = 'missing_head' THEN
+        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+        VALUES (v_q.queue_id, r.key, r.row_id, r.row_id)
+        ON CONFLICT ON CONSTRAINT partition_heads_pkey DO NOTHING;
+      ELSE
+        UPDATE outbox.partition_heads h
+        SET head_id = r.row_id, parked_until = NULL, floor_id = LEAST(h.floor_id, r.row_id)
+        WHERE h.ctid = (SELECT x.ctid FROM outbox.partition_heads x
+                        WHERE x.queue_id = v_q.queue_id AND x.partition_key = r.key
+                        FOR NO KEY UPDATE SKIP LOCKED);
+      END IF;
+      CONTINUE WHEN NOT FOUND;
+      RAISE WARNING 'pgdrain repair: queue %, partition %: % (%)', v_q.queue, r.key, r.cause, r.detail;
+      INSERT INTO outbox.repairs AS c (queue, cause, repairs, last_repair_at)
+      VALUES (v_q.queue, r.cause, 1, v_now)
+      ON CONFLICT ON CONSTRAINT repairs_pkey DO UPDATE SET repairs = c.repairs + 1, last_repair_at = EXCLUDED.last_repair_at;
+    END IF;
+    partition_key := r.key;
+    cause := r.cause;
+    head_id := r.head_id;
+    detail := r.detail;
+    RETURN NEXT;
+  END LOOP;
+  IF NOT dry_run AND FOUND THEN
+    PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  END IF;
+
+  -- Notes of transactions that ended without running their commit step (pgdrain_commit was
+  -- disabled): never read again, they would stay forever. The rows they noted were checked above
+  -- like any other; the notes are only garbage.
+  FOR r IN
+    SELECT s.xid, pg_catalog.sum(s.notes) AS notes
+    FROM (SELECT n.xid, pg_catalog.count(*) AS notes
+          FROM outbox.commit_notes n
+          WHERE n.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(n.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY n.xid
+          UNION ALL
+          -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook, one entry
+          -- per row (outbox._note_written).
+          SELECT h.xid, pg_catalog.count(*)
+          FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids) AS o(table_oid)
+          WHERE o.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(h.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY h.xid) s
+    GROUP BY s.xid
+    ORDER BY s.xid
+  LOOP
+    detail := pg_catalog.format('%s notes of transaction %s, which ended without its commit step', r.notes, r.xid);
+    IF NOT dry_run THEN
+      DELETE FROM outbox.commit_notes n WHERE n.xid = r.xid AND n.table_oid = v_q.table_oid;
+      DELETE FROM outbox.commit_hooks h WHERE h.xid = r.xid;
+      RAISE WARNING 'pgdrain repair: queue %: stale_notes (%)', v_q.queue, detail;
+      INSERT INTO outbox.repairs AS c (queue, cause, repairs, last_repair_at)
+      VALUES (v_q.queue, 'stale_notes', 1, v_now)
+      ON CONFLICT ON CONSTRAINT repairs_pkey DO UPDATE SET repairs = c.repairs + 1, last_repair_at = EXCLUDED.last_repair_at;
+    END IF;
+    partition_key := NULL;
+    cause := 'stale_notes';
+    head_id := NULL;
+    RETURN NEXT;
+  END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Operator: gives poisoned rows (all of them, or the given ids) a fresh start: attempt_count 0,
 -- due now, last_error kept for the record. Returns how many rows were requeued.
 -- On a partitioned queue a requeued row goes to the TAIL of its key, as if committed now: it gets a
@@ -2865,7 +3101,8 @@ $$;
 -- The commit step of producers: the constraint trigger pgdrain_commit on outbox.commit_hooks
 -- (DEFERRABLE INITIALLY DEFERRED), queued by the first note of a transaction (see
 -- outbox._note_written and the generated heads triggers), fires at COMMIT. It takes every note of
--- the transaction and hands each partitioned queue's keys and ids to outbox._commit_partitions in
+-- the transaction (the first statement's are in the hook, which it deletes anyway: a transaction
+-- of one statement reads and deletes nothing else) and hands each partitioned queue's keys and ids to outbox._commit_partitions in
 -- queue_id order: the commit locks of all transactions are taken in one global order, and
 -- committing transactions never deadlock.
 -- Immediate constraints (SET CONSTRAINTS ALL IMMEDIATE, which ORMs and migration tools issue) fire
@@ -2895,6 +3132,7 @@ DECLARE
   v_keys text[];
   v_ids bigint[];
   v_requeued outbox.commit_hooks;
+  v_more boolean;
 BEGIN
   IF pg_catalog.pg_trigger_depth() > 1 THEN
     SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
@@ -2916,19 +3154,27 @@ BEGIN
     RETURNING h.ctid, h.table_oids, h.keys, h.ids INTO v_hook, v_oids, v_keys, v_ids;
     DELETE FROM outbox.commit_hooks h WHERE h.ctid = v_hook;
   ELSE
-    DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid;
-    -- The whole row (RETURNING n), not its columns: an array of the CTE's own row type would be
-    -- converted to outbox.commit_notes[] through text, element by element (about 3 µs a commit).
-    WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n)
-    SELECT pg_catalog.array_agg(t.n) INTO v_notes FROM taken t;
-    -- One statement (the usual transaction): its queue, and its keys and ids as noted.
-    -- The transaction may have dropped a table it wrote: nothing of it is left to order.
-    IF pg_catalog.cardinality(v_notes) = 1 THEN
-      SELECT * INTO v_q FROM outbox.queues q
-      WHERE q.table_oid = v_notes[1].table_oid AND q.partition_column IS NOT NULL
-        AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
-      IF FOUND THEN
-        v_notified := outbox._commit_partitions(v_q, v_notes[1].keys, v_notes[1].ids);
+    -- The first statement's notes are in the hook (as a TRUNCATE in the transaction left them),
+    -- later statements' in outbox.commit_notes (outbox._note_written).
+    DELETE FROM outbox.commit_hooks h WHERE h.xid = NEW.xid
+    RETURNING h.table_oids, h.keys, h.ids, h.more_notes INTO v_oids, v_keys, v_ids, v_more;
+    -- (No notes in the hook: a heads trigger made before 00025 notes every statement in
+    -- outbox.commit_notes.)
+    IF v_more OR v_ids IS NULL THEN
+      -- The whole row (RETURNING n), not its columns: an array of the CTE's own row type would be
+      -- converted to outbox.commit_notes[] through text, element by element (about 3 µs a commit).
+      WITH taken AS (DELETE FROM outbox.commit_notes n WHERE n.xid = NEW.xid RETURNING n)
+      SELECT pg_catalog.array_agg(t.n) INTO v_notes FROM taken t;
+    ELSE
+      -- One statement (the usual transaction): its queue, and its keys and ids as noted.
+      -- The transaction may have dropped a table it wrote: nothing of it is left to order.
+      IF pg_catalog.cardinality(v_ids) > 0 THEN
+        SELECT * INTO v_q FROM outbox.queues q
+        WHERE q.table_oid = v_oids[1] AND q.partition_column IS NOT NULL
+          AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL;
+        IF FOUND THEN
+          v_notified := outbox._commit_partitions(v_q, v_keys, v_ids);
+        END IF;
       END IF;
       RETURN NULL;
     END IF;
@@ -2987,10 +3233,55 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
+-- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_wakes w USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
+  DELETE FROM outbox.commit_notes n
+  WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
+  -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook (outbox._note_written).
+  UPDATE outbox.commit_hooks h
+  SET (table_oids, keys, ids) = (
+        SELECT pg_catalog.array_agg(u.table_oid ORDER BY u.n), pg_catalog.array_agg(u.k ORDER BY u.n),
+               pg_catalog.array_agg(u.id ORDER BY u.n)
+        FROM unnest(h.table_oids, h.keys, h.ids) WITH ORDINALITY AS u(table_oid, k, id, n)
+        WHERE u.table_oid <> TG_RELID)
+  WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND TG_RELID = ANY (h.table_oids);
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Unpartitioned queues that notify 'when_waiting' get their NOTIFY trigger again, naming their
 -- drainers' waiting sequence instead of carrying its oid (which a restore does not keep); every
 -- registered queue table gets the CHECK on next_attempt_at (NOT VALID: rows written before keep
--- their time).
+-- their time); partitioned queues get their heads trigger again (its first statement notes in the
+-- hook, which the commit step reads first) and pgdrain_snapshot (REPEATABLE READ and SERIALIZABLE
+-- producers announce themselves).
 DO $$
 DECLARE
   v_q outbox.queues;
@@ -3000,6 +3291,9 @@ BEGIN
              ORDER BY q.queue_id LOOP
     PERFORM outbox._install_notify_trigger(v_q);
     PERFORM outbox._guard_next_attempt_at(v_q.table_oid, v_q.max_delay, false, false);
+    IF v_q.partition_column IS NOT NULL THEN
+      PERFORM outbox._install_heads_trigger(v_q);
+    END IF;
   END LOOP;
 END;
 $$;
@@ -3142,6 +3436,9 @@ GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, 
 
 -- +goose Down
 -- +goose StatementBegin
+ALTER TABLE outbox.commit_hooks DROP COLUMN more_notes;
+COMMENT ON COLUMN outbox.commit_hooks.keys IS
+  'SERIALIZABLE transactions only: the key and id of every row written, and its table (aligned); others note in outbox.commit_notes.';
 DROP FUNCTION outbox.claim_runs(text, integer, interval, integer);
 DROP FUNCTION outbox.claim_locked_runs(text, integer, integer);
 DROP FUNCTION outbox._claim_batch(text, text, integer, interval, integer);
@@ -3976,6 +4273,49 @@ BEGIN
          EXECUTE FUNCTION outbox.tg_queue__notify(%L, %L, %L, %L)', v_rel, p_q.channel, p_q.queue,
       p_q.queue_id, v_sequence::regclass::oid);
   END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Notes rows this transaction wrote to a partitioned queue (requeue_poisoned moving rows to the tail
+-- of their keys; a producer's INSERT does the same in its generated heads trigger, see
+-- outbox._install_heads_trigger) for its commit step: one row of outbox.commit_notes per statement,
+-- inserted and never updated, so a statement costs the same however many came before it. The
+-- transaction's row of outbox.commit_hooks, inserted by its first note only, queues the commit step
+-- (outbox.tg_queue__commit) at COMMIT. A rolled back savepoint takes its notes with it, like its
+-- rows (and its hook: a later note inserts it again). It takes no lock a producer could wait for:
+-- what protects its uncommitted rows from a claim that finds their partition empty is the commit
+-- step's (see outbox._commit_partitions and outbox._refresh_heads). Nothing else writes these
+-- tables, so a producer can not forge a note.
+-- A SERIALIZABLE transaction notes in its hook instead (appended per statement): its commit step
+-- must find its notes without an index scan, whose predicate lock on the page other producers'
+-- notes go into makes unrelated SERIALIZABLE producers fail as a read/write cycle (see
+-- outbox.tg_queue__commit). Its statements then cost in proportion to the notes before them.
+-- Arguments: the queue table, and its rows' keys and ids (aligned).
+CREATE OR REPLACE FUNCTION outbox._note_written(p_table oid, p_keys text[], p_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
+    IF pg_catalog.cardinality(p_ids) > 0 THEN
+      INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
+      VALUES (pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]),
+              p_keys, p_ids)
+      ON CONFLICT (xid) DO UPDATE
+        SET table_oids = h.table_oids || EXCLUDED.table_oids, keys = h.keys || EXCLUDED.keys, ids = h.ids || EXCLUDED.ids;
+    END IF;
+    RETURN;
+  END IF;
+  WITH hook AS (
+    INSERT INTO outbox.commit_hooks AS h (xid) VALUES (pg_catalog.pg_current_xact_id())
+    ON CONFLICT (xid) DO NOTHING)
+  INSERT INTO outbox.commit_notes (table_oid, keys, ids)
+  SELECT p_table, p_keys, p_ids
+  WHERE pg_catalog.cardinality(p_ids) > 0;
 END;
 $$;
 -- +goose StatementEnd
@@ -4825,6 +5165,160 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Finds the pending deliverable rows of a partitioned queue that no claim can reach, and (unless
+-- dry_run) makes them reachable again. Partition heads, floors and parks are a cache of the queue
+-- table (outbox.partition_heads); this checks the cache against the table, one key at a time:
+--   missing_head     the key has a deliverable row but no head: no claim would ever look at it;
+--   floor_above_row  the head's floor (below it, everything is taken to be sent or poisoned) is above
+--                    the key's first deliverable row: that row would never be found;
+--   parked_past_due  the head is parked (lease or backoff) more than a second past the time its first
+--                    deliverable row is due;
+--   stale_notes      (no key) a transaction that wrote the queue ended without its commit step
+--                    (pgdrain_commit disabled): its notes in outbox.commit_notes (or, SERIALIZABLE,
+--                    in its row of outbox.commit_hooks) are deleted.
+-- Every fix moves the cache the safe way (a head is made or pointed at the first deliverable row, a
+-- floor lowered, a park ended): a claim re-checks every head against the table, so a fix that
+-- raced another session is harmless. Heads locked by a claim right now are skipped (their claim
+-- refreshes them). Cost: one walk over the distinct keys with unsent rows (a skip scan of the
+-- partition index) plus, per key, its poisoned rows in front of its first deliverable one: it grows
+-- with partitions, not with rows. One repair per queue at a time (advisory lock (1885823232 +
+-- queue_id, -3), tried, never waited for: a second caller returns nothing).
+-- Every problem is returned (and, when fixed, raised as a WARNING for the server log and counted in
+-- outbox.repairs); an empty result means the cache was right. Unpartitioned queues keep no cache.
+CREATE OR REPLACE FUNCTION outbox.repair(queue text, dry_run boolean DEFAULT false)
+RETURNS TABLE(partition_key text, cause text, head_id bigint, detail text)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_material = off
+SET jit = off
+AS $$
+DECLARE
+  fn constant text := 'repair';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  r record;
+BEGIN
+  IF dry_run IS NULL THEN
+    PERFORM outbox._invalid(fn, 'dry_run must not be NULL');
+  END IF;
+  IF v_q.partition_column IS NULL
+     OR NOT pg_catalog.pg_try_advisory_xact_lock(1885823232 + v_q.queue_id, -3)
+     -- Not built yet (after a crash): the next claim rebuilds every head anyway.
+     OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id) THEN
+    RETURN;
+  END IF;
+
+  -- Every per-key lookup is a LATERAL probe of an index (OFFSET 0 keeps it one: the planner must not
+  -- turn it into a join). The CTE's row estimate is tiny whatever the queue holds, and given a join
+  -- the planner materialized every head of the queue and compared each key with each of them:
+  -- 16,666 keys took 20 s, keys squared.
+  FOR r IN EXECUTE pg_catalog.format(
+    'WITH RECURSIVE keys(k) AS (
+       (SELECT t.%2$I FROM %1$s t WHERE t.sent_at IS NULL ORDER BY t.%2$I LIMIT 1)
+       UNION ALL
+       SELECT (SELECT t.%2$I FROM %1$s t WHERE t.sent_at IS NULL AND t.%2$I > keys.k ORDER BY t.%2$I LIMIT 1)
+       FROM keys WHERE keys.k IS NOT NULL)
+     SELECT s.key, s.cause, s.head_id, s.row_id, s.detail FROM (
+       SELECT keys.k::text AS key, h.head_id, f.id AS row_id,
+              CASE WHEN h.present IS NULL THEN ''missing_head''
+                   WHEN h.floor_id > f.id THEN ''floor_above_row''
+                   WHEN h.parked_until > f.due + interval ''1 second'' THEN ''parked_past_due'' END AS cause,
+              CASE WHEN h.present IS NULL THEN pg_catalog.format(''row %%s has no partition head'', f.id)
+                   WHEN h.floor_id > f.id THEN pg_catalog.format(''floor %%s is above row %%s'', h.floor_id, f.id)
+                   ELSE pg_catalog.format(''head parked until %%s, row %%s due at %%s'', h.parked_until, f.id, f.due)
+              END AS detail
+       FROM keys
+       CROSS JOIN LATERAL (
+         SELECT t.id, GREATEST(t.next_attempt_at, t.leased_until, $3) AS due FROM %1$s t
+         WHERE t.%2$I = keys.k AND t.sent_at IS NULL AND t.attempt_count < $2
+         ORDER BY t.id LIMIT 1) f
+       LEFT JOIN LATERAL (
+         SELECT true AS present, x.head_id, x.floor_id, x.parked_until FROM outbox.partition_heads x
+         WHERE x.queue_id = $1 AND x.partition_key = keys.k::text
+         OFFSET 0) h ON true
+       -- A key with a wake note is not stuck: the next claim applies the note (outbox._apply_wakes).
+       CROSS JOIN LATERAL (
+         SELECT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                        WHERE w.queue_id = $1 AND w.partition_key = keys.k::text) AS noted
+         OFFSET 0) n
+       WHERE keys.k IS NOT NULL AND NOT n.noted) s
+     WHERE s.cause IS NOT NULL
+     ORDER BY s.key',
+    v_q.table_oid::regclass, v_q.partition_column)
+    USING v_q.queue_id, v_q.max_attempts, v_now
+  LOOP
+    IF NOT dry_run THEN
+      IF r.cause = 'missing_head' THEN
+        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+        VALUES (v_q.queue_id, r.key, r.row_id, r.row_id)
+        ON CONFLICT ON CONSTRAINT partition_heads_pkey DO NOTHING;
+      ELSE
+        UPDATE outbox.partition_heads h
+        SET head_id = r.row_id, parked_until = NULL, floor_id = LEAST(h.floor_id, r.row_id)
+        WHERE h.ctid = (SELECT x.ctid FROM outbox.partition_heads x
+                        WHERE x.queue_id = v_q.queue_id AND x.partition_key = r.key
+                        FOR NO KEY UPDATE SKIP LOCKED);
+      END IF;
+      CONTINUE WHEN NOT FOUND;
+      RAISE WARNING 'pgdrain repair: queue %, partition %: % (%)', v_q.queue, r.key, r.cause, r.detail;
+      INSERT INTO outbox.repairs AS c (queue, cause, repairs, last_repair_at)
+      VALUES (v_q.queue, r.cause, 1, v_now)
+      ON CONFLICT ON CONSTRAINT repairs_pkey DO UPDATE SET repairs = c.repairs + 1, last_repair_at = EXCLUDED.last_repair_at;
+    END IF;
+    partition_key := r.key;
+    cause := r.cause;
+    head_id := r.head_id;
+    detail := r.detail;
+    RETURN NEXT;
+  END LOOP;
+  IF NOT dry_run AND FOUND THEN
+    PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  END IF;
+
+  -- Notes of transactions that ended without running their commit step (pgdrain_commit was
+  -- disabled): never read again, they would stay forever. The rows they noted were checked above
+  -- like any other; the notes are only garbage.
+  FOR r IN
+    SELECT s.xid, pg_catalog.sum(s.notes) AS notes
+    FROM (SELECT n.xid, pg_catalog.count(*) AS notes
+          FROM outbox.commit_notes n
+          WHERE n.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(n.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY n.xid
+          UNION ALL
+          -- A SERIALIZABLE transaction notes in its hook, one entry per row (outbox._note_written).
+          SELECT h.xid, pg_catalog.count(*)
+          FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids) AS o(table_oid)
+          WHERE o.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(h.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY h.xid) s
+    GROUP BY s.xid
+    ORDER BY s.xid
+  LOOP
+    detail := pg_catalog.format('%s notes of transaction %s, which ended without its commit step', r.notes, r.xid);
+    IF NOT dry_run THEN
+      DELETE FROM outbox.commit_notes n WHERE n.xid = r.xid AND n.table_oid = v_q.table_oid;
+      DELETE FROM outbox.commit_hooks h WHERE h.xid = r.xid;
+      RAISE WARNING 'pgdrain repair: queue %: stale_notes (%)', v_q.queue, detail;
+      INSERT INTO outbox.repairs AS c (queue, cause, repairs, last_repair_at)
+      VALUES (v_q.queue, 'stale_notes', 1, v_now)
+      ON CONFLICT ON CONSTRAINT repairs_pkey DO UPDATE SET repairs = c.repairs + 1, last_repair_at = EXCLUDED.last_repair_at;
+    END IF;
+    partition_key := NULL;
+    cause := 'stale_notes';
+    head_id := NULL;
+    RETURN NEXT;
+  END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Operator: gives poisoned rows (all of them, or the given ids) a fresh start: attempt_count 0,
 -- due now, last_error kept for the record. Returns how many rows were requeued.
 -- On a partitioned queue a requeued row goes to the TAIL of its key, as if committed now: it gets a
@@ -5066,7 +5560,52 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The NOTIFY triggers as 00024 made them (the waiting sequence by oid), and no CHECK on next_attempt_at.
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
+-- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+SET enable_seqscan = off
+AS $$
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_wakes w USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
+  DELETE FROM outbox.commit_notes n
+  WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
+  -- A SERIALIZABLE transaction's notes are in its hook (outbox._note_written).
+  UPDATE outbox.commit_hooks h
+  SET (table_oids, keys, ids) = (
+        SELECT pg_catalog.array_agg(u.table_oid ORDER BY u.n), pg_catalog.array_agg(u.k ORDER BY u.n),
+               pg_catalog.array_agg(u.id ORDER BY u.n)
+        FROM unnest(h.table_oids, h.keys, h.ids) WITH ORDINALITY AS u(table_oid, k, id, n)
+        WHERE u.table_oid <> TG_RELID)
+  WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND TG_RELID = ANY (h.table_oids);
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The NOTIFY triggers as 00024 made them (the waiting sequence by oid), no CHECK on next_attempt_at,
+-- and the heads triggers as 00024 made them (notes in outbox.commit_notes only), without
+-- pgdrain_snapshot.
 DO $$
 DECLARE
   v_q outbox.queues;
@@ -5077,6 +5616,10 @@ BEGIN
     PERFORM outbox._install_notify_trigger(v_q);
     EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS pgdrain_next_attempt_at_within_max_delay',
                               v_q.table_oid::regclass);
+    IF v_q.partition_column IS NOT NULL THEN
+      PERFORM outbox._install_heads_trigger(v_q);
+      EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', v_q.table_oid::regclass);
+    END IF;
   END LOOP;
 END;
 $$;

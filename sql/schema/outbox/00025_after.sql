@@ -1,7 +1,9 @@
 -- Unpartitioned queues that notify 'when_waiting' get their NOTIFY trigger again, naming their
 -- drainers' waiting sequence instead of carrying its oid (which a restore does not keep); every
 -- registered queue table gets the CHECK on next_attempt_at (NOT VALID: rows written before keep
--- their time).
+-- their time); partitioned queues get their heads trigger again (its first statement notes in the
+-- hook, which the commit step reads first) and pgdrain_snapshot (REPEATABLE READ and SERIALIZABLE
+-- producers announce themselves).
 DO $$
 DECLARE
   v_q outbox.queues;
@@ -11,6 +13,9 @@ BEGIN
              ORDER BY q.queue_id LOOP
     PERFORM outbox._install_notify_trigger(v_q);
     PERFORM outbox._guard_next_attempt_at(v_q.table_oid, v_q.max_delay, false, false);
+    IF v_q.partition_column IS NOT NULL THEN
+      PERFORM outbox._install_heads_trigger(v_q);
+    END IF;
   END LOOP;
 END;
 $$;

@@ -1,3 +1,6 @@
+ALTER TABLE outbox.commit_hooks DROP COLUMN more_notes;
+COMMENT ON COLUMN outbox.commit_hooks.keys IS
+  'SERIALIZABLE transactions only: the key and id of every row written, and its table (aligned); others note in outbox.commit_notes.';
 DROP FUNCTION outbox.claim_runs(text, integer, interval, integer);
 DROP FUNCTION outbox.claim_locked_runs(text, integer, integer);
 DROP FUNCTION outbox._claim_batch(text, text, integer, interval, integer);

@@ -1,4 +1,6 @@
--- The NOTIFY triggers as 00024 made them (the waiting sequence by oid), and no CHECK on next_attempt_at.
+-- The NOTIFY triggers as 00024 made them (the waiting sequence by oid), no CHECK on next_attempt_at,
+-- and the heads triggers as 00024 made them (notes in outbox.commit_notes only), without
+-- pgdrain_snapshot.
 DO $$
 DECLARE
   v_q outbox.queues;
@@ -9,6 +11,10 @@ BEGIN
     PERFORM outbox._install_notify_trigger(v_q);
     EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS pgdrain_next_attempt_at_within_max_delay',
                               v_q.table_oid::regclass);
+    IF v_q.partition_column IS NOT NULL THEN
+      PERFORM outbox._install_heads_trigger(v_q);
+      EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', v_q.table_oid::regclass);
+    END IF;
   END LOOP;
 END;
 $$;

@@ -40,3 +40,11 @@ COMMENT ON TABLE outbox.operator_actions IS
 DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text);
 -- claim_batch and claim_locked become SQL functions over the bodies they share with claim_runs and
 -- claim_locked_runs (a function's language can change in place, its result type stays).
+
+-- A transaction's first statement notes in its hook (issue 29: the usual transaction, one statement,
+-- writes and deletes no note row); later statements in outbox.commit_notes, and say so here.
+ALTER TABLE outbox.commit_hooks ADD COLUMN more_notes boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN outbox.commit_hooks.keys IS
+  'The key and id of every row the first statement wrote (SERIALIZABLE: every statement), and its table (aligned); later statements note in outbox.commit_notes.';
+COMMENT ON COLUMN outbox.commit_hooks.more_notes IS
+  'Whether a later statement noted rows in outbox.commit_notes (never in SERIALIZABLE transactions).';

@@ -137,21 +137,26 @@ COMMENT ON COLUMN outbox.partition_clocks.previous_max IS
 -- its first statement and deleted by its commit step; the insert queues the commit step, through
 -- the deferred trigger pgdrain_commit (baseline_after.sql, outbox.tg_queue__commit). Keeping that
 -- event off the queue tables keeps their DDL and TRUNCATE possible in the producing transaction.
--- A SERIALIZABLE transaction also keeps its notes here (table_oids, keys, ids), which its commit
--- step finds by the primary key's arbiter (no predicate lock) and deletes by ctid: notes read by
--- index from outbox.commit_notes would make a chain of read/write dependencies between unrelated
--- producers that PostgreSQL cancels (40001).
+-- The first statement's notes are in it too (table_oids, keys, ids): the usual transaction, one
+-- statement, writes and deletes no note row. Later statements note in outbox.commit_notes and
+-- set more_notes. A SERIALIZABLE transaction keeps all its notes here, which its commit step finds
+-- by the primary key's arbiter (no predicate lock) and deletes by ctid: notes read by index from
+-- outbox.commit_notes would make a chain of read/write dependencies between unrelated producers
+-- that PostgreSQL cancels (40001).
 CREATE UNLOGGED TABLE outbox.commit_hooks (
   xid xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
   table_oids oid[],
   keys text[],
   ids bigint[],
+  more_notes boolean NOT NULL DEFAULT false,
   CONSTRAINT commit_hooks_pkey PRIMARY KEY (xid)
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
 COMMENT ON TABLE outbox.commit_hooks IS
   'Producers'' open transactions, each queueing its commit step once (internal; empty when idle).';
 COMMENT ON COLUMN outbox.commit_hooks.keys IS
-  'SERIALIZABLE transactions only: the key and id of every row written, and its table (aligned); others note in outbox.commit_notes.';
+  'The key and id of every row the first statement wrote (SERIALIZABLE: every statement), and its table (aligned); later statements note in outbox.commit_notes.';
+COMMENT ON COLUMN outbox.commit_hooks.more_notes IS
+  'Whether a later statement noted rows in outbox.commit_notes (never in SERIALIZABLE transactions).';
 
 -- Producers' notes: one row per statement that wrote a partitioned queue, inserted and never
 -- updated (an appended row per transaction made n statements cost O(n²)), read and deleted by the
