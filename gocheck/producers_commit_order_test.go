@@ -296,6 +296,35 @@ func TestProducers_LateRowOfABigintKeyIsRenumbered(t *testing.T) {
 	}
 }
 
+// A transaction of several statements whose ids are not contiguous: another producer took an id
+// between two of its statements and committed first. The sequence gave out nothing after its last
+// id, so only the ids inside its range can tell that it is late (all of them its own, it would not
+// be): A's first row of key k is delivered after B's.
+func TestProducers_ManyStatementTransactionOvertakenInsideItsIdsIsRenumbered(t *testing.T) {
+	t.Parallel()
+	db := orderQueue(t)
+	ctx := context.Background()
+	a := beginTx(t, db.Pool)
+	idA1 := insertMarked(t, a, "k", "A1")
+	idB := insertMarked(t, db.Pool, "k", "B")
+	idA2 := insertMarked(t, a, "j", "A2")
+	require.Less(t, idA1, idB)
+	require.Less(t, idB, idA2, "B's id lies inside A's, and A's last id is the last one given out")
+	require.NoError(t, a.Commit(ctx))
+
+	var marks []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(payload->>'tx' ORDER BY id) FROM public.events
+		WHERE resource_id = 'k'`).Scan(&marks))
+	require.Equal(t, []string{"B", "A1"}, marks, "id order is commit order")
+	var ofK []string
+	for _, m := range marksOf(t, db.Pool, drainOnce(t, db.Pool)) {
+		if m != "A2" {
+			ofK = append(ofK, m)
+		}
+	}
+	require.Equal(t, []string{"B", "A1"}, ofK, "delivered in commit order")
+}
+
 // A sequence with CACHE > 1 hands each session its own block of ids, so a REPEATABLE READ or
 // SERIALIZABLE producer can take an id below one a READ COMMITTED producer committed before it
 // announced itself, without a clock to tell it. Such a producer is renumbered past every id given

@@ -31,8 +31,8 @@
 -- Returns whether it wrote a head or a wake note (and notified).
 --
 -- The usual transaction, no key late, costs the locks, the lateness question (READ COMMITTED: one
--- statement, none when no id was given out since ours) and one probe per key of its head, which
--- keeps only the keys with something to do (none when every key has a head whose floor is below
+-- statement, none when every id given out since our first is ours) and one probe per key of its
+-- head, which keeps only the keys with something to do (none when every key has a head whose floor is below
 -- our rows), whatever its keys. A late transaction sorts its keys and probes them again after
 -- renumbering.
 --

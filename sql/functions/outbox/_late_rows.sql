@@ -24,19 +24,23 @@ AS $$
 DECLARE
   v_issued constant bigint := pg_catalog.pg_sequence_last_value(p_q.id_sequence);
   v_from bigint := p_los[1];
-  v_span bigint := p_his[1] - p_los[1];
+  v_to bigint := p_his[1];
+  v_own bigint := 1;
   v_late bigint[];
 BEGIN
   -- One key (the usual transaction): simple expressions only, no query.
   IF pg_catalog.cardinality(p_los) > 1 THEN
-    v_from := (SELECT pg_catalog.min(l.lo) FROM unnest(p_los) AS l(lo));
-    v_span := (SELECT pg_catalog.max(h.hi) FROM unnest(p_his) AS h(hi)) - v_from;
+    SELECT pg_catalog.min(x.id), pg_catalog.max(x.id), pg_catalog.count(DISTINCT x.id) INTO v_from, v_to, v_own
+    FROM unnest(p_los || p_his) AS x(id);
   END IF;
-  -- No id given out since ours: nobody can have committed a larger one.
-  IF v_issued IS NULL OR v_from IS NULL OR v_issued <= v_from THEN
+  -- No id given out since ours, or every id from our first to the last given out is one of ours
+  -- (one statement of many rows, no other producer between): nobody can have committed a larger
+  -- one. (Ids are the primary key: an id of ours is nobody else's.)
+  IF v_issued IS NULL OR v_from IS NULL OR v_issued <= v_from
+     OR (v_issued <= v_to AND v_own = v_to - v_from + 1) THEN
     RETURN NULL;
   END IF;
-  IF v_issued - v_from > 4096 + 2 * v_span THEN
+  IF v_issued - v_from > 4096 + 2 * (v_to - v_from) THEN
     RETURN pg_catalog.array_fill(v_issued, ARRAY[pg_catalog.cardinality(p_keys)]);
   END IF;
   EXECUTE outbox._late_rows_function(p_q) INTO v_late

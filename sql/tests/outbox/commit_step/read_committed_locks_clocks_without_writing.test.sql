@@ -4,7 +4,7 @@
 -- from the queue table instead (outbox._late_rows). The commit step runs here with SET CONSTRAINTS
 -- ... IMMEDIATE, which is what COMMIT does.
 BEGIN;
-SELECT plan(10);
+SELECT plan(14);
 
 SELECT test_helpers.new_queue('k') AS q \gset
 SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
@@ -47,6 +47,23 @@ SELECT is(outbox._late_rows((SELECT q FROM outbox.queues q WHERE q.queue_id = :q
           ARRAY[NULL, NULL, NULL]::bigint[], 'outbox._late_rows: our own rows are not another transaction''s');
 SELECT is((SELECT count(*) FROM pg_proc WHERE pronamespace = 'outbox'::regnamespace AND proname LIKE '\_q' || :qid || '\_late\_%'),
           1::bigint, 'its statement runs in one function made for the queue, kept for the session');
+
+-- Every id from the transaction's first to the last one given out is its own (one statement of many
+-- rows, nobody else between): nobody can have committed a larger one, and no statement runs. With a
+-- gap (an id of another transaction between ours) it runs.
+SELECT pg_sequence_last_value(pg_get_serial_sequence(:'q', 'id')) AS own_last \gset
+SET LOCAL track_functions = 'all';
+SELECT is(outbox._late_rows((SELECT q FROM outbox.queues q WHERE q.queue_id = :qid), ARRAY['hot', 'hot', 'other'],
+                            ARRAY[:own_last - 2, :own_last - 1, :own_last]::bigint[],
+                            ARRAY[:own_last - 2, :own_last - 1, :own_last]::bigint[]),
+          NULL::bigint[], 'all ids since our first are ours: not late');
+SELECT is((SELECT count(*) FROM pg_stat_xact_user_functions WHERE schemaname = 'outbox' AND funcname LIKE '\_q' || :qid || '\_late\_%'),
+          0::bigint, 'and the question is not asked');
+SELECT is(outbox._late_rows((SELECT q FROM outbox.queues q WHERE q.queue_id = :qid), ARRAY['hot', 'other'],
+                            ARRAY[:own_last - 2, :own_last]::bigint[], ARRAY[:own_last - 2, :own_last]::bigint[]),
+          ARRAY[NULL, NULL]::bigint[], 'an id between ours that is not in our arrays: still not late (it is ours)');
+SELECT is((SELECT sum(calls)::bigint FROM pg_stat_xact_user_functions WHERE schemaname = 'outbox' AND funcname LIKE '\_q' || :qid || '\_late\_%'),
+          1::bigint, 'but only the question can tell');
 
 -- A renamed table gets a function of its own name (the old one names the old table).
 SELECT format('%s_renamed', :'q') AS q2 \gset
