@@ -21,6 +21,8 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 AS $$
+DECLARE
+  v_more boolean;
 BEGIN
   IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
     IF pg_catalog.cardinality(p_ids) > 0 THEN
@@ -32,16 +34,17 @@ BEGIN
     END IF;
     RETURN;
   END IF;
-  IF NOT pg_catalog.cardinality(p_ids) > 0 THEN
+  IF COALESCE(pg_catalog.cardinality(p_ids), 0) = 0 THEN
     RETURN;
   END IF;
+  -- Marked by the first later note's update (true comes back only from it; nothing from later ones).
   INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
   VALUES (pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]),
           p_keys, p_ids)
-  ON CONFLICT (xid) DO NOTHING;
-  IF NOT FOUND THEN
+  ON CONFLICT (xid) DO UPDATE SET more_notes = true WHERE NOT h.more_notes
+  RETURNING h.more_notes INTO v_more;
+  IF v_more OR NOT FOUND THEN
     INSERT INTO outbox.commit_notes (table_oid, keys, ids) VALUES (p_table, p_keys, p_ids);
-    UPDATE outbox.commit_hooks h SET more_notes = true WHERE h.xid = pg_catalog.pg_current_xact_id() AND NOT h.more_notes;
   END IF;
 END;
 $$;

@@ -1820,6 +1820,8 @@ SECURITY DEFINER
 SET search_path = ''
 AS $body$
 -- Made by outbox._install_heads_trigger for queue %2$s; do not edit.
+DECLARE
+  v_more boolean;
 BEGIN
   IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
     -- Noted in the hook, see outbox._note_written.
@@ -1828,15 +1830,18 @@ BEGIN
     HAVING pg_catalog.count(*) > 0;
     RETURN NULL;
   END IF;
-  -- The transaction's first statement notes in its hook; later ones in outbox.commit_notes.
+  -- The transaction's first statement notes in its hook; later ones in outbox.commit_notes, the
+  -- first of them marking the hook (true comes back only from that update; nothing from later ones).
   INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
   SELECT pg_catalog.pg_current_xact_id(), pg_catalog.array_agg(TG_RELID), pg_catalog.array_agg(n.%3$I::text),
          pg_catalog.array_agg(n.id)
   FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
   HAVING pg_catalog.count(*) > 0
-  ON CONFLICT (xid) DO NOTHING;
-  IF NOT FOUND THEN
-    PERFORM outbox._note_written(TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id))
+  ON CONFLICT (xid) DO UPDATE SET more_notes = true WHERE NOT h.more_notes
+  RETURNING h.more_notes INTO v_more;
+  IF v_more OR NOT FOUND THEN
+    INSERT INTO outbox.commit_notes (table_oid, keys, ids)
+    SELECT TG_RELID, pg_catalog.array_agg(n.%3$I::text), pg_catalog.array_agg(n.id)
     FROM pgdrain_new_rows n WHERE n.sent_at IS NULL
     HAVING pg_catalog.count(*) > 0;
   END IF;
@@ -1930,6 +1935,8 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 AS $$
+DECLARE
+  v_more boolean;
 BEGIN
   IF pg_catalog.current_setting('transaction_isolation') = 'serializable' THEN
     IF pg_catalog.cardinality(p_ids) > 0 THEN
@@ -1941,16 +1948,17 @@ BEGIN
     END IF;
     RETURN;
   END IF;
-  IF NOT pg_catalog.cardinality(p_ids) > 0 THEN
+  IF COALESCE(pg_catalog.cardinality(p_ids), 0) = 0 THEN
     RETURN;
   END IF;
+  -- Marked by the first later note's update (true comes back only from it; nothing from later ones).
   INSERT INTO outbox.commit_hooks AS h (xid, table_oids, keys, ids)
   VALUES (pg_catalog.pg_current_xact_id(), pg_catalog.array_fill(p_table, ARRAY[pg_catalog.cardinality(p_ids)]),
           p_keys, p_ids)
-  ON CONFLICT (xid) DO NOTHING;
-  IF NOT FOUND THEN
+  ON CONFLICT (xid) DO UPDATE SET more_notes = true WHERE NOT h.more_notes
+  RETURNING h.more_notes INTO v_more;
+  IF v_more OR NOT FOUND THEN
     INSERT INTO outbox.commit_notes (table_oid, keys, ids) VALUES (p_table, p_keys, p_ids);
-    UPDATE outbox.commit_hooks h SET more_notes = true WHERE h.xid = pg_catalog.pg_current_xact_id() AND NOT h.more_notes;
   END IF;
 END;
 $$;
