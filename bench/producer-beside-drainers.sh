@@ -5,10 +5,12 @@
 # ApplyConcurrency 8) in lease and lock mode, which keep the queue empty. Each scenario is measured
 # at a fixed rate well under the machine's capacity (average latency: what a producer pays) and at
 # full speed (the rate the CPU left to the producers allows).
-# Usage: scripts/with-postgres.sh --fsync -- bench/producer-beside-drainers.sh [seconds] [rate] [busy-poll] [runs] [trickle]
+# Usage: scripts/with-postgres.sh --fsync -- bench/producer-beside-drainers.sh [seconds] [rate] [busy-poll] [runs] [trickle] [async]
 #   busy-poll: the drainers' Config.BusyPoll (default: the drainer's default; -1ns: off)
 #   trickle: the drainers' Config.TrickleInterval (default: the drainer's default; -1ns: off)
 #   runs: how many times each scenario runs (default 3); the table shows medians (min–max)
+#   async: "async" gives the lease-mode drainers Config.AsyncResults (results committed without
+#     waiting for their WAL flush); lock mode is unchanged
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?DATABASE_URL must be set (scripts/with-postgres.sh sets it)}"
@@ -17,6 +19,7 @@ rate=${2:-400}
 busy=${3:-0}
 runs=${4:-3}
 trickle=${5:-0}
+async=$([ "${6:-}" = async ] && echo true || echo false)
 pgbench=$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench | head -1)
 go run ./cmd/goose-run up >/dev/null
 tmp=$(mktemp -d)
@@ -73,7 +76,7 @@ for ((r = 1; r <= runs; r++)); do
   for mode in lease lock; do
     for replicas in 1 3; do
       psql -X -q "$DATABASE_URL" -c "VACUUM public.bd_events" >/dev/null
-      "$tmp/beside" -table public.bd_events -mode "$mode" -replicas "$replicas" -busy-poll "$busy" -trickle "$trickle" >"$tmp/beside.out" 2>&1 &
+      "$tmp/beside" -table public.bd_events -mode "$mode" -replicas "$replicas" -busy-poll "$busy" -trickle "$trickle" -async-results="$async" >"$tmp/beside.out" 2>&1 &
       pid=$!
       sleep 1
       for ((w = 0; w < 300; w++)); do [[ $(pending) == 0 ]] && break; sleep 0.2; done
@@ -86,7 +89,7 @@ done
 # median COLUMN FILE FORMAT: the median (min–max) of a column.
 median() { sort -n -k"$1" "$2" | awk -v c="$1" -v f="$3" '{v[NR]=$c} END {printf f " (" f "–" f ")", v[int((NR+1)/2)], v[1], v[NR]}'; }
 base=$(sort -n -k1 "$tmp/none" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
-echo "producers beside drainers: 4 pgbench clients, ${seconds}s each, fixed rate ${rate} tps, busy-poll ${busy}, trickle interval ${trickle}, median (min–max) of ${runs}"
+echo "producers beside drainers: 4 pgbench clients, ${seconds}s each, fixed rate ${rate} tps, busy-poll ${busy}, trickle interval ${trickle}, async results ${async}, median (min–max) of ${runs}"
 echo "| drainers | latency at ${rate}/s, ms | latency / none | full speed, tps | drainers' CPU at ${rate}/s, cores |"
 echo "|---|---:|---:|---:|---:|"
 for l in "${labels[@]}"; do

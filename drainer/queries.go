@@ -45,6 +45,10 @@ const (
 		FROM outbox.claim_locked_runs($1, $2, $3)`
 	sqlExtendLease  = `SELECT outbox.extend_lease($1, $2, $3, $4)`
 	sqlApplyResults = `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5, $6)`
+	// sqlApplyResultsAsync is sqlApplyResults in a transaction that commits without waiting for
+	// its WAL flush (Config.AsyncResults): set_config's is_local lasts until that commit.
+	sqlApplyResultsAsync = `SELECT r.id, r.applied FROM outbox.apply_results($1, $2, $3, $4, $5, $6) AS r,
+		pg_catalog.set_config('synchronous_commit', 'off', true) AS s`
 	sqlRelease      = `SELECT outbox.release($1, $2, $3)`
 	sqlSettleLocked = `SELECT outbox.settle_locked($1, $2, $3, $4, $5)`
 	// A settle that may be refused runs in a savepoint (querySettleLockedInSavepoint), so that the
@@ -242,15 +246,21 @@ func queryExtendLeases(ctx context.Context, db querier, queue string, jobs []*jo
 }
 
 // queryApplyResults records the outcomes of jobs in one round trip (outbox.apply_results) and
-// calls applied for each row with whether its result counted (false: the lease was lost).
-func queryApplyResults(ctx context.Context, db querier, queue string, jobs []*job, applied func(id int64, ok bool)) error {
+// calls applied for each row with whether its result counted (false: the lease was lost); async:
+// without waiting for the commit's WAL flush (Config.AsyncResults).
+func queryApplyResults(ctx context.Context, db querier, queue string, jobs []*job, async bool,
+	applied func(id int64, ok bool)) error {
 	ids := make([]int64, len(jobs))
 	tokens := make([]pgtype.UUID, len(jobs))
 	outcomes := make([]string, len(jobs))
 	for i, j := range jobs {
 		ids[i], tokens[i], outcomes[i] = j.event.ID, j.token, j.disposition.String()
 	}
-	rows, err := db.Query(ctx, sqlApplyResults, queue, ids, tokens, outcomes, textArray(jobs), retryAtArray(jobs))
+	sql := sqlApplyResults
+	if async {
+		sql = sqlApplyResultsAsync
+	}
+	rows, err := db.Query(ctx, sql, queue, ids, tokens, outcomes, textArray(jobs), retryAtArray(jobs))
 	if err != nil {
 		return translate("recording results", err)
 	}

@@ -278,7 +278,7 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (rest []*job,
 		r.d.logger.DebugContext(ctx, "result refused: lease lost (the row was claimed again)",
 			"id", id, "outcome", j.disposition.String())
 	}
-	err = queryApplyResults(rctx, r.d.pool, r.reg.queue, jobs, counted)
+	err = queryApplyResults(rctx, r.d.pool, r.reg.queue, jobs, r.cfg.AsyncResults, counted)
 	switch {
 	case err == nil:
 		return nil, nil
@@ -286,7 +286,7 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (rest []*job,
 		return jobs, err
 	}
 	rest, err = r.recordEach(ctx, jobs, err, func(j *job) error {
-		return queryApplyResults(rctx, r.d.pool, r.reg.queue, []*job{j}, counted)
+		return queryApplyResults(rctx, r.d.pool, r.reg.queue, []*job{j}, r.cfg.AsyncResults, counted)
 	})
 	return rest, err
 }

@@ -55,6 +55,7 @@ func TestDrainer_Validate_RejectsEachBadConfig(t *testing.T) {
 		{"lease over a day", func(c *drainer.Config) { c.Lease = 25 * time.Hour }, "Lease", "at most 24h"},
 		{"trickle interval over a second", func(c *drainer.Config) { c.TrickleInterval = 2 * time.Second }, "TrickleInterval", "at most MaxTrickleInterval (1s)"},
 		{"unknown claim mode", func(c *drainer.Config) { c.ClaimMode = 9 }, "ClaimMode", "ClaimLease or ClaimLock"},
+		{"async results in lock mode", func(c *drainer.Config) { c.ClaimMode, c.AsyncResults = drainer.ClaimLock, true }, "AsyncResults", "lease mode only"},
 		{"negative claim timeout", func(c *drainer.Config) { c.ClaimTimeout = -time.Second }, "ClaimTimeout", "positive"},
 		{"claim timeout longer than the lease", func(c *drainer.Config) { c.Lease, c.ClaimTimeout = 11*time.Second, 12*time.Second }, "ClaimTimeout", "at most Lease (11s)"},
 		{"claim timeout longer than the lock transaction", func(c *drainer.Config) {

@@ -33,6 +33,7 @@ func main() {
 	busyPoll := flag.Duration("busy-poll", 0, "drainer.Config.BusyPoll (0: default, negative: off)")
 	trickle := flag.Duration("trickle", 0, "drainer.Config.TrickleInterval (0: default, negative: off)")
 	runFor := flag.Duration("for", time.Hour, "stop after this long")
+	asyncResults := flag.Bool("async-results", false, "drainer.Config.AsyncResults (lease mode)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -53,7 +54,7 @@ func main() {
 			os.Exit(1)
 		}
 		d, err := drainer.New(pool, drainer.Config{Table: *table, ClaimMode: claimMode, ApplyConcurrency: *concurrency,
-			BusyPoll: *busyPoll, TrickleInterval: *trickle},
+			BusyPoll: *busyPoll, TrickleInterval: *trickle, AsyncResults: *asyncResults && claimMode == drainer.ClaimLease},
 			func(b []byte) (json.RawMessage, error) { return b, nil }, apply,
 			drainer.WithLogger[json.RawMessage](slog.New(slog.NewTextHandler(io.Discard, nil))))
 		if err != nil {
