@@ -20,27 +20,19 @@ DECLARE
   v_id bigint;
   v_head bigint;
   v_floor bigint;
-  v_read_committed boolean;
+  v_isolation constant text := pg_catalog.current_setting('transaction_isolation');
+  v_read_committed constant boolean := v_isolation = 'read committed';
   v_write_clock boolean;
   v_sure boolean;
 BEGIN
   -- SERIALIZABLE: outbox._commit_keys, which reads nothing other producers write.
-  IF pg_catalog.cardinality(p_keys) = 1 AND pg_catalog.current_setting('transaction_isolation') <> 'serializable' THEN
+  IF pg_catalog.cardinality(p_keys) = 1 AND v_isolation <> 'serializable' THEN
     -- The commit lock of the key's hash, taken as outbox._commit_keys takes it: in READ COMMITTED
     -- without writing the clock (unless a REPEATABLE READ or SERIALIZABLE producer may need it),
     -- lateness then read from the queue table; in REPEATABLE READ with the clock raised.
     v_key := p_keys[1];
     v_id := p_ids[1];
-    v_read_committed := pg_catalog.current_setting('transaction_isolation') = 'read committed';
-    -- outbox._snapshot_producers_open, inlined (one function call less on every commit).
-    v_write_clock := NOT v_read_committed;
-    IF v_read_committed THEN
-      IF pg_catalog.pg_try_advisory_lock(outbox._snapshot_lock_class(), p_q.queue_id) THEN
-        PERFORM pg_catalog.pg_advisory_unlock(outbox._snapshot_lock_class(), p_q.queue_id);
-      ELSE
-        v_write_clock := true;
-      END IF;
-    END IF;
+    v_write_clock := NOT v_read_committed OR outbox._snapshot_producers_open(p_q.queue_id);
     INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
     VALUES (p_q.queue_id, pg_catalog.hashtext(v_key) & 65535,
             GREATEST(p_q.clock_base, LEAST(v_id, pg_catalog.pg_sequence_last_value(p_q.id_sequence))),
