@@ -649,8 +649,16 @@ DECLARE
   v_front boolean;
   v_asked integer;
   v_run_ids bigint[];
-  -- Rows a claimed head brought with it so far (itself included): how many heads to ask for.
-  v_rows_per_head numeric := p_run;
+  -- Rows a claimed head brings with it (itself included): how many heads to ask for. Starts from
+  -- what this session's last claim of the queue learnt (a per-session hint, like the cursor):
+  -- starting every claim from p_run asked for too few heads whenever runs are shorter, and every
+  -- claim then searched, leased and extended runs twice. A pass whose runs the batch cut short
+  -- only says runs are at least that long, so the estimate then creeps up (a quarter row per
+  -- claim) until a pass with budget left over measures it again.
+  v_run_hint constant text := 'pgdrain.run_rows_' || p_q.queue_id;
+  v_rows_per_head numeric := CASE WHEN p_run > 1 THEN LEAST(p_run, GREATEST(1,
+    COALESCE(NULLIF(pg_catalog.current_setting(v_run_hint, true), '')::numeric, p_run))) ELSE 1 END;
+  v_seen_per_head numeric;
   -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
   -- not skip our own locks, so without excluding them before the LIMIT they would take the places
   -- of rows that can still be claimed.
@@ -832,8 +840,11 @@ BEGIN
         v_run_ids := outbox._claim_run(p_q, v_ids, v_claimed_keys, p_run - 1, v_remaining, v_now, v_until, p_mode);
         v_all := v_all || v_run_ids;
         v_remaining := v_remaining - pg_catalog.cardinality(v_run_ids);
-        v_rows_per_head := GREATEST(1, (pg_catalog.cardinality(v_ids) + pg_catalog.cardinality(v_run_ids))::numeric
-                                       / pg_catalog.cardinality(v_ids));
+        v_seen_per_head := (pg_catalog.cardinality(v_ids) + pg_catalog.cardinality(v_run_ids))::numeric
+                           / pg_catalog.cardinality(v_ids);
+        v_rows_per_head := LEAST(p_run, GREATEST(1, CASE WHEN v_remaining > 0 THEN v_seen_per_head
+                                                         ELSE GREATEST(v_seen_per_head, v_rows_per_head + 0.25) END));
+        PERFORM pg_catalog.set_config(v_run_hint, pg_catalog.round(v_rows_per_head, 2)::text, false);
       END IF;
     END IF;
 

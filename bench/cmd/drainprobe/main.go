@@ -50,6 +50,7 @@ func main() {
 	run := flag.Int("run", 1, "RunLength of each replica")
 	keys := flag.Int("keys", 0, "partition keys (0: events/6)")
 	extra := flag.String("sql", "", "SQL file applied after the migrations")
+	unpartitioned := flag.Bool("unpartitioned", false, "register the queue without a partition column (no per-key order)")
 	cpuProfile := flag.String("cpuprofile", "", "write the drainers' Go CPU profile of the drain to this file")
 	flag.Parse()
 	ctx := context.Background()
@@ -87,10 +88,19 @@ func main() {
 		_, err := pool.Exec(ctx, s)
 		must(err)
 	}
-	exec(fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", *q))
+	if *unpartitioned {
+		exec(fmt.Sprintf("SELECT outbox.create_queue('%s')", *q))
+	} else {
+		exec(fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", *q))
+	}
 	t0 := time.Now()
-	exec(fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
-		SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)), 'key-' || (g %% %d) FROM generate_series(1, %d) g`, *q, cmp.Or(*keys, max(*n/6, 1)), *n))
+	if *unpartitioned {
+		exec(fmt.Sprintf(`INSERT INTO %s (event_type, payload)
+			SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)) FROM generate_series(1, %d) g`, *q, *n))
+	} else {
+		exec(fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
+			SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)), 'key-' || (g %% %d) FROM generate_series(1, %d) g`, *q, cmp.Or(*keys, max(*n/6, 1)), *n))
+	}
 	exec("VACUUM ANALYZE " + *q)
 	fmt.Printf("filled in %s\n", time.Since(t0).Round(time.Millisecond))
 	if *hold {
