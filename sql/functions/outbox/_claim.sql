@@ -94,14 +94,21 @@ DECLARE
   v_asked integer;
   v_run_ids bigint[];
   -- Rows a claimed head brings with it (itself included): how many heads to ask for. Starts from
-  -- what this session's last claim of the queue learnt (a per-session hint, like the cursor):
-  -- starting every claim from p_run asked for too few heads whenever runs are shorter, and every
-  -- claim then searched, leased and extended runs twice. A pass whose runs the batch cut short
-  -- only says runs are at least that long, so the estimate then creeps up (a quarter row per
-  -- claim) until a pass with budget left over measures it again.
+  -- what this session's claims of the queue learnt (a per-session hint, like the cursor): starting
+  -- every claim from p_run asked for too few heads whenever runs are shorter, and every claim then
+  -- searched, leased and extended runs twice. A pass with budget left over measures the rows per
+  -- head; one that the batch cut short only says they are at least that many, and keeps the larger
+  -- estimate. An estimate older than a second is not used, so longer runs are found again (that
+  -- claim may take two passes).
   v_run_hint constant text := 'pgdrain.run_rows_' || p_q.queue_id;
-  v_rows_per_head numeric := CASE WHEN p_run > 1 THEN LEAST(p_run, GREATEST(1,
-    COALESCE(NULLIF(pg_catalog.current_setting(v_run_hint, true), '')::numeric, p_run))) ELSE 1 END;
+  v_run_hint_value constant text[] := CASE WHEN p_run > 1 THEN pg_catalog.string_to_array(
+    NULLIF(pg_catalog.current_setting(v_run_hint, true), ''), ',') END;
+  v_run_hint_since double precision := CASE
+    WHEN v_run_hint_value[2]::double precision > pg_catalog.date_part('epoch', v_now) - 1
+    THEN v_run_hint_value[2]::double precision END;
+  v_rows_per_head numeric := CASE WHEN p_run <= 1 THEN 1
+    WHEN v_run_hint_since IS NULL THEN p_run
+    ELSE LEAST(p_run, GREATEST(1, v_run_hint_value[1]::numeric)) END;
   v_seen_per_head numeric;
   -- Lock mode: rows this transaction already holds from an earlier claim_locked. SKIP LOCKED does
   -- not skip our own locks, so without excluding them before the LIMIT they would take the places
@@ -287,8 +294,10 @@ BEGIN
         v_seen_per_head := (pg_catalog.cardinality(v_ids) + pg_catalog.cardinality(v_run_ids))::numeric
                            / pg_catalog.cardinality(v_ids);
         v_rows_per_head := LEAST(p_run, GREATEST(1, CASE WHEN v_remaining > 0 THEN v_seen_per_head
-                                                         ELSE GREATEST(v_seen_per_head, v_rows_per_head + 0.25) END));
-        PERFORM pg_catalog.set_config(v_run_hint, pg_catalog.round(v_rows_per_head, 2)::text, false);
+                                                         ELSE GREATEST(v_seen_per_head, v_rows_per_head) END));
+        v_run_hint_since := COALESCE(v_run_hint_since, pg_catalog.date_part('epoch', v_now));
+        PERFORM pg_catalog.set_config(v_run_hint,
+          pg_catalog.round(v_rows_per_head, 2) || ',' || v_run_hint_since, false);
       END IF;
     END IF;
 

@@ -16,18 +16,31 @@ VOLATILE
 SET search_path = ''
 AS $$
 DECLARE
+  v_queue_id constant integer := (SELECT q.queue_id FROM outbox.queues q WHERE q.table_oid = p_table);
+  v_fast constant text := pg_catalog.format(
+    'SELECT pg_catalog.count(*) = pg_catalog.cardinality($1) FROM %s t WHERE t.id = ANY ($1) AND t.xmax = $2',
+    p_table);
+  v_all_mine boolean;
   v_before text[];
   v_locked bigint[];
   v_foreign bigint;
 BEGIN
+  -- The fast path with its plan kept (outbox._prepared; planned on every call it cost 3-4x).
+  -- p_ids are distinct (outbox._check_outcomes), so every row is ours when as many rows as ids
+  -- have our xid as xmax.
+  IF v_queue_id IS NULL THEN
+    EXECUTE v_fast INTO v_all_mine USING p_ids, pg_catalog.pg_current_xact_id_if_assigned()::xid;
+  ELSE
+    EXECUTE outbox._prepared(v_queue_id, v_fast, 'bigint[], xid', 'TABLE(pgdrain_all_mine boolean)')
+      INTO v_all_mine USING p_ids, pg_catalog.pg_current_xact_id_if_assigned()::xid;
+  END IF;
+  IF v_all_mine THEN
+    RETURN NULL;
+  END IF;
   EXECUTE pg_catalog.format(
     'SELECT pg_catalog.array_agg(t.xmax::text ORDER BY u.ord)
      FROM pg_catalog.unnest($1::bigint[]) WITH ORDINALITY AS u(id, ord) LEFT JOIN %s t ON t.id = u.id', p_table)
     INTO v_before USING p_ids;
-  IF pg_catalog.array_position(v_before, NULL) IS NULL
-     AND v_before <@ ARRAY[pg_catalog.pg_current_xact_id_if_assigned()::xid::text] THEN
-    RETURN NULL;
-  END IF;
   EXECUTE pg_catalog.format(
     'SELECT pg_catalog.array_agg(t.id) FROM (SELECT s.id FROM %s s WHERE s.id = ANY ($1) FOR UPDATE SKIP LOCKED) t',
     p_table)
