@@ -32,7 +32,7 @@ BEGIN
     -- The setting is only a list any session could SET LOCAL: the row lock itself must be ours
     -- too (outbox._locked_here: claim_locked's FOR UPDATE, in this transaction or one of its
     -- live savepoints).
-    v_foreign := outbox._locked_here(v_q.table_oid::regclass, ids);
+    v_foreign := outbox._locked_here(v_q, ids);
   END IF;
   IF v_foreign IS NOT NULL THEN
     RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',

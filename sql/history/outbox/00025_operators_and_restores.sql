@@ -40,6 +40,7 @@ COMMENT ON TABLE outbox.operator_actions IS
 
 -- Claims take a partition's run (issue 28): the internal claim gets the run length.
 DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text);
+DROP FUNCTION outbox._locked_here(regclass, bigint[]);
 -- claim_batch and claim_locked become SQL functions over the bodies they share with claim_runs and
 -- claim_locked_runs (a function's language can change in place, its result type stays).
 
@@ -1938,17 +1939,14 @@ $$;
 -- is locked now and gets a new xmax. So a row is ours when it comes back with the xmax it had
 -- before. A lock taken here for a row that is not ours ends with the error the caller then raises.
 -- Never waits; under REPEATABLE READ a row updated since the snapshot fails with 40001.
-CREATE OR REPLACE FUNCTION outbox._locked_here(p_table regclass, p_ids bigint[])
+CREATE OR REPLACE FUNCTION outbox._locked_here(p_q outbox.queues, p_ids bigint[])
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = ''
 AS $$
 DECLARE
-  v_queue_id constant integer := (SELECT q.queue_id FROM outbox.queues q WHERE q.table_oid = p_table);
-  v_fast constant text := pg_catalog.format(
-    'SELECT pg_catalog.count(*) = pg_catalog.cardinality($1) FROM %s t WHERE t.id = ANY ($1) AND t.xmax = $2',
-    p_table);
+  v_table constant regclass := p_q.table_oid::regclass;
   v_all_mine boolean;
   v_before text[];
   v_locked bigint[];
@@ -1957,22 +1955,20 @@ BEGIN
   -- The fast path with its plan kept (outbox._prepared; planned on every call it cost 3-4x).
   -- p_ids are distinct (outbox._check_outcomes), so every row is ours when as many rows as ids
   -- have our xid as xmax.
-  IF v_queue_id IS NULL THEN
-    EXECUTE v_fast INTO v_all_mine USING p_ids, pg_catalog.pg_current_xact_id_if_assigned()::xid;
-  ELSE
-    EXECUTE outbox._prepared(v_queue_id, v_fast, 'bigint[], xid', 'TABLE(pgdrain_all_mine boolean)')
-      INTO v_all_mine USING p_ids, pg_catalog.pg_current_xact_id_if_assigned()::xid;
-  END IF;
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'SELECT pg_catalog.count(*) = pg_catalog.cardinality($1) FROM %s t WHERE t.id = ANY ($1) AND t.xmax = $2',
+    v_table), 'bigint[], xid', 'TABLE(pgdrain_all_mine boolean)')
+    INTO v_all_mine USING p_ids, pg_catalog.pg_current_xact_id_if_assigned()::xid;
   IF v_all_mine THEN
     RETURN NULL;
   END IF;
   EXECUTE pg_catalog.format(
     'SELECT pg_catalog.array_agg(t.xmax::text ORDER BY u.ord)
-     FROM pg_catalog.unnest($1::bigint[]) WITH ORDINALITY AS u(id, ord) LEFT JOIN %s t ON t.id = u.id', p_table)
+     FROM pg_catalog.unnest($1::bigint[]) WITH ORDINALITY AS u(id, ord) LEFT JOIN %s t ON t.id = u.id', v_table)
     INTO v_before USING p_ids;
   EXECUTE pg_catalog.format(
     'SELECT pg_catalog.array_agg(t.id) FROM (SELECT s.id FROM %s s WHERE s.id = ANY ($1) FOR UPDATE SKIP LOCKED) t',
-    p_table)
+    v_table)
     INTO v_locked USING p_ids;
   -- A new statement reads the row headers as they are now (xmax is not versioned by the snapshot;
   -- the locking statement itself returns the values it read before locking).
@@ -1980,7 +1976,7 @@ BEGIN
     'SELECT u.id FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(id, xmax_before, ord)
      LEFT JOIN %s t ON t.id = u.id
      WHERE u.id <> ALL ($3) OR t.xmax IS NULL OR t.xmax::text IS DISTINCT FROM u.xmax_before
-     ORDER BY u.ord LIMIT 1', p_table)
+     ORDER BY u.ord LIMIT 1', v_table)
     INTO v_foreign USING p_ids, v_before, COALESCE(v_locked, '{}');
   RETURN v_foreign;
 END;
@@ -3169,7 +3165,7 @@ BEGIN
     -- The setting is only a list any session could SET LOCAL: the row lock itself must be ours
     -- too (outbox._locked_here: claim_locked's FOR UPDATE, in this transaction or one of its
     -- live savepoints).
-    v_foreign := outbox._locked_here(v_q.table_oid::regclass, ids);
+    v_foreign := outbox._locked_here(v_q, ids);
   END IF;
   IF v_foreign IS NOT NULL THEN
     RAISE EXCEPTION '%: row % of % is not held by this transaction (claim it with claim_locked in the same transaction)',
@@ -3534,6 +3530,7 @@ DROP FUNCTION outbox._claim_locked(text, text, integer, integer);
 DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text, integer);
 DROP FUNCTION outbox._claim_run(outbox.queues, bigint[], text[], integer, integer, timestamptz, timestamptz, text);
 DROP FUNCTION outbox._check_run_length(text, integer);
+DROP FUNCTION outbox._locked_here(outbox.queues, bigint[]);
 DROP FUNCTION outbox.version();
 DROP FUNCTION outbox.claim_turn(text, interval);
 DROP FUNCTION outbox.poison_row(text, bigint, integer, text);

@@ -8,6 +8,7 @@ DROP FUNCTION outbox._claim_locked(text, text, integer, integer);
 DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text, integer);
 DROP FUNCTION outbox._claim_run(outbox.queues, bigint[], text[], integer, integer, timestamptz, timestamptz, text);
 DROP FUNCTION outbox._check_run_length(text, integer);
+DROP FUNCTION outbox._locked_here(outbox.queues, bigint[]);
 DROP FUNCTION outbox.version();
 DROP FUNCTION outbox.claim_turn(text, interval);
 DROP FUNCTION outbox.poison_row(text, bigint, integer, text);

@@ -38,6 +38,7 @@ COMMENT ON TABLE outbox.operator_actions IS
 
 -- Claims take a partition's run (issue 28): the internal claim gets the run length.
 DROP FUNCTION outbox._claim(outbox.queues, integer, interval, text);
+DROP FUNCTION outbox._locked_here(regclass, bigint[]);
 -- claim_batch and claim_locked become SQL functions over the bodies they share with claim_runs and
 -- claim_locked_runs (a function's language can change in place, its result type stays).
 
