@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgdrain/pgdrain/internal/cohort"
 	"github.com/pgdrain/pgdrain/internal/errtext"
 )
 
@@ -40,6 +41,9 @@ type job struct {
 	// next is the row after this one in its partition's run (Config.RunLength), claimed with it
 	// and applied after it in the same slot; nil at a run's end.
 	next *job
+	// cohort is the set of applies started together with this one (internal/cohort), for a
+	// batching Applier; nil for a row applied after another in its slot.
+	cohort *cohort.Cohort
 }
 
 // applyOne runs the Applier for j on a context that ends at min(now + ApplyTimeout, j.deadline)
@@ -49,7 +53,11 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 	if !j.deadline.IsZero() {
 		timeout = min(timeout, time.Until(j.deadline))
 	}
-	actx, cancel := context.WithTimeout(withEvent(context.WithoutCancel(ctx), j.event), timeout)
+	actx := withEvent(context.WithoutCancel(ctx), j.event)
+	if j.cohort != nil {
+		actx = cohort.With(actx, j.cohort)
+	}
+	actx, cancel := context.WithTimeout(actx, timeout)
 	defer cancel()
 	var span trace.Span
 	if r.d.tracer != nil {

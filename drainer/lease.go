@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/pgdrain/pgdrain/internal/cohort"
 )
 
 // A claim that took all it asked for is followed by one that waits, while part of the window is
@@ -242,6 +244,7 @@ func (p *pipeline[T]) dispatch(jobs []*job) {
 func (p *pipeline[T]) fill() {
 	p.lock()
 	defer p.unlock()
+	var started []*job
 	for !p.stopping && len(p.waiting) > 0 && p.running < p.r.cfg.ApplyConcurrency {
 		j := p.waiting[0]
 		p.waiting[0] = nil
@@ -252,7 +255,13 @@ func (p *pipeline[T]) fill() {
 		}
 		p.running++
 		p.applying[j.event.ID] = true
-		go p.work(j, time.Now())
+		started = append(started, j)
+	}
+	c := cohort.New(len(started))
+	now := time.Now()
+	for _, j := range started {
+		j.cohort = c
+		go p.work(j, now)
 	}
 }
 
@@ -274,6 +283,8 @@ func (p *pipeline[T]) work(j *job, started time.Time) {
 		if state == leaseKept {
 			p.r.applyOne(ctx, cur)
 			done = append(done, cur)
+		} else if cur.cohort != nil {
+			cur.cohort.Done() // never reaches the Applier
 		}
 		if cur != j {
 			p.stopApplying(cur)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgdrain/pgdrain/internal/cohort"
 )
 
 // lockBatch is one round of lock mode (seed 001's claim transaction): BEGIN; claim_locked; apply;
@@ -121,12 +123,23 @@ func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.
 	var stop atomic.Bool
 	applying := func() bool { return !stop.Load() && ctx.Err() == nil && time.Now().Before(settleBy) }
 	var wg sync.WaitGroup
-	for range min(r.cfg.ApplyConcurrency, len(firsts)) {
+	workers := min(r.cfg.ApplyConcurrency, len(firsts))
+	started := cohort.New(workers) // every worker's first row: applied together
+	for range workers {
 		wg.Go(func() {
+			first := true
+			defer func() {
+				if first {
+					started.Done() // stopped before its first row
+				}
+			}()
 			for applying() {
 				i := int(next.Add(1)) - 1
 				if i >= len(firsts) {
 					return
+				}
+				if first {
+					firsts[i].cohort, first = started, false
 				}
 				// A run in its partition's order, up to its first row not sent: the rows after it
 				// stay unsettled, unlocked untouched by the COMMIT.

@@ -6,18 +6,23 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/pgdrain/pgdrain/internal/cohort"
 )
 
 // request is one event waiting for its batch's Result.
 type request struct {
-	ctx   context.Context
-	event Event
-	done  chan Result // buffered: a result nobody waits for any more is dropped
+	ctx    context.Context
+	event  Event
+	cohort *cohort.Cohort // the applies the drainer started with this one; nil: unknown
+	done   chan Result    // buffered: a result nobody waits for any more is dropped
 }
 
 // batcher groups events applied at the same time into Deliver calls of up to max events. The
 // drainer applies each event in its own goroutine (ApplyConcurrency slots), so a batch is made of
-// the events in flight together; a batch that is not full leaves after linger.
+// the events in flight together. A batch that is not full leaves as soon as every event the
+// drainer started together with its events has arrived (internal/cohort: nothing else comes until
+// the drainer claims again, which waits for these slots), else after linger.
 type batcher struct {
 	sink    Sink
 	max     int
@@ -50,12 +55,14 @@ func (b *batcher) deliver(ctx context.Context, e Event) Result {
 		defer b.inflight.Done()
 		return b.call(ctx, []*request{{ctx: ctx, event: e}})[0]
 	}
-	req := &request{ctx: ctx, event: e, done: make(chan Result, 1)}
+	req := &request{ctx: ctx, event: e, cohort: cohort.From(ctx), done: make(chan Result, 1)}
 	select {
 	case b.in <- req:
 	case <-ctx.Done():
+		req.left()
 		return TransientResult(fmt.Errorf("waiting for a batch: %w", ctx.Err()))
 	case <-b.stop:
+		req.left()
 		return TransientResult(errors.New("relay is stopping"))
 	}
 	select {
@@ -73,18 +80,23 @@ func (b *batcher) loop() {
 	timer.Stop()
 	for {
 		var batch []*request
+		var starts starts
 		select {
 		case r := <-b.in:
+			r.left()
 			batch = append(batch, r)
+			starts.add(r.cohort)
 		case <-b.stop:
 			return
 		}
 		timer.Reset(b.linger)
 	collect:
-		for len(batch) < b.max {
+		for len(batch) < b.max && !starts.allArrived() {
 			select {
 			case r := <-b.in:
+				r.left()
 				batch = append(batch, r)
+				starts.add(r.cohort)
 			case <-timer.C:
 				break collect
 			case <-b.stop:
@@ -103,6 +115,46 @@ func (b *batcher) loop() {
 			}
 		}()
 	}
+}
+
+// left counts r out of its cohort: it reached a batch, or it gave up before one.
+func (r *request) left() {
+	if r.cohort != nil {
+		r.cohort.Done()
+	}
+}
+
+// starts are the cohorts of a batch's events (few: the drainer's starts of one claim or two).
+type starts struct {
+	cohorts []*cohort.Cohort
+	unknown bool // an event came without one
+}
+
+func (s *starts) add(c *cohort.Cohort) {
+	if c == nil {
+		s.unknown = true
+		return
+	}
+	for _, have := range s.cohorts {
+		if have == c {
+			return
+		}
+	}
+	s.cohorts = append(s.cohorts, c)
+}
+
+// allArrived reports whether every event started together with the batch's events has reached
+// the batcher: false when one of them came without a cohort (the batch waits for the linger).
+func (s *starts) allArrived() bool {
+	if s.unknown {
+		return false
+	}
+	for _, c := range s.cohorts {
+		if !c.Complete() {
+			return false
+		}
+	}
+	return true
 }
 
 // batchContext ends at the earliest deadline of the batch's events: each is bounded by its lease.

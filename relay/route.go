@@ -40,8 +40,12 @@ type Route struct {
 	// are grouped, so it must not exceed Drainer.ApplyConcurrency. Defaults to 1
 	// (DefaultBatchSize).
 	BatchSize int
-	// BatchLinger is how long a batch that is not full waits for more events. Only used when
-	// BatchSize is above 1. Defaults to 5ms (DefaultBatchLinger).
+	// BatchLinger is how long a batch that is not full waits for more events. A batch whose events
+	// the drainer started together with no others (the rows of one claim, in free slots) leaves as
+	// soon as the last of them has arrived: nothing else comes until the drainer claims again. So
+	// the linger is only waited for by events applied after another in their slot (the rest of a
+	// partition's run, RunLength above 1, or rows waiting for a slot). Only used when BatchSize is
+	// above 1. Defaults to 5ms (DefaultBatchLinger).
 	BatchLinger time.Duration
 	// FailureLogInterval is how often a key's transient failures are logged (at Info), at most: its
 	// first failure at once, then one line per interval with its last error and how many failed
