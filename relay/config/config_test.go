@@ -42,6 +42,7 @@ queues:
   - queue: public.shipments
     concurrency: 16
     batch_size: 16
+    async_results: true
     sink:
       kafka: {brokers: ["kafka-1:9092", "kafka-2:9092"], topic_field: topic}
   - queue: public.invoices
@@ -74,6 +75,8 @@ func TestParse_AGoodFileBuildsItsRoutes(t *testing.T) {
 	require.Equal(t, 4, routes[0].Drainer.RunLength)
 	require.Equal(t, 50*time.Millisecond, routes[0].Drainer.TrickleInterval)
 	require.Zero(t, routes[1].Drainer.RunLength, "unset: the drainer's default")
+	require.True(t, routes[1].Drainer.AsyncResults)
+	require.False(t, routes[0].Drainer.AsyncResults, "unset: off")
 	require.Equal(t, "kafka", routes[1].SinkKind)
 	require.Equal(t, 16, routes[1].BatchSize)
 	require.Equal(t, "jetstream", routes[2].SinkKind)
@@ -110,6 +113,11 @@ queues:
     trickle_interval: 2s
     sink:
       webhook: {url: "http://127.0.0.1:8080/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw]}
+  - queue: public.credits
+    claim_mode: lock
+    async_results: true
+    sink:
+      webhook: {url: "http://127.0.0.1:8080/", secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw]}
 `
 	_, err := config.Parse("relay.yaml", []byte(bad), env(nil))
 	require.Error(t, err)
@@ -123,13 +131,14 @@ queues:
 		`relay.yaml:13: queues[1].queue is already relayed by queues[0]: one entry per queue`,
 		`relay.yaml:17: queues[2].run_length must be between 1 and 1000, got 2000`,
 		`relay.yaml:21: queues[3].trickle_interval must be at most MaxTrickleInterval (1s), or negative to turn it off, got 2s`,
+		`relay.yaml:26: queues[4].async_results is for lease mode only: a lock-mode transaction may carry the Applier's own writes, got claim_mode lock`,
 	}, strings.Split(err.Error(), "\n"))
 }
 
 func TestParse_UnknownFieldsTypesAndEnvironment(t *testing.T) {
 	t.Parallel()
 	_, err := config.Parse("r.yaml", []byte("queues:\n  - queue: q\n    concurrenc: 4\n    sink:\n      webhok: {}\n"), env(nil))
-	require.EqualError(t, err, "r.yaml:3: queues[0].concurrenc is not a known field (known: batch_linger, batch_size, claim_mode, "+
+	require.EqualError(t, err, "r.yaml:3: queues[0].concurrenc is not a known field (known: async_results, batch_linger, batch_size, claim_mode, "+
 		"concurrency, failure_log_interval, fanout, lease, lock_transaction_timeout, poll_fallback, queue, repair_interval, run_length, sink, sinks, "+
 		"timeout, trickle_interval, wedge_warn_after)\n"+
 		"r.yaml:5: queues[0].sink.webhok is not a known field (known: jetstream, kafka, webhook)")

@@ -118,6 +118,11 @@ type Delivery struct {
 	// TrickleInterval is the least time between claims while events trickle in
 	// (drainer.Config.TrickleInterval; negative: off). Defaults to 20ms.
 	TrickleInterval time.Duration `yaml:"trickle_interval"`
+	// AsyncResults records results with synchronous_commit off (drainer.Config.AsyncResults, lease
+	// mode only): the relay does not wait for their WAL flush, and the producers sharing the
+	// server's disk do not queue behind it; a server crash may lose the last results, whose events
+	// are delivered again when their lease ends. Defaults to false.
+	AsyncResults bool `yaml:"async_results"`
 	// FailureLogInterval is how often a key's transient failures are logged, at most
 	// (relay.Route.FailureLogInterval; negative: off). Defaults to 1m.
 	FailureLogInterval time.Duration `yaml:"failure_log_interval"`

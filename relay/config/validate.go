@@ -30,6 +30,7 @@ var routeFields = map[string]string{
 	"Drainer.RepairInterval":         "repair_interval",
 	"Drainer.RunLength":              "run_length",
 	"Drainer.TrickleInterval":        "trickle_interval",
+	"Drainer.AsyncResults":           "async_results",
 	"Drainer.ClaimMode":              "claim_mode",
 	"FailureLogInterval":             "failure_log_interval",
 	"WedgeWarnAfter":                 "wedge_warn_after",
@@ -41,6 +42,7 @@ var inMessage = strings.NewReplacer(
 	"Drainer.ApplyConcurrency", "concurrency", "Drainer.LockTransactionTimeout", "lock_transaction_timeout",
 	"LockTransactionTimeout", "lock_transaction_timeout", "ApplyConcurrency", "concurrency",
 	"ApplyTimeout", "timeout", "BatchSize", "batch_size", "LeaseMargin", "LeaseMargin", "Lease", "lease",
+	"ClaimLock", "claim_mode lock",
 )
 
 // validate reports every problem of f; the file has been decoded, so every field has a line.
@@ -250,6 +252,7 @@ func (d Delivery) route(queue string, mode drainer.ClaimMode, sink relay.Sink, k
 			RepairInterval:         q.RepairInterval,
 			RunLength:              q.RunLength,
 			TrickleInterval:        q.TrickleInterval,
+			AsyncResults:           q.AsyncResults,
 		},
 	}
 }
