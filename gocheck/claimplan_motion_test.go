@@ -3,7 +3,9 @@ package gocheck
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -109,5 +111,95 @@ func Test_ClaimPlan_InMotion_ColdSessionWithHeldXmin_StaysFlat(t *testing.T) {
 	for i, got := range samples {
 		require.EqualValues(t, claimBatchSize, got.Rows)
 		requireFlat(t, fmt.Sprintf("claim without a cursor after %d events drained, xmin held", (i+1)*10_000), got, base)
+	}
+}
+
+// Lock mode, the same: a claim_locked on a session without a cursor, during a lock-mode drain by
+// four connections with the xmin held, starts where the queue's claims last stopped. Lock-mode
+// claims did not move the queue's start on (only the once-a-second search from the front did), so
+// such a claim walked every head the drain had moved in up to a second and the heads the other
+// batches held: 3-6x the static claim in make bench's section 6d (4 replicas, 200,000 events,
+// 2026-12-05), where lease mode stayed under 2x.
+func Test_ClaimPlan_InMotion_LockModeColdSessionWithHeldXmin_StaysFlat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newPlanDB(t)
+	worker := loginPool(t, db, "pgdrain_worker")
+	healthy := newQueue(t, db.Pool, "public.healthy_locked", true)
+	fillInterleaved(t, db.Pool, healthy, 1_000, 1_000/rowsPerKey)
+	analyze(t, db.Pool, healthy)
+	sampler, err := worker.Acquire(ctx)
+	require.NoError(t, err)
+	defer sampler.Release()
+	claimSQL := func(q string) string {
+		return fmt.Sprintf("SELECT * FROM outbox.claim_locked(%s, %d)", literal(q), claimBatchSize)
+	}
+	_, err = explainFunctionScan(ctx, sampler.Conn(), claimSQL(healthy))
+	require.NoError(t, err) // warms the session's caches up
+	base := medianClaim(t, sampler.Conn(), claimSQL(healthy))
+	require.EqualValues(t, claimBatchSize, base.Rows)
+
+	const events, every, drainers = 60_000, 12_000, 4
+	q := newQueue(t, db.Pool, "public.in_motion_cold_locked", true)
+	fillInterleaved(t, db.Pool, q, events+20_000, 10_000) // rows left for the last samples, drained meanwhile
+	analyze(t, db.Pool, q)
+	holder, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT txid_current()")
+	require.NoError(t, err)
+
+	// Four drainers, each a lock-mode batch per transaction: claim, hold the rows a moment (their
+	// heads stay locked, as while a drainer applies them), settle.
+	var drained atomic.Int64
+	stop := make(chan struct{})
+	errs := make(chan error, drainers)
+	for range drainers {
+		go func() {
+			errs <- func() error {
+				for {
+					select {
+					case <-stop:
+						return nil
+					default:
+					}
+					tx, err := worker.Begin(ctx)
+					if err != nil {
+						return err
+					}
+					var ids []int64
+					if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT coalesce(array_agg(id), '{}') FROM outbox.claim_locked(%s, 32)", literal(q))).Scan(&ids); err != nil {
+						_ = tx.Rollback(ctx)
+						return err
+					}
+					time.Sleep(time.Millisecond)
+					if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT outbox.settle_locked(%s, $1, array_fill('sent'::text, ARRAY[cardinality($1::bigint[])]))", literal(q)), ids); err != nil {
+						_ = tx.Rollback(ctx)
+						return err
+					}
+					if err := tx.Commit(ctx); err != nil {
+						return err
+					}
+					drained.Add(int64(len(ids)))
+				}
+			}()
+		}()
+	}
+	defer func() {
+		close(stop)
+		for range drainers {
+			require.NoError(t, <-errs)
+		}
+	}()
+	for next := int64(every); next <= events; next += every {
+		for drained.Load() < next {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cost := medianClaim(t, sampler.Conn(), claimSQL(q))
+		require.EqualValues(t, claimBatchSize, cost.Rows)
+		requireFlat(t, fmt.Sprintf("claim_locked without a cursor after %d events drained, xmin held", next), cost, base)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgdrain/pgdrain/bench/internal/cpustat"
@@ -52,6 +53,8 @@ func main() {
 	extra := flag.String("sql", "", "SQL file applied after the migrations")
 	unpartitioned := flag.Bool("unpartitioned", false, "register the queue without a partition column (no per-key order)")
 	cpuProfile := flag.String("cpuprofile", "", "write the drainers' Go CPU profile of the drain to this file")
+	explainNested := flag.Bool("explain", false, "print the plans of every statement a sampled claim runs (auto_explain)")
+	fillfactor := flag.Int("fillfactor", 0, "the queue table's fillfactor before the fill (0: the table's default)")
 	flag.Parse()
 	ctx := context.Background()
 	db := *dsn
@@ -93,6 +96,9 @@ func main() {
 	} else {
 		exec(fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", *q))
 	}
+	if *fillfactor > 0 {
+		exec(fmt.Sprintf("ALTER TABLE %s SET (fillfactor = %d)", *q, *fillfactor))
+	}
 	t0 := time.Now()
 	if *unpartitioned {
 		exec(fmt.Sprintf(`INSERT INTO %s (event_type, payload)
@@ -113,8 +119,20 @@ func main() {
 		defer c.Release()
 	}
 	var applied atomic.Int64
-	sampler, err := pgx.Connect(ctx, probeURL(*dsn))
+	scfg, err := pgx.ParseConfig(probeURL(*dsn))
 	must(err)
+	var notices strings.Builder
+	scfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices.WriteString(n.Message + "\n") }
+	sampler, err := pgx.ConnectConfig(ctx, scfg)
+	must(err)
+	if *explainNested {
+		for _, set := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+			"SET auto_explain.log_nested_statements = on", "SET auto_explain.log_analyze = on",
+			"SET auto_explain.log_buffers = on", "SET auto_explain.log_level = notice"} {
+			_, err := sampler.Exec(ctx, set)
+			must(err)
+		}
+	}
 	sample := func(label string) {
 		tx, err := sampler.Begin(ctx)
 		must(err)
@@ -135,6 +153,10 @@ func main() {
 		}
 		must(json.Unmarshal(raw, &out))
 		fmt.Printf("claim sample %-8s %6.0f buffers %2d rows %.2f ms\n", label, out[0].Plan.Hit+out[0].Plan.Read, out[0].Plan.Rows, out[0].Time)
+		if *explainNested {
+			fmt.Print(notices.String())
+		}
+		notices.Reset()
 	}
 	sample("warm")
 	sample("static")
@@ -207,6 +229,11 @@ func main() {
 		100*(after.syncMs-before.syncMs)/time.Since(start).Seconds()/1000, (after.commits-before.commits)/(after.syncs-before.syncs))
 	cancel()
 	wg.Wait()
+	time.Sleep(time.Second) // the backends' table statistics reach the shared counters
+	_, _ = pool.Exec(ctx, "SELECT pg_stat_clear_snapshot()")
+	var upd, hot int64
+	must(pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = $1::regclass`, *q).Scan(&upd, &hot))
+	fmt.Printf("queue table: %d row updates, %.0f%% HOT\n", upd, 100*float64(hot)/float64(max(upd, 1)))
 }
 
 // processCPU is the user and system CPU time this process has used.
