@@ -257,6 +257,9 @@ func (p *pipeline[T]) fill() {
 		p.applying[j.event.ID] = true
 		started = append(started, j)
 	}
+	if len(started) == 0 {
+		return
+	}
 	c := cohort.New(len(started))
 	now := time.Now()
 	for _, j := range started {
