@@ -52,23 +52,32 @@ func drainAndMeasure(t *testing.T, pool *pgxpool.Pool, q string, events, every i
 	return samples
 }
 
+// holdXid keeps a transaction with an xid open on its own connection until the test ends (after
+// its defers): an idle session holding the xmin horizon, so nothing can be vacuumed.
+func holdXid(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = tx.Rollback(ctx)
+		holder.Release()
+	})
+	_, err = tx.Exec(ctx, "SELECT txid_current()")
+	require.NoError(t, err)
+}
+
 func Test_ClaimPlan_InMotion_WithHeldXmin_StaysFlat(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := newPlanDB(t)
 	base := healthyBaseline(t, db.Pool, true)
 	q := newQueue(t, db.Pool, "public.in_motion", true)
 	fillInterleaved(t, db.Pool, q, 60_000, 10_000)
 	analyze(t, db.Pool, q)
 
-	holder, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer holder.Release()
-	tx, err := holder.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT txid_current()") // an idle session holding an xid: nothing can be vacuumed
-	require.NoError(t, err)
+	holdXid(t, db.Pool)
 
 	// Drained and measured as pgdrain_worker, the role drainers run as.
 	samples := drainAndMeasure(t, loginPool(t, db, "pgdrain_worker"), q, 40_000, 10_000, nil)
@@ -91,14 +100,7 @@ func Test_ClaimPlan_InMotion_ColdSessionWithHeldXmin_StaysFlat(t *testing.T) {
 	fillInterleaved(t, db.Pool, q, 60_000, 10_000)
 	analyze(t, db.Pool, q)
 
-	holder, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer holder.Release()
-	tx, err := holder.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT txid_current()")
-	require.NoError(t, err)
+	holdXid(t, db.Pool)
 
 	// Drained and sampled as pgdrain_worker, the role drainers run as.
 	worker := loginPool(t, db, "pgdrain_worker")
@@ -143,14 +145,7 @@ func Test_ClaimPlan_InMotion_LockModeColdSessionWithHeldXmin_StaysFlat(t *testin
 	q := newQueue(t, db.Pool, "public.in_motion_cold_locked", true)
 	fillInterleaved(t, db.Pool, q, events+20_000, 10_000) // rows left for the last samples, drained meanwhile
 	analyze(t, db.Pool, q)
-	holder, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer holder.Release()
-	tx, err := holder.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT txid_current()")
-	require.NoError(t, err)
+	holdXid(t, db.Pool)
 
 	// Four drainers, each a lock-mode batch per transaction: claim, hold the rows a moment (their
 	// heads stay locked, as while a drainer applies them), settle.

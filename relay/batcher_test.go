@@ -32,6 +32,14 @@ func (s *recordingSink) calls() []int {
 	return append([]int(nil), s.sizes...)
 }
 
+// newRecordingBatcher is a batcher of up to 32 events with linger, closed when the test ends.
+func newRecordingBatcher(t *testing.T, linger time.Duration) (*recordingSink, *batcher) {
+	sink := &recordingSink{}
+	b := newBatcher(sink, 32, linger, func([]Event, []Result, time.Duration) {})
+	t.Cleanup(b.close)
+	return sink, b
+}
+
 // deliverAll delivers one event per context at once and waits for every result.
 func deliverAll(b *batcher, ctxs []context.Context) []Result {
 	results := make([]Result, len(ctxs))
@@ -47,9 +55,7 @@ func deliverAll(b *batcher, ctxs []context.Context) []Result {
 // arrived: with an hour of linger, three events of a cohort of three go in one Deliver call at
 // once (the test's deadline is what would fail).
 func TestBatcher_SendsACohortWithoutWaitingForTheLinger(t *testing.T) {
-	sink := &recordingSink{}
-	b := newBatcher(sink, 32, time.Hour, func([]Event, []Result, time.Duration) {})
-	defer b.close()
+	sink, b := newRecordingBatcher(t, time.Hour)
 	c := cohort.New(3)
 	ctx, cancel := context.WithTimeout(cohort.With(context.Background(), c), 10*time.Second)
 	defer cancel()
@@ -64,9 +70,7 @@ func TestBatcher_SendsACohortWithoutWaitingForTheLinger(t *testing.T) {
 
 // A member the drainer never applies (cohort.Done on its behalf) does not hold the others back.
 func TestBatcher_ACohortMemberThatNeverComesDoesNotHoldTheBatch(t *testing.T) {
-	sink := &recordingSink{}
-	b := newBatcher(sink, 32, time.Hour, func([]Event, []Result, time.Duration) {})
-	defer b.close()
+	sink, b := newRecordingBatcher(t, time.Hour)
 	c := cohort.New(3)
 	c.Done() // its lease was lost before its apply
 	ctx, cancel := context.WithTimeout(cohort.With(context.Background(), c), 10*time.Second)
@@ -84,9 +88,7 @@ func TestBatcher_ACohortMemberThatNeverComesDoesNotHoldTheBatch(t *testing.T) {
 // a cohort still missing members, keeps the batch open for the linger: here two of a cohort of
 // three arrive and wait for the third, which comes after a moment and joins them.
 func TestBatcher_AnIncompleteCohortWaitsForItsLastMember(t *testing.T) {
-	sink := &recordingSink{}
-	b := newBatcher(sink, 32, time.Hour, func([]Event, []Result, time.Duration) {})
-	defer b.close()
+	sink, b := newRecordingBatcher(t, time.Hour)
 	c := cohort.New(3)
 	ctx, cancel := context.WithTimeout(cohort.With(context.Background(), c), 10*time.Second)
 	defer cancel()
@@ -107,9 +109,7 @@ func TestBatcher_AnIncompleteCohortWaitsForItsLastMember(t *testing.T) {
 	require.Equal(t, []int{3}, sink.calls())
 
 	// Without a cohort the batch waits for its linger (a second here) or a full batch.
-	sink2 := &recordingSink{}
-	b2 := newBatcher(sink2, 32, time.Second, func([]Event, []Result, time.Duration) {})
-	defer b2.close()
+	sink2, b2 := newRecordingBatcher(t, time.Second)
 	plain, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
 	for _, r := range deliverAll(b2, []context.Context{plain, plain}) {
