@@ -24,14 +24,14 @@ else
   sql -c "SELECT outbox.create_queue('public.cq')" -c "INSERT INTO public.cq (event_type, payload)
     SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)) FROM generate_series(1, 60000) g" >/dev/null
 fi
-sql -c "VACUUM ANALYZE public.cq" -f bench/cycle-cost.sql >/dev/null
+sql -c "VACUUM ANALYZE public.cq" -c "CHECKPOINT" -f bench/cycle-cost.sql >/dev/null
 sql -c "SET synchronous_commit = off" -c "CALL public.cycle_$mode('public.cq', 20, $run)" >/dev/null 2>&1
 if [ -n "$extra" ]; then sql -f "$extra" >/dev/null; fi
 out=$(mktemp -d)
 busy() { awk '/^cpu /{print $2+$3+$4+$6+$7+$8}' /proc/stat; }
 c0=$(busy); t0=$(date +%s.%N)
 for i in $(seq "$sessions"); do
-  sql -c "SET synchronous_commit = off" -c "CALL public.cycle_$mode('public.cq', $((1500 / sessions)), $run)" >"$out/$i" 2>&1 &
+  sql -c "SET synchronous_commit = ${SYNC:-off}" -c "CALL public.cycle_$mode('public.cq', $((1500 / sessions)), $run)" >"$out/$i" 2>&1 &
 done
 wait
 c1=$(busy); t1=$(date +%s.%N)
