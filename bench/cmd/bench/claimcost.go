@@ -88,6 +88,12 @@ func insertSQL(q string, n int, key string) string {
 		SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)), %s FROM generate_series(1, %d) g`, q, key, n)
 }
 
+// settleFill ends every fill that a measurement starts from: a CHECKPOINT writes the fill's pages
+// now, so the measured drain does not share the disk with their writeback. On the 2-core VM a
+// checkpoint that came due during a measurement stalled its commits (drains and relays ran at a
+// few hundred events/s for about a minute: the relay section of 2026-12-05).
+const settleFill = "CHECKPOINT"
+
 func execAll(ctx context.Context, pool *pgxpool.Pool, sqls ...string) error {
 	for _, s := range sqls {
 		if _, err := pool.Exec(ctx, s); err != nil {

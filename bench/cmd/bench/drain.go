@@ -41,11 +41,11 @@ func fillQueue(ctx context.Context, pool *pgxpool.Pool, q string, n int, partiti
 	if partitioned {
 		keys = cmp.Or(keys, max(n/6, 1))
 		return execAll(ctx, pool, fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", q),
-			insertSQL(q, n, fmt.Sprintf("'key-' || (g %% %d)", keys)), "VACUUM ANALYZE "+q)
+			insertSQL(q, n, fmt.Sprintf("'key-' || (g %% %d)", keys)), "VACUUM ANALYZE "+q, settleFill)
 	}
 	return execAll(ctx, pool, fmt.Sprintf("SELECT outbox.create_queue('%s')", q),
 		fmt.Sprintf(`INSERT INTO %s (event_type, payload) SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80))
-			FROM generate_series(1, %d) g`, q, n), "VACUUM ANALYZE "+q)
+			FROM generate_series(1, %d) g`, q, n), "VACUUM ANALYZE "+q, settleFill)
 }
 
 // waitDrained polls until q has no unsent row and returns when it saw that.

@@ -135,7 +135,7 @@ func walLSN(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 func fanOutDrainOnce(ctx context.Context, pool *pgxpool.Pool, q string, c fanOutCase, n int, phase fanOutPhase, hot bool) (float64, float64, error) {
 	if hot {
 		if err := execAll(ctx, pool, fmt.Sprintf("SELECT outbox.create_queue('%s', 'resource_id')", q),
-			insertSQL(q, n, "'hot'"), "VACUUM ANALYZE "+q); err != nil {
+			insertSQL(q, n, "'hot'"), "VACUUM ANALYZE "+q, settleFill); err != nil {
 			return 0, 0, err
 		}
 	} else if err := fillQueue(ctx, pool, q, n, true, 0); err != nil {

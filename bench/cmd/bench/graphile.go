@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgdrain/pgdrain/bench/internal/cpustat"
 )
 
@@ -83,6 +85,9 @@ func graphileOnce(ctx context.Context, dir, dsn string, procs, n int) (float64, 
 	prep.Dir, prep.Env = dir, env
 	if out, err := prep.CombinedOutput(); err != nil {
 		return 0, graphileResult{}, fmt.Errorf("drain.mjs prepare: %v: %s", err, lastLine(out))
+	}
+	if err := settleGraphileFill(ctx, dsn); err != nil {
+		return 0, graphileResult{}, err
 	}
 
 	type worker struct {
@@ -199,4 +204,15 @@ func benchGraphile(ctx context.Context, o options, emit func(string)) {
 // mdCell keeps an error message on one table row.
 func mdCell(s string) string {
 	return strings.NewReplacer("|", "/", "\n", " ").Replace(s)
+}
+
+// settleGraphileFill ends Graphile Worker's fill as the other fills end (settleFill).
+func settleGraphileFill(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, settleFill)
+	return err
 }

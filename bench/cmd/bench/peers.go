@@ -41,7 +41,7 @@ FROM unnest($1::bigint[], $2::uuid[]) AS u(id, token) WHERE t.id = u.id AND t.le
 func rawOnce(ctx context.Context, pool *pgxpool.Pool, clients, n int) (float64, float64, error) {
 	if err := execAll(ctx, pool, "DROP TABLE IF EXISTS public.raw_queue", rawTable,
 		fmt.Sprintf(`INSERT INTO public.raw_queue (event_type, payload) SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80))
-			FROM generate_series(1, %d) g`, n), "VACUUM ANALYZE public.raw_queue"); err != nil {
+			FROM generate_series(1, %d) g`, n), "VACUUM ANALYZE public.raw_queue", settleFill); err != nil {
 		return 0, 0, err
 	}
 	start := time.Now()
@@ -139,7 +139,7 @@ func riverOnce(ctx context.Context, pool *pgxpool.Pool, n int) (float64, float64
 			return 0, 0, err
 		}
 	}
-	if err := execAll(ctx, pool, "VACUUM ANALYZE river_job"); err != nil {
+	if err := execAll(ctx, pool, "VACUUM ANALYZE river_job", settleFill); err != nil {
 		return 0, 0, err
 	}
 	start := time.Now()
