@@ -44,6 +44,8 @@ type job struct {
 	// cohort is the set of applies started together with this one (internal/cohort), for a
 	// batching Applier; nil for a row applied after another in its slot.
 	cohort *cohort.Cohort
+	// claimStart is when the claim that returned this row started, on the server's clock.
+	claimStart time.Time
 }
 
 // applyOne runs the Applier for j on a context that ends at min(now + ApplyTimeout, j.deadline)

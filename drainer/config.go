@@ -252,9 +252,11 @@ type Config struct {
 	// several, and a drainer that claimed at once after every row of a steady trickle made the
 	// producers beside it wait for the CPU and WAL flushes it used (issue 29). What it costs:
 	// under a steady trickle a row is delivered up to TrickleInterval later; a row after a quiet
-	// spell is claimed as soon as its NOTIFY arrives; a full claim, and a claim that found a
-	// partition again (rows waiting behind its head), are followed at once, so neither throughput
-	// nor a busy partition's pace depends on it. Replicas of one queue take turns
+	// spell is claimed as soon as its NOTIFY arrives; a full claim that found a row older than
+	// the last claim with rows (a backlog), and a claim that found a partition again (rows
+	// waiting behind its head), are followed at once, so neither throughput nor a busy
+	// partition's pace depends on it (a full claim of rows that all arrived since the last one is
+	// paced: a burst waits at most one TrickleInterval). Replicas of one queue take turns
 	// (outbox.claim_turn): once its own pause is over, a paced drainer claims only when no
 	// replica has taken a turn in the last TrickleInterval, so together they claim about as often
 	// as one.

@@ -26,22 +26,24 @@ const (
 	sqlDrainerWaits = `SELECT outbox.drainer_waits($1, $2::float8 * interval '1 second')`
 	sqlDrainerWoke  = `SELECT outbox.drainer_woke($1, $2)`
 	// sqlClaimTurn asks whether this drainer's paced claim may go now (0) or how long to wait.
-	sqlClaimTurn  = `SELECT extract(epoch FROM outbox.claim_turn($1, $2::float8 * interval '1 second'))::float8`
+	sqlClaimTurn = `SELECT extract(epoch FROM outbox.claim_turn($1, $2::float8 * interval '1 second'))::float8`
+	// The claims also return when the claim started, on the server's clock, which is the clock of
+	// created_at: the pacing of a trickle (trickle.go) compares the two.
 	sqlClaimBatch = `
 		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
-		       event_id::text, headers
+		       event_id::text, headers, pg_catalog.statement_timestamp()
 		FROM outbox.claim_batch($1, $2, $3)`
 	sqlClaimRuns = `
 		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
-		       event_id::text, headers
+		       event_id::text, headers, pg_catalog.statement_timestamp()
 		FROM outbox.claim_runs($1, $2, $3, $4)`
 	sqlClaimLocked = `
 		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, NULL::uuid,
-		       event_id::text, headers
+		       event_id::text, headers, pg_catalog.statement_timestamp()
 		FROM outbox.claim_locked($1, $2)`
 	sqlClaimLockedRuns = `
 		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, NULL::uuid,
-		       event_id::text, headers
+		       event_id::text, headers, pg_catalog.statement_timestamp()
 		FROM outbox.claim_locked_runs($1, $2, $3)`
 	sqlExtendLease  = `SELECT outbox.extend_lease($1, $2, $3, $4)`
 	sqlApplyResults = `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5, $6)`
@@ -173,7 +175,7 @@ func collectJobs(rows pgx.Rows, queue string, deadline time.Time) ([]*job, error
 		j := &job{deadline: deadline}
 		j.event.Table = queue
 		err := row.Scan(&j.event.ID, &j.event.Type, &j.payload, &j.event.PartitionKey, &j.event.Attempts,
-			&j.event.CreatedAt, &j.token, &j.event.EventID, &j.event.Headers)
+			&j.event.CreatedAt, &j.token, &j.event.EventID, &j.event.Headers, &j.claimStart)
 		return j, err
 	})
 }

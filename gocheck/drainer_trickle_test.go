@@ -2,6 +2,8 @@ package gocheck
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -139,4 +141,70 @@ func TestDrainer_TrickleInterval_ABusyPartitionIsNotPaced(t *testing.T) {
 			require.Equal(t, i, s, "the key's rows in order")
 		}
 	})
+}
+
+// A full claim of rows that all arrived since the drainer's last claim with rows is paced like a
+// claim that found fewer than it asked for: at a trickle that fills a claim (ApplyConcurrency 8 at
+// 400 rows/s fills one in 20 ms), claiming again at once found a row or two, and such a drainer
+// made half as many claims and results again as it needed. Bursts of exactly a claim's worth of
+// rows (4, ApplyConcurrency 4) every 100 ms for two seconds, TrickleInterval 100 ms: about one
+// claim per burst. A full claim that found a row left behind by the claim before is still followed
+// at once (TestDrainer_TrickleInterval_ABacklogIsNotPaced). As pgdrain_worker.
+func TestDrainer_TrickleInterval_AFullClaimOfNewRowsIsPaced(t *testing.T) {
+	t.Parallel()
+	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
+		worker := loginPool(t, q.db, "pgdrain_worker")
+		cfg := q.config(mode)
+		cfg.ApplyConcurrency = 4
+		cfg.TrickleInterval = 100 * time.Millisecond
+		d, reg := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil })
+		stop := drStart(t, d)
+		const bursts, size = 20, 4
+		for b := range bursts {
+			drEnqueueTogether(t, q, b*size, size)
+			time.Sleep(100 * time.Millisecond)
+		}
+		drWaitFor(t, 10*time.Second, "every row is delivered", func() bool { return q.sent(t) == bursts*size })
+		require.NoError(t, stop())
+		claims := drMetric(t, reg, "pgdrain_outbox_claim_duration_seconds", map[string]string{"mode": mode.String()})
+		t.Logf("%s: %v claims for %d bursts of %d rows", mode, claims, bursts, size)
+		require.LessOrEqual(t, claims, 2.0*bursts, "about one claim per burst, not a full one and then more")
+	})
+}
+
+// A full claim that found a row the claim before it left behind is followed at once, however long
+// the TrickleInterval: 400 rows of distinct keys, ApplyConcurrency 4, TrickleInterval 1 s, drain in
+// seconds (paced, they would take 100 s). As pgdrain_worker.
+func TestDrainer_TrickleInterval_ABacklogIsNotPaced(t *testing.T) {
+	t.Parallel()
+	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
+		const rows = 400
+		drEnqueueTogether(t, q, 0, rows)
+		worker := loginPool(t, q.db, "pgdrain_worker")
+		cfg := q.config(mode)
+		cfg.ApplyConcurrency = 4
+		cfg.TrickleInterval = time.Second
+		d, _ := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil })
+		stop := drStart(t, d)
+		drWaitFor(t, 30*time.Second, "the backlog is delivered without pauses", func() bool { return q.sent(t) == rows })
+		require.NoError(t, stop())
+	})
+}
+
+// drEnqueueTogether commits n rows of new keys k<from>..k<from+n-1> in one transaction.
+func drEnqueueTogether(t *testing.T, q *drQueue, from, n int) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := q.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	for i := from; i < from+n; i++ {
+		payload, err := json.Marshal(drEvent{Key: fmt.Sprintf("k%d", i), Op: "op", Seq: i})
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT outbox.enqueue($1, 'op', $2::jsonb, $3)`, q.table, string(payload), fmt.Sprintf("k%d", i))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit(ctx))
 }
