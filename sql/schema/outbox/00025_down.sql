@@ -1,3 +1,7 @@
+ALTER TABLE outbox.partition_heads ALTER COLUMN queue_id RESET (n_distinct),
+  ALTER COLUMN partition_key RESET (n_distinct);
+ALTER TABLE outbox.partition_clocks ALTER COLUMN queue_id RESET (n_distinct),
+  ALTER COLUMN slot RESET (n_distinct);
 ALTER TABLE outbox.commit_hooks DROP COLUMN more_notes;
 COMMENT ON COLUMN outbox.commit_hooks.keys IS
   'SERIALIZABLE transactions only: the key and id of every row written, and its table (aligned); others note in outbox.commit_notes.';
