@@ -55,13 +55,14 @@ func (r *runner[T]) claimed(start time.Time, jobs []*job, asked int) {
 // rows started (or whether there was none to compare with): the queue has a backlog. Both times
 // are the server's (created_at is usually the producer's now()); a row written in a transaction
 // that began before that claim and committed after it counts as left behind, which only claims
-// again at once, as before.
+// again at once, as before. So does a row created after this claim started: its created_at was
+// set by a clock that is not the server's (an application's, ahead of it), and says nothing.
 func (t *trickle) leftBehind(jobs []*job) bool {
 	if t.since.IsZero() {
 		return true
 	}
 	for _, j := range jobs {
-		if j.event.CreatedAt.Before(t.since) {
+		if j.event.CreatedAt.Before(t.since) || j.event.CreatedAt.After(j.claimStart) {
 			return true
 		}
 	}

@@ -175,21 +175,30 @@ func TestDrainer_TrickleInterval_AFullClaimOfNewRowsIsPaced(t *testing.T) {
 
 // A full claim that found a row the claim before it left behind is followed at once, however long
 // the TrickleInterval: 400 rows of distinct keys, ApplyConcurrency 4, TrickleInterval 1 s, drain in
-// seconds (paced, they would take 100 s). As pgdrain_worker.
+// seconds (paced, they would take 100 s). Also when the rows' created_at comes from a clock an hour
+// ahead of the server's (an application that sets it): such a time says nothing about the queue.
+// As pgdrain_worker.
 func TestDrainer_TrickleInterval_ABacklogIsNotPaced(t *testing.T) {
 	t.Parallel()
 	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
-		q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
-		const rows = 400
-		drEnqueueTogether(t, q, 0, rows)
-		worker := loginPool(t, q.db, "pgdrain_worker")
-		cfg := q.config(mode)
-		cfg.ApplyConcurrency = 4
-		cfg.TrickleInterval = time.Second
-		d, _ := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil })
-		stop := drStart(t, d)
-		drWaitFor(t, 30*time.Second, "the backlog is delivered without pauses", func() bool { return q.sent(t) == rows })
-		require.NoError(t, stop())
+		for _, ahead := range []time.Duration{0, time.Hour} {
+			t.Run(fmt.Sprintf("created_at ahead by %s", ahead), func(t *testing.T) {
+				q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
+				const rows = 400
+				drEnqueueTogether(t, q, 0, rows)
+				_, err := q.pool.Exec(context.Background(), fmt.Sprintf(
+					"UPDATE %s SET created_at = created_at + $1::interval", q.table), ahead.String())
+				require.NoError(t, err)
+				worker := loginPool(t, q.db, "pgdrain_worker")
+				cfg := q.config(mode)
+				cfg.ApplyConcurrency = 4
+				cfg.TrickleInterval = time.Second
+				d, _ := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil })
+				stop := drStart(t, d)
+				drWaitFor(t, 30*time.Second, "the backlog is delivered without pauses", func() bool { return q.sent(t) == rows })
+				require.NoError(t, stop())
+			})
+		}
 	})
 }
 
