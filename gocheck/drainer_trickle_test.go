@@ -2,7 +2,6 @@ package gocheck
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -202,18 +201,12 @@ func TestDrainer_TrickleInterval_ABacklogIsNotPaced(t *testing.T) {
 	})
 }
 
-// drEnqueueTogether commits n rows of new keys k<from>..k<from+n-1> in one transaction.
+// drEnqueueTogether commits n rows of new keys k<from>..k<from+n-1> in one statement (drEvent
+// payloads, as q.enqueue writes them).
 func drEnqueueTogether(t *testing.T, q *drQueue, from, n int) {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := q.pool.Begin(ctx)
+	_, err := q.pool.Exec(context.Background(), `
+		SELECT outbox.enqueue($1, 'op', jsonb_build_object('key', 'k' || g, 'op', 'op', 'seq', g), 'k' || g)
+		FROM generate_series($2::int, $2::int + $3::int - 1) g`, q.table, from, n)
 	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	for i := from; i < from+n; i++ {
-		payload, err := json.Marshal(drEvent{Key: fmt.Sprintf("k%d", i), Op: "op", Seq: i})
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, `SELECT outbox.enqueue($1, 'op', $2::jsonb, $3)`, q.table, string(payload), fmt.Sprintf("k%d", i))
-		require.NoError(t, err)
-	}
-	require.NoError(t, tx.Commit(ctx))
 }

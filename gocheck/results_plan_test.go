@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -43,20 +42,10 @@ func TestResults_WorkDoesNotGrowWithTheQueuesHeads(t *testing.T) {
 			fillInterleaved(t, db.Pool, queue, keys*perKey, keys)
 			exec(t, db.Pool, "ANALYZE "+queue)
 			conn, planWork := planWorkConn(t, db, "pgdrain_worker")
-			claim := func() ([]int64, []string) {
-				rows, err := conn.Query(ctx, "SELECT id, lease_token::text FROM outbox.claim_batch($1, $2)", queue, batch)
-				require.NoError(t, err)
-				type leased struct {
-					ID    int64
-					Token string
-				}
-				got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[leased])
-				require.NoError(t, err)
-				require.Len(t, got, batch)
-				ids, tokens := make([]int64, len(got)), make([]string, len(got))
-				for i, l := range got {
-					ids[i], tokens[i] = l.ID, l.Token
-				}
+			claim := func() (ids []int64, tokens []string) {
+				require.NoError(t, conn.QueryRow(ctx,
+					"SELECT array_agg(id), array_agg(lease_token::text) FROM outbox.claim_batch($1, $2)", queue, batch).Scan(&ids, &tokens))
+				require.Len(t, ids, batch)
 				return ids, tokens
 			}
 			record := func(ids []int64, tokens []string) {
