@@ -1706,9 +1706,10 @@ $$;
 -- What a queue table enforces on its writers, (re)applied by create_queue and by migration 00004 to
 -- queues registered before it. Idempotent.
 --  * CHECK constraints that name their rule: pgdrain_attempt_count_not_negative,
---    pgdrain_payload_not_json_null, pgdrain_headers_string_object (headers: NULL or an object of
---    strings) and, for a string partition column, pgdrain_partition_key_not_empty
---    (not empty or blank): a plain INSERT is held to the rules enqueue checks.
+--    pgdrain_payload_not_json_null (outbox._payload_check), pgdrain_headers_string_object
+--    (headers: NULL or an object of strings) and, for a string partition column,
+--    pgdrain_partition_key_not_empty (not empty or blank): a plain INSERT is held to the rules
+--    enqueue checks.
 --    On an adopted table (p_adopted) they are NOT VALID (no scan of the history), and one that a
 --    pending row already breaks is left out with a WARNING: a CHECK is tested on every UPDATE, so it
 --    would make that row's claim fail forever. Pending rows are read once, through the claim index.
@@ -1729,10 +1730,19 @@ DECLARE
   v_columns text;
   v_sequence text;
 BEGIN
+  -- A payload check made before 00025 reads the whole payload on every UPDATE: replaced, NOT VALID
+  -- (no scan: the rows were checked by the old expression, which says the same).
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+             WHERE k.conrelid = p_rel AND k.conname = 'pgdrain_payload_not_json_null'
+               AND pg_catalog.pg_get_constraintdef(k.oid) NOT LIKE '%pg_column_size%') THEN
+    EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT pgdrain_payload_not_json_null, '
+                              'ADD CONSTRAINT pgdrain_payload_not_json_null CHECK (%s) NOT VALID',
+                              p_rel, outbox._payload_check());
+  END IF;
   FOR v_check IN
     SELECT c.name, c.expr
     FROM (VALUES ('pgdrain_attempt_count_not_negative', 'attempt_count >= 0'),
-                 ('pgdrain_payload_not_json_null', 'pg_catalog.jsonb_typeof(payload) <> ''null'''),
+                 ('pgdrain_payload_not_json_null', outbox._payload_check()),
                  ('pgdrain_headers_string_object', 'headers IS NULL OR pg_catalog.jsonb_typeof(headers) = ''object'' '
                    || 'AND NOT pg_catalog.jsonb_path_exists(headers, ''$.* ? (@.type() != "string")'')')) AS c(name, expr)
     UNION ALL
@@ -2386,6 +2396,25 @@ BEGIN
   END IF;
   RETURN v_ids;
 END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The expression of a queue table's CHECK pgdrain_payload_not_json_null: the payload is a JSON
+-- value other than null. PostgreSQL tests every CHECK of a table on every UPDATE of a row, and a
+-- row is updated at least twice (its lease or lock, its outcome): jsonb_typeof alone would read the
+-- whole payload each time, and a payload stored out of line (TOAST, about 2 kB and up) would be
+-- fetched, and decompressed, twice per event. Its stored size comes first: a JSON null is 12
+-- bytes, so anything larger is not one and the payload itself is not read (OR stops at its first
+-- true operand). Measured in docs/performance.md ("A payload read on every UPDATE").
+CREATE OR REPLACE FUNCTION outbox._payload_check()
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = ''
+AS $$
+  SELECT 'pg_catalog.pg_column_size(payload) > 64 OR pg_catalog.jsonb_typeof(payload) <> ''null''';
 $$;
 -- +goose StatementEnd
 

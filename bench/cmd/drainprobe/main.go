@@ -55,6 +55,7 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write the drainers' Go CPU profile of the drain to this file")
 	explainNested := flag.Bool("explain", false, "print the plans of every statement a sampled claim runs (auto_explain)")
 	fillfactor := flag.Int("fillfactor", 0, "the queue table's fillfactor before the fill (0: the table's default)")
+	payloadBytes := flag.Int("payload", 0, "add this many bytes of hex digits to each payload (0: an 80-byte pad); above about 2 kB a payload is stored out of line")
 	flag.Parse()
 	ctx := context.Background()
 	db := *dsn
@@ -102,10 +103,10 @@ func main() {
 	t0 := time.Now()
 	if *unpartitioned {
 		exec(fmt.Sprintf(`INSERT INTO %s (event_type, payload)
-			SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)) FROM generate_series(1, %d) g`, *q, *n))
+			SELECT 'evt', jsonb_build_object('n', g, 'pad', %s) FROM generate_series(1, %d) g`, *q, pad(*payloadBytes), *n))
 	} else {
 		exec(fmt.Sprintf(`INSERT INTO %s (event_type, payload, resource_id)
-			SELECT 'evt', jsonb_build_object('n', g, 'pad', repeat('x', 80)), 'key-' || (g %% %d) FROM generate_series(1, %d) g`, *q, cmp.Or(*keys, max(*n/6, 1)), *n))
+			SELECT 'evt', jsonb_build_object('n', g, 'pad', %s), 'key-' || (g %% %d) FROM generate_series(1, %d) g`, *q, pad(*payloadBytes), cmp.Or(*keys, max(*n/6, 1)), *n))
 	}
 	exec("VACUUM ANALYZE " + *q)
 	fmt.Printf("filled in %s\n", time.Since(t0).Round(time.Millisecond))
@@ -268,4 +269,13 @@ func must(err error) {
 func probeURL(dsn string) string {
 	base, query, _ := strings.Cut(dsn, "?")
 	return base[:strings.LastIndex(base, "/")] + "/probe?" + query
+}
+
+// pad is the SQL expression of a payload's padding: 80 x's, or n hex digits that differ per row
+// (g is the row's number), which compress about as well as real data.
+func pad(n int) string {
+	if n <= 0 {
+		return "repeat('x', 80)"
+	}
+	return fmt.Sprintf("left((SELECT string_agg(md5(g::text || x::text), '') FROM generate_series(1, %d) x), %d)", n/32+1, n)
 }
