@@ -269,10 +269,13 @@ BEGIN
          WHERE %3$s
            -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
            -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
-           AND NOT EXISTS (SELECT 1 FROM %1$s p
-                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
-                             AND p.sent_at IS NULL AND p.attempt_count < $2
-                           OFFSET 0)
+           -- A floor at the head itself (a head a result moved on, the usual one) leaves no row
+           -- below it to look for: no probe.
+           AND (c.floor_id >= t.id
+                OR NOT EXISTS (SELECT 1 FROM %1$s p
+                               WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                                 AND p.sent_at IS NULL AND p.attempt_count < $2
+                               OFFSET 0))
          FOR UPDATE OF t SKIP LOCKED),
        claimed AS (%5$s)
        SELECT pg_catalog.array_agg(claimed.id), pg_catalog.array_agg(claimed.key::text) FROM claimed',

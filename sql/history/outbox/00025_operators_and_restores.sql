@@ -1262,10 +1262,13 @@ BEGIN
          WHERE %3$s
            -- OFFSET 0 keeps this a per-row subplan: pulled up into an anti join, the planner
            -- may leave p.id >= c.floor_id as a join filter and walk the poisoned rows again.
-           AND NOT EXISTS (SELECT 1 FROM %1$s p
-                           WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
-                             AND p.sent_at IS NULL AND p.attempt_count < $2
-                           OFFSET 0)
+           -- A floor at the head itself (a head a result moved on, the usual one) leaves no row
+           -- below it to look for: no probe.
+           AND (c.floor_id >= t.id
+                OR NOT EXISTS (SELECT 1 FROM %1$s p
+                               WHERE p.%2$I = t.%2$I AND p.id >= c.floor_id AND p.id < t.id
+                                 AND p.sent_at IS NULL AND p.attempt_count < $2
+                               OFFSET 0))
          FOR UPDATE OF t SKIP LOCKED),
        claimed AS (%5$s)
        SELECT pg_catalog.array_agg(claimed.id), pg_catalog.array_agg(claimed.key::text) FROM claimed',
@@ -2384,12 +2387,15 @@ SET plan_cache_mode = force_generic_plan
 SET jit = off
 AS $$
 DECLARE
+  -- Each key's first pending row from its floor, poisoned or not (f), and, only when that one is
+  -- poisoned, its first deliverable row past it (p): the head goes to the first deliverable row (n),
+  -- and the key is "tidy" (empty, or poisoned rows to step over: floor and deletion want the lock,
+  -- below) exactly when there is none or f is poisoned. One index scan per key in the usual case
+  -- (a look for pending rows below the next one cost a second, with a heap fetch of the row just sent).
   v_next constant text := pg_catalog.format(
     'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head,
             NULLIF(GREATEST(n.next_attempt_at, n.leased_until, $4), $4) AS parked,
-            n.id IS NULL OR n.id > fl.floor_id AND EXISTS (
-              SELECT 1 FROM %1$s s WHERE s.%2$I = k.key::%3$s AND s.sent_at IS NULL
-                AND s.id >= fl.floor_id AND s.id < n.id) AS tidy
+            n.id IS NULL OR f.attempt_count >= $2 AS tidy
      FROM pg_catalog.unnest($1::text[]) AS k(key)
      -- A join, read once per key: as a scalar subquery in a pulled-up LATERAL the planner copied
      -- the lookup into each of its five uses (15 of 24 buffers per key in a drain).
@@ -2399,8 +2405,19 @@ DECLARE
      LEFT JOIN LATERAL (
        SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
        FROM %1$s t
-       WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2 AND t.id >= fl.floor_id
-       ORDER BY t.id LIMIT 1) n ON true',
+       WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.id >= fl.floor_id
+       ORDER BY t.id LIMIT 1) f ON true
+     LEFT JOIN LATERAL (
+       SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
+       FROM %1$s t
+       WHERE f.attempt_count >= $2
+         AND t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2 AND t.id > f.id
+       ORDER BY t.id LIMIT 1) p ON true
+     CROSS JOIN LATERAL (
+       SELECT CASE WHEN f.attempt_count < $2 THEN f.id ELSE p.id END AS id,
+              CASE WHEN f.attempt_count < $2 THEN f.attempt_count ELSE p.attempt_count END AS attempt_count,
+              CASE WHEN f.attempt_count < $2 THEN f.next_attempt_at ELSE p.next_attempt_at END AS next_attempt_at,
+              CASE WHEN f.attempt_count < $2 THEN f.leased_until ELSE p.leased_until END AS leased_until) n',
     p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type);
   v_tidy text[];
   v_locked text[];
