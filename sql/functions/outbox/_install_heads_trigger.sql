@@ -23,6 +23,7 @@ SET client_min_messages = warning
 AS $$
 DECLARE
   v_function constant text := 'outbox.' || pg_catalog.quote_ident('tg_queue__heads_q' || p_q.queue_id);
+  v_late regprocedure;
 BEGIN
   EXECUTE pg_catalog.format(
     $f$CREATE OR REPLACE FUNCTION %1$s()
@@ -72,7 +73,15 @@ $f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
        WHEN (pg_catalog.current_setting('transaction_isolation') <> 'read committed')
        EXECUTE FUNCTION outbox.tg_queue__snapshot_producer(%s, %s)$f$,
     p_q.table_oid::regclass, outbox._snapshot_lock_class(), p_q.queue_id);
-  -- The commit step's late-rows statement, made now rather than by a producer's commit.
+  -- The commit step's late-rows statement, made now rather than by a producer's commit, and made
+  -- again: its name says the table and column it reads, not the statement, so a migration that
+  -- changes the statement (and reinstalls these triggers, as migrations do) replaces it here.
+  FOR v_late IN
+    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname LIKE '\_q' || p_q.queue_id || '\_late\_%'
+  LOOP
+    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_late);
+  END LOOP;
   PERFORM outbox._late_rows_function(p_q);
 END;
 $$;
