@@ -366,6 +366,34 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Drops every queue's kept statements (the functions outbox._prepared makes, _q<queue_id>_<hash>)
+-- and returns how many: each is made again by the first call that needs it. A kept statement is
+-- named for its text, so one a migration changed is never called again but stays until drop_queue;
+-- a migration that changes statements calls this in its after-step. A claim that looked one up
+-- just before it was dropped fails once ("function does not exist") and is retried by its drainer.
+CREATE OR REPLACE FUNCTION outbox._forget_kept_statements()
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_fn regprocedure;
+  v_dropped integer := 0;
+BEGIN
+  FOR v_fn IN
+    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname ~ '^_q[0-9]+_[0-9a-f]{24}$'
+  LOOP
+    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_fn);
+    v_dropped := v_dropped + 1;
+  END LOOP;
+  RETURN v_dropped;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- The queue table's CHECK pgdrain_next_attempt_at_within_max_delay: next_attempt_at at most the
 -- queue's max_delay after the clock when a row is written, so that a plain INSERT (by a role
 -- granted next_attempt_at) can not park a key for ever either; the functions check the same bound
@@ -3610,6 +3638,8 @@ BEGIN
   END LOOP;
 END;
 $$;
+-- Statements this migration changed were kept in functions named for their old text.
+SELECT outbox._forget_kept_statements();
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -3773,6 +3803,7 @@ DROP FUNCTION outbox.operator_log(text, integer, bigint);
 DROP FUNCTION outbox._operator_act(outbox.queues, text, bigint[], integer, text);
 DROP FUNCTION outbox._check_reason(text, text);
 DROP FUNCTION outbox._payload_check();
+DROP FUNCTION outbox._forget_kept_statements();
 DROP TABLE outbox.operator_actions;
 DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text, interval);
 DROP FUNCTION outbox.queue_info(text);

@@ -21,3 +21,5 @@ BEGIN
   END LOOP;
 END;
 $$;
+-- Statements this migration changed were kept in functions named for their old text.
+SELECT outbox._forget_kept_statements();

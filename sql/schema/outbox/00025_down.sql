@@ -22,6 +22,7 @@ DROP FUNCTION outbox.operator_log(text, integer, bigint);
 DROP FUNCTION outbox._operator_act(outbox.queues, text, bigint[], integer, text);
 DROP FUNCTION outbox._check_reason(text, text);
 DROP FUNCTION outbox._payload_check();
+DROP FUNCTION outbox._forget_kept_statements();
 DROP TABLE outbox.operator_actions;
 DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text, interval);
 DROP FUNCTION outbox.queue_info(text);
