@@ -1564,6 +1564,32 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Drops every function of schema outbox whose name matches the regular expression p_name (the
+-- functions made per queue: kept statements, late-rows functions, a dropped queue's all) and
+-- returns how many.
+CREATE OR REPLACE FUNCTION outbox._drop_functions(p_name text)
+RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = ''
+AS $$
+DECLARE
+  v_fn regprocedure;
+  v_dropped integer := 0;
+BEGIN
+  FOR v_fn IN
+    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname ~ p_name
+  LOOP
+    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_fn);
+    v_dropped := v_dropped + 1;
+  END LOOP;
+  RETURN v_dropped;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- The insert behind enqueue and enqueue_event (p_function names the caller in errors): validates
 -- the event and inserts it, returning its id (provisional until COMMIT on a partitioned queue, see
 -- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt,
@@ -1681,23 +1707,11 @@ $$;
 -- just before it was dropped fails once ("function does not exist") and is retried by its drainer.
 CREATE OR REPLACE FUNCTION outbox._forget_kept_statements()
 RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE sql
 VOLATILE
 SET search_path = ''
 AS $$
-DECLARE
-  v_fn regprocedure;
-  v_dropped integer := 0;
-BEGIN
-  FOR v_fn IN
-    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname ~ '^_q[0-9]+_[0-9a-f]{24}$'
-  LOOP
-    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_fn);
-    v_dropped := v_dropped + 1;
-  END LOOP;
-  RETURN v_dropped;
-END;
+  SELECT outbox._drop_functions('^_q[0-9]+_[0-9a-f]{24}$');
 $$;
 -- +goose StatementEnd
 
@@ -1923,7 +1937,6 @@ SET client_min_messages = warning
 AS $$
 DECLARE
   v_function constant text := 'outbox.' || pg_catalog.quote_ident('tg_queue__heads_q' || p_q.queue_id);
-  v_late regprocedure;
 BEGIN
   EXECUTE pg_catalog.format(
     $f$CREATE OR REPLACE FUNCTION %1$s()
@@ -1976,12 +1989,7 @@ $f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
   -- The commit step's late-rows statement, made now rather than by a producer's commit, and made
   -- again: its name says the table and column it reads, not the statement, so a migration that
   -- changes the statement (and reinstalls these triggers, as migrations do) replaces it here.
-  FOR v_late IN
-    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname LIKE '\_q' || p_q.queue_id || '\_late\_%'
-  LOOP
-    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_late);
-  END LOOP;
+  PERFORM outbox._drop_functions('^_q' || p_q.queue_id || '_late_');
   PERFORM outbox._late_rows_function(p_q);
 END;
 $$;
@@ -3783,7 +3791,6 @@ DECLARE
   v_name text := outbox._queue_name(fn, queue);
   v_q outbox.queues;
   v_rel regclass;
-  v_fn regprocedure;
 BEGIN
   -- Not outbox._queue: that refuses a registration whose table is gone, which is what this clears.
   SELECT * INTO v_q FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
@@ -3821,13 +3828,8 @@ BEGIN
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'drainer_waits_q' || v_q.queue_id);
   -- Its drainers' claim turn (outbox.claim_turn).
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_turn_q' || v_q.queue_id);
-  -- Its statements with kept plans (outbox._prepared).
-  FOR v_fn IN
-    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname LIKE '\_q' || v_q.queue_id || '\_%'
-  LOOP
-    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_fn);
-  END LOOP;
+  -- Its kept statements (outbox._prepared) and late-rows function (outbox._late_rows_function).
+  PERFORM outbox._drop_functions('^_q' || v_q.queue_id || '_');
 END;
 $$;
 -- +goose StatementEnd

@@ -5,21 +5,9 @@
 -- just before it was dropped fails once ("function does not exist") and is retried by its drainer.
 CREATE OR REPLACE FUNCTION outbox._forget_kept_statements()
 RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE sql
 VOLATILE
 SET search_path = ''
 AS $$
-DECLARE
-  v_fn regprocedure;
-  v_dropped integer := 0;
-BEGIN
-  FOR v_fn IN
-    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname ~ '^_q[0-9]+_[0-9a-f]{24}$'
-  LOOP
-    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_fn);
-    v_dropped := v_dropped + 1;
-  END LOOP;
-  RETURN v_dropped;
-END;
+  SELECT outbox._drop_functions('^_q[0-9]+_[0-9a-f]{24}$');
 $$;

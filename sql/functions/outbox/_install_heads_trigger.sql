@@ -23,7 +23,6 @@ SET client_min_messages = warning
 AS $$
 DECLARE
   v_function constant text := 'outbox.' || pg_catalog.quote_ident('tg_queue__heads_q' || p_q.queue_id);
-  v_late regprocedure;
 BEGIN
   EXECUTE pg_catalog.format(
     $f$CREATE OR REPLACE FUNCTION %1$s()
@@ -76,12 +75,7 @@ $f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
   -- The commit step's late-rows statement, made now rather than by a producer's commit, and made
   -- again: its name says the table and column it reads, not the statement, so a migration that
   -- changes the statement (and reinstalls these triggers, as migrations do) replaces it here.
-  FOR v_late IN
-    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname LIKE '\_q' || p_q.queue_id || '\_late\_%'
-  LOOP
-    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_late);
-  END LOOP;
+  PERFORM outbox._drop_functions('^_q' || p_q.queue_id || '_late_');
   PERFORM outbox._late_rows_function(p_q);
 END;
 $$;

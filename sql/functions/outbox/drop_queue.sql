@@ -15,7 +15,6 @@ DECLARE
   v_name text := outbox._queue_name(fn, queue);
   v_q outbox.queues;
   v_rel regclass;
-  v_fn regprocedure;
 BEGIN
   -- Not outbox._queue: that refuses a registration whose table is gone, which is what this clears.
   SELECT * INTO v_q FROM outbox.queues q WHERE q.queue = v_name FOR UPDATE;
@@ -53,12 +52,7 @@ BEGIN
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'drainer_waits_q' || v_q.queue_id);
   -- Its drainers' claim turn (outbox.claim_turn).
   EXECUTE pg_catalog.format('DROP SEQUENCE IF EXISTS outbox.%I', 'claim_turn_q' || v_q.queue_id);
-  -- Its statements with kept plans (outbox._prepared).
-  FOR v_fn IN
-    SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-    WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname LIKE '\_q' || v_q.queue_id || '\_%'
-  LOOP
-    EXECUTE pg_catalog.format('DROP FUNCTION %s', v_fn);
-  END LOOP;
+  -- Its kept statements (outbox._prepared) and late-rows function (outbox._late_rows_function).
+  PERFORM outbox._drop_functions('^_q' || v_q.queue_id || '_');
 END;
 $$;

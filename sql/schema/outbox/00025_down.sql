@@ -23,6 +23,7 @@ DROP FUNCTION outbox._operator_act(outbox.queues, text, bigint[], integer, text)
 DROP FUNCTION outbox._check_reason(text, text);
 DROP FUNCTION outbox._payload_check();
 DROP FUNCTION outbox._forget_kept_statements();
+DROP FUNCTION outbox._drop_functions(text);
 DROP TABLE outbox.operator_actions;
 DROP FUNCTION outbox.create_queue(text, text, integer, interval, interval, text, text, interval);
 DROP FUNCTION outbox.queue_info(text);
