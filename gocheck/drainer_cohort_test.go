@@ -37,6 +37,9 @@ func TestDrainer_AppliesStartedTogetherShareACohort(t *testing.T) {
 				if c.Complete() {
 					completeEarly = true
 				}
+				// Counted in under mu, before arrived can close: a member woken by the close must
+				// find every member in.
+				c.Done()
 				seen[c]++
 				if seen[c] == rows {
 					close(arrived)
@@ -46,7 +49,6 @@ func TestDrainer_AppliesStartedTogetherShareACohort(t *testing.T) {
 			if c == nil {
 				return nil
 			}
-			c.Done()
 			// Hold the slot until every member has counted itself in: the five are applied at
 			// the same time, in one claim (lock mode: one transaction).
 			select {
