@@ -12,7 +12,7 @@ import (
 	"github.com/pgdrain/pgdrain/internal/testdb"
 )
 
-// The commit step of a producer transaction (outbox._commit_partitions) does one piece of work per
+// The commit step of a producer transaction (outbox._commit_keys) does one piece of work per
 // key it wrote, whatever state the key's head is in: none yet (new key), one a claim left empty
 // (fix), or one a claim holds right now (contended: a wake note). Before migration 00015 it picked
 // a state's keys out of all the keys with `k = ANY (array)`, comparing every key with every key of

@@ -1,5 +1,5 @@
 -- Applies the wake notes producers left for a queue (outbox.partition_wakes, see
--- outbox._commit_partitions): a committed row of the note's key whose head a claim held at the
+-- outbox.tg_queue__commit): a committed row of the note's key whose head a claim held at the
 -- time. Each noted partition gets what the producer could not write itself: a head if it has
 -- none, an empty head pointed at the row and woken, a floor lowered to the row. Notes of a head
 -- that is still held stay for a later claim; a bounded number per call, oldest first.

@@ -1,5 +1,5 @@
 -- Commit step of one partitioned queue for the current transaction (called by
--- outbox._commit_partitions with the keys it wrote and their ids, repeats allowed; p_locked: the
+-- outbox.tg_queue__commit with the keys it wrote and their ids, repeats allowed; p_locked: the
 -- commit locks of their hashes are taken, step 1 is done): makes per-key delivery order equal
 -- commit order, and gives new keys their partition head.
 --
@@ -131,7 +131,7 @@ BEGIN
       INTO v_any_late;
     IF v_read_committed THEN
       -- A new statement: its snapshot sees every commit that released these locks. Asked before
-      -- the heads are read (see outbox._commit_partitions), and once: the loop below reuses it.
+      -- the heads are read (see outbox.tg_queue__commit), and once: the loop below reuses it.
       v_late := outbox._late_rows(p_q, v_keys, v_mins, v_maxs);
       v_late_asked := true;
       v_any_late := EXISTS (SELECT 1 FROM unnest(v_late) AS l(id) WHERE l.id IS NOT NULL);

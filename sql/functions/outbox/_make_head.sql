@@ -1,4 +1,4 @@
--- The head of one new key of a single-row commit step (outbox._commit_partitions), with its floor
+-- The head of one new key of a single-row commit step (outbox.tg_queue__commit), with its floor
 -- as the caller decided it (see outbox._make_heads, which makes the heads of many keys): returns
 -- whether it made it. false: another session made it meanwhile, committed (ON CONFLICT DO NOTHING)
 -- or still being made by an open transaction, a claim applying wake notes or rebuilding heads

@@ -8,7 +8,7 @@
 -- reads outbox.commit_notes only then. A rolled back savepoint takes its notes with it, like its
 -- rows (and its hook, or its mark: a later note inserts it again). It takes no lock a producer could wait for:
 -- what protects its uncommitted rows from a claim that finds their partition empty is the commit
--- step's (see outbox._commit_partitions and outbox._refresh_heads). Nothing else writes these
+-- step's (see outbox.tg_queue__commit and outbox._refresh_heads). Nothing else writes these
 -- tables, so a producer can not forge a note.
 -- A SERIALIZABLE transaction notes in its hook instead (appended per statement): its commit step
 -- must find its notes without an index scan, whose predicate lock on the page other producers'

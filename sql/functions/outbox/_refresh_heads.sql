@@ -5,7 +5,7 @@
 -- A partition found empty loses its head, and a partition whose head search stepped over poisoned
 -- rows gets its floor raised past them, but only with the head locked FOR UPDATE (skip, never
 -- wait) and after a second look with a newer snapshot: a producer committing rows of the
--- partition holds its head FOR KEY SHARE until it commits (outbox._commit_partitions), so its
+-- partition holds its head FOR KEY SHARE until it commits (outbox.tg_queue__commit), so its
 -- rows never lose their head; one that finds the head locked by us leaves a wake note, applied by
 -- a later claim. When the head is busy an empty head (head_id NULL) is parked for a second and
 -- looked at again by a later claim.

@@ -1,6 +1,6 @@
 -- Gives this transaction's pending rows of the late keys new ids from the queue's id sequence, in
 -- their order, each larger than the key's clock (the largest committed id of its hash): delivered
--- order (id order) is then commit order (see outbox._commit_partitions). A sequence with CACHE > 1
+-- order (id order) is then commit order (see outbox.tg_queue__commit). A sequence with CACHE > 1
 -- hands this session values from its own cache, which may lie below ids other sessions already
 -- committed: values not above the clock are drawn and dropped until one is (at most the cache
 -- size; the clock never exceeds the sequence's last value, see the caller).

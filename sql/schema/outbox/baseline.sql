@@ -116,7 +116,7 @@ COMMENT ON TABLE outbox.partition_heads_built IS
   'Partitioned queues whose partition_heads are complete (internal; emptied by crash recovery).';
 
 -- Per-key commit order: the largest committed id per (queue, 16-bit key hash), written only by
--- producers' commit step (outbox._commit_partitions), which takes a hash's commit lock and raises
+-- producers' commit step (outbox.tg_queue__commit), which takes a hash's commit lock and raises
 -- its clock in one statement, keeping the clock it found in previous_max. A producer whose smallest
 -- id of a key is below it committed late and has its rows renumbered.
 -- UNLOGGED like partition_heads: crash recovery ends every open transaction, so an empty table is
