@@ -29,6 +29,10 @@ number() { local b; b=$(basename "$1"); echo $((10#${b:0:5})); }
 if git rev-parse -q --verify "refs/tags/$tag" >/dev/null; then
   die "$tag is tagged: its baselines are released and never change (add a migration instead)"
 fi
+# A clone without the tag still knows: the baseline's version() says so.
+if grep -qs -- "'0.1.0'::text" migrations/outbox/*_$release.sql; then
+  die "0.1.0 is released (its baseline's outbox.version() says '0.1.0'): its baselines never change (add a migration instead)"
+fi
 
 for module in outbox alr; do
   dir=migrations/$module

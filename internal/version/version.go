@@ -16,7 +16,7 @@ import (
 // Release is the release this source tree builds. A binary built outside `go install` of a tagged
 // module reports it (Binary); the SQL functions outbox.version() and alr.version() return the same
 // text (a test compares them).
-const Release = "0.1.0-dev"
+const Release = "0.1.0"
 
 // Migrations the Go clients need. A client that starts calling something a later migration adds
 // raises its number here; it can not be lower than the migration that added the schema's version()
@@ -52,7 +52,7 @@ type Schema struct {
 	Migration int `json:"migration"`
 }
 
-// String says it in one phrase: "0.1.0-dev (migration 00025)", "before migration 00025 (no
+// String says it in one phrase: "0.1.0 (migration 00025)", "before migration 00025 (no
 // outbox.version())", "not installed".
 func (s Schema) String() string {
 	switch {

@@ -4747,7 +4747,7 @@ STABLE
 PARALLEL SAFE
 SET search_path = ''
 AS $$
-  SELECT '0.1.0-dev'::text, 25;
+  SELECT '0.1.0'::text, 25;
 $$;
 -- +goose StatementEnd
 

@@ -123,7 +123,7 @@ STABLE
 PARALLEL SAFE
 SET search_path = ''
 AS $$
-  SELECT '0.1.0-dev'::text, 6;
+  SELECT '0.1.0'::text, 6;
 $$;
 -- +goose StatementEnd
 

@@ -4,7 +4,7 @@ BEGIN;
 SELECT plan(6);
 
 SELECT results_eq($$SELECT * FROM alr.version()$$,
-  $$VALUES ('0.1.0-dev'::text, 6)$$,
+  $$VALUES ('0.1.0'::text, 6)$$,
   'alr.version returns the release and the last migration (00006)');
 SELECT is((SELECT count(*)::int FROM alr.version()), 1, 'alr.version returns exactly one row');
 

@@ -4,7 +4,7 @@ BEGIN;
 SELECT plan(7);
 
 SELECT results_eq($$SELECT * FROM outbox.version()$$,
-  $$VALUES ('0.1.0-dev'::text, 25)$$,
+  $$VALUES ('0.1.0'::text, 25)$$,
   'outbox.version returns the release and the last migration (00025)');
 SELECT is((outbox.version()).migration, 25, 'the migration number reads as a field of the call');
 SELECT is((SELECT count(*)::int FROM outbox.version()), 1, 'outbox.version returns exactly one row');
