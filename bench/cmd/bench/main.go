@@ -48,7 +48,7 @@ func main() {
 	flag.IntVar(&o.maxDepth, "max-depth", 1_000_000, "deepest backlog for the claim-cost table")
 	flag.IntVar(&o.events, "events", 20_000, "events per drain-throughput run")
 	flag.DurationVar(&o.produce, "produce-for", 2*time.Second, "duration of one producer-cost run")
-	flag.StringVar(&o.sections, "sections", "claim,drain,runs,peers,producer,depth,pipeline,relay,fanout", "sections to run (producer-tx: only the producer section's tables of whole transactions)")
+	flag.StringVar(&o.sections, "sections", "claim,drain,runs,peers,producer,depth,pipeline,relay,fanout", "sections to run (floors: only section 3's raw-SQL floors; producer-tx: only the producer section's tables of whole transactions)")
 	flag.Float64Var(&o.depthScale, "depth-scale", 1, "depth section: multiplies every event count (20k, 200k, 1M); below 1 for development")
 	flag.DurationVar(&o.depthWindow, "depth-window", 5*time.Second, "depth section: shortest measurement (shorter drains are repeated)")
 	flag.StringVar(&o.depthBatches, "depth-batches", "32", "depth section: claim configurations of 6a, comma-separated: 32 (ApplyConcurrency 32), 64 (ApplyConcurrency 64) and/or 256 (BatchSize 256, ApplyConcurrency 1); the first one is used for 6b-6d")
@@ -100,6 +100,12 @@ func run(ctx context.Context, o options) error {
 	if want("runs") {
 		if err := benchRuns(ctx, o, emit); err != nil {
 			return fmt.Errorf("claim runs: %w", err)
+		}
+	}
+	if want("floors") && !want("peers") {
+		emit("## 3. Raw-SQL floors\n\n| system | settings | events/s | CPU µs per event |\n|---|---|---:|---:|\n")
+		if err := floorRows(ctx, o, emit); err != nil {
+			return fmt.Errorf("floors: %w", err)
 		}
 	}
 	if want("peers") {
