@@ -12,9 +12,9 @@ import (
 	"github.com/pgdrain/pgdrain/bench/internal/cpustat"
 )
 
-// The raw-SQL floors of section 3: what the same drain costs PostgreSQL with no functions, triggers
-// or NOTIFY, one hand-written claim statement and one ack statement per 32-row batch, in three
-// designs. The unordered floor is what River and Graphile Worker do; the two ordered floors are
+// The raw-SQL floors of section 3: what the same drain costs PostgreSQL with no functions,
+// triggers or NOTIFY, one hand-written claim statement and one ack statement per batch (32 or 256
+// rows), in three designs. The unordered floor is what River and Graphile Worker do; the two ordered floors are
 // the least per-key FIFO can cost with leases, written as plainly as it can be:
 //   - heads: a table of one row per key with pending rows, pointing at the key's first one (what
 //     pgdrain keeps in outbox.partition_heads). A claim takes the first heads in id order that no
@@ -34,7 +34,7 @@ type floorDesign struct {
 	schema []string // run before the fill
 	fill   string   // INSERT of n rows: %d is n, a second %d the number of keys
 	after  []string // run after the fill (heads of the ordered designs)
-	claim  string   // returns (id, lease_token) of at most 32 rows
+	claim  string   // $1 the batch size; returns (id, lease_token) of at most that many rows
 	ack    string   // $1 ids, $2 tokens
 }
 
@@ -57,7 +57,7 @@ var unorderedFloor = floorDesign{
 	claim: `
 UPDATE public.raw_queue t SET lease_token = gen_random_uuid(), leased_until = now() + interval '30 seconds'
 WHERE t.id IN (SELECT r.id FROM public.raw_queue r WHERE ` + due + `
-               ORDER BY r.attempt_count, r.id LIMIT 32 FOR UPDATE SKIP LOCKED)
+               ORDER BY r.attempt_count, r.id LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING t.id, t.lease_token`,
 	ack: `
 UPDATE public.raw_queue t SET sent_at = now(), leased_until = NULL, lease_token = NULL
@@ -80,7 +80,7 @@ var headsFloor = floorDesign{
 	claim: `
 WITH h AS (SELECT h.key, h.head_id FROM public.raw_heads h
            WHERE h.busy_until IS NULL OR h.busy_until <= now()
-           ORDER BY h.head_id LIMIT 32 FOR UPDATE SKIP LOCKED),
+           ORDER BY h.head_id LIMIT $1 FOR UPDATE SKIP LOCKED),
      busy AS (UPDATE public.raw_heads x SET busy_until = now() + interval '30 seconds' FROM h WHERE x.key = h.key)
 UPDATE public.raw_heads_queue t SET lease_token = gen_random_uuid(), leased_until = now() + interval '30 seconds'
 FROM h WHERE t.id = h.head_id AND ` + strings.ReplaceAll(due, "r.", "t.") + `
@@ -111,7 +111,7 @@ var headFlagFloor = floorDesign{
 	claim: `
 UPDATE public.raw_flag_queue t SET lease_token = gen_random_uuid(), leased_until = now() + interval '30 seconds'
 WHERE t.id IN (SELECT r.id FROM public.raw_flag_queue r WHERE r.is_head AND ` + due + `
-               ORDER BY r.attempt_count, r.id LIMIT 32 FOR UPDATE SKIP LOCKED)
+               ORDER BY r.attempt_count, r.id LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING t.id, t.lease_token`,
 	ack: `
 WITH done AS (UPDATE public.raw_flag_queue t SET sent_at = now(), leased_until = NULL, lease_token = NULL, is_head = false
@@ -123,9 +123,10 @@ WHERE n.id IN (SELECT (SELECT m.id FROM public.raw_flag_queue m
                FROM done d)`,
 }
 
-// floorOnce drains n rows (n/6 keys for the ordered designs) with clients clients of design f and
-// returns the rate (events/s) and the machine's CPU per event (µs, every core; cpustat.Span).
-func floorOnce(ctx context.Context, pool *pgxpool.Pool, f floorDesign, clients, n int) (float64, float64, error) {
+// floorOnce drains n rows (n/6 keys for the ordered designs) with clients clients of design f,
+// batch rows per claim, and returns the rate (events/s) and the machine's CPU per event (µs, every
+// core; cpustat.Span).
+func floorOnce(ctx context.Context, pool *pgxpool.Pool, f floorDesign, clients, batch, n int) (float64, float64, error) {
 	fill := fmt.Sprintf(f.fill, n)
 	if f.after != nil {
 		fill = fmt.Sprintf(f.fill, max(n/6, 1), n)
@@ -143,7 +144,7 @@ func floorOnce(ctx context.Context, pool *pgxpool.Pool, f floorDesign, clients, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := floorClient(ctx, pool, f); err != nil {
+			if err := floorClient(ctx, pool, f, batch); err != nil {
 				errs <- err
 			}
 		}()
@@ -162,9 +163,9 @@ func floorOnce(ctx context.Context, pool *pgxpool.Pool, f floorDesign, clients, 
 
 // floorClient claims and acks until a claim finds nothing. On the ordered floors a claim can find
 // nothing while other clients still hold the last heads: it tries again until the table is drained.
-func floorClient(ctx context.Context, pool *pgxpool.Pool, f floorDesign) error {
+func floorClient(ctx context.Context, pool *pgxpool.Pool, f floorDesign, batch int) error {
 	for {
-		rows, err := pool.Query(ctx, f.claim)
+		rows, err := pool.Query(ctx, f.claim, batch)
 		if err != nil {
 			return err
 		}
@@ -205,25 +206,27 @@ func floorRows(ctx context.Context, o options, emit func(string)) error {
 		return err
 	}
 	defer rawPool.Close()
+	const ordered = "per-key order, about 6 rows per key"
 	floors := []struct {
-		design  floorDesign
-		clients int
-		what    string
+		design         floorDesign
+		clients, batch int
+		what           string
 	}{
-		{unorderedFloor, 1, "unordered"}, {unorderedFloor, 2, "unordered"}, {unorderedFloor, 4, "unordered"},
-		{headsFloor, 4, "per-key order, about 6 rows per key"}, {headFlagFloor, 4, "per-key order, about 6 rows per key"},
+		{unorderedFloor, 1, 32, "unordered"}, {unorderedFloor, 2, 32, "unordered"}, {unorderedFloor, 4, 32, "unordered"},
+		{headsFloor, 4, 32, ordered}, {headFlagFloor, 4, 32, ordered},
+		{unorderedFloor, 4, 256, "unordered"}, {headsFloor, 4, 256, ordered}, {headFlagFloor, 4, 256, ordered},
 	}
 	for _, f := range floors {
 		var rates, cpus []float64
 		for range o.runs {
-			r, cpu, err := floorOnce(ctx, rawPool, f.design, f.clients, o.events)
+			r, cpu, err := floorOnce(ctx, rawPool, f.design, f.clients, f.batch, o.events)
 			if err != nil {
 				return fmt.Errorf("%s: %w", f.design.name, err)
 			}
 			rates, cpus = append(rates, r), append(cpus, cpu)
 		}
-		emit(fmt.Sprintf("| %s | %d clients, 32-row batches, %s, no functions/triggers/NOTIFY | %s | %s |\n",
-			f.design.name, f.clients, f.what, summarize(rates).format("%.0f"), summarize(cpus).format("%.0f")))
+		emit(fmt.Sprintf("| %s | %d clients, %d-row batches, %s, no functions/triggers/NOTIFY | %s | %s |\n",
+			f.design.name, f.clients, f.batch, f.what, summarize(rates).format("%.0f"), summarize(cpus).format("%.0f")))
 	}
 	return nil
 }
