@@ -312,9 +312,11 @@ BEGIN
     -- result moves them on, and an expired lease makes the row claimable again through the same
     -- head; this call looks at them no more) or stale: pointing at a row that is no longer (or not
     -- yet) the partition's deliverable head, refreshed here.
+    -- NOT IN a subquery: a hashed subplan, linear in the keys (<> ALL compared every key with every
+    -- claimed one: 0.7 ms per claim of 256 rows, 10 ms of 1,000).
     SELECT pg_catalog.array_agg(k) INTO v_stale
     FROM pg_catalog.unnest(v_keys) AS k
-    WHERE k <> ALL (COALESCE(v_claimed_keys, '{}'));
+    WHERE k NOT IN (SELECT c FROM pg_catalog.unnest(v_claimed_keys) AS c);
     v_busy := NULL;
     IF v_stale IS NOT NULL THEN
       EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(

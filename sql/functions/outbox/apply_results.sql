@@ -30,6 +30,9 @@ BEGIN
   v_done := outbox._record(v_q, ids, lease_tokens, outcomes,
                            COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])),
                            retry_at);
-  RETURN QUERY SELECT u.id, u.id = ANY (v_done) FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
+  -- IN a subquery: a hashed subplan, linear in the ids (= ANY compared every id with every recorded
+  -- one: 0.4 ms per call of 256 results).
+  RETURN QUERY SELECT u.id, u.id IN (SELECT d FROM pg_catalog.unnest(v_done) AS d)
+               FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
 END;
 $$;

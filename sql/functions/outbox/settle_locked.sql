@@ -27,7 +27,10 @@ BEGIN
   END IF;
   v_held := pg_catalog.string_to_array(
     NULLIF(pg_catalog.current_setting('pgdrain.held_' || v_q.queue_id, true), ''), ',')::bigint[];
-  SELECT x INTO v_foreign FROM pg_catalog.unnest(ids) x WHERE x <> ALL (COALESCE(v_held, '{}')) LIMIT 1;
+  -- NOT IN a subquery: a hashed subplan, linear in the ids (<> ALL compared every id with every held
+  -- one).
+  SELECT x INTO v_foreign FROM pg_catalog.unnest(ids) x
+  WHERE x NOT IN (SELECT h FROM pg_catalog.unnest(v_held) AS h) LIMIT 1;
   IF NOT FOUND THEN
     -- The setting is only a list any session could SET LOCAL: the row lock itself must be ours
     -- too (outbox._locked_here: claim_locked's FOR UPDATE, in this transaction or one of its
@@ -41,7 +44,8 @@ BEGIN
   v_count := pg_catalog.cardinality(outbox._record(v_q, ids, NULL, outcomes,
     COALESCE(errors, pg_catalog.array_fill(NULL::text, ARRAY[pg_catalog.cardinality(ids)])), retry_at));
   PERFORM pg_catalog.set_config('pgdrain.held_' || v_q.queue_id,
-    COALESCE((SELECT pg_catalog.string_agg(h::text, ',') FROM pg_catalog.unnest(v_held) h WHERE h <> ALL (ids)), ''),
+    COALESCE((SELECT pg_catalog.string_agg(h::text, ',') FROM pg_catalog.unnest(v_held) h
+              WHERE h NOT IN (SELECT i FROM pg_catalog.unnest(ids) AS i)), ''),
     true);
   RETURN v_count;
 END;
