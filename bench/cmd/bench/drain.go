@@ -48,12 +48,19 @@ func fillQueue(ctx context.Context, pool *pgxpool.Pool, q string, n int, partiti
 			FROM generate_series(1, %d) g`, q, n), "VACUUM ANALYZE "+q, settleFill)
 }
 
+// unsent reports whether q has a row not yet sent.
+func unsent(ctx context.Context, pool *pgxpool.Pool, q string) (bool, error) {
+	var left bool
+	err := pool.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE sent_at IS NULL)", q)).Scan(&left)
+	return left, err
+}
+
 // waitDrained polls until q has no unsent row and returns when it saw that.
 func waitDrained(ctx context.Context, pool *pgxpool.Pool, q string, limit time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(limit)
 	for {
-		var left bool
-		if err := pool.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE sent_at IS NULL)", q)).Scan(&left); err != nil {
+		left, err := unsent(ctx, pool, q)
+		if err != nil {
 			return time.Time{}, err
 		}
 		if !left {
