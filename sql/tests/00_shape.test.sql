@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(172);
+SELECT plan(173);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -126,6 +126,7 @@ SELECT col_type_is('outbox', 'queues', 'table_oid', 'regclass',
 SELECT col_type_is('outbox', 'queues', 'id_sequence', 'regclass', 'and its id sequence too');
 SELECT col_is_pk('outbox', 'queues', 'queue_id', 'outbox.queues is keyed by queue_id');
 SELECT col_is_unique('outbox', 'queues', 'queue', 'a queue name is registered at most once');
+SELECT col_is_unique('outbox', 'queues', 'table_oid', 'a table is the queue table of at most one queue (and its producers find their queue by index)');
 SELECT has_table('outbox', 'partition_heads', 'the partition head table outbox.partition_heads exists');
 SELECT columns_are('outbox', 'partition_heads',
   ARRAY['queue_id','partition_key','head_id','attempt_count','parked_until','floor_id'],
