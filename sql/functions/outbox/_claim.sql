@@ -261,7 +261,7 @@ BEGIN
     v_until := pg_catalog.clock_timestamp() + p_lease;
     EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
       'WITH picked AS (
-         SELECT t.id, t.%2$I AS key, t.ctid AS version
+         SELECT t.id, t.%2$I AS key, t.ctid AS version, t.tableoid AS version_table
          FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS c(id, floor_id, key)
          -- A head must point at a row of its own partition (heads of new keys come from settings a
          -- producer could forge); one that does not is stale and refreshed below.
@@ -285,8 +285,11 @@ BEGIN
              -- By the version picked locked (a TID scan), not by id: a second index probe per row.
              -- A version newer than the statement's snapshot (a concurrent release committed
              -- between the snapshot and the lock) is not leased; its head counts as stale below.
+             -- With its table: a ctid names a row only within one table, and a queue table
+             -- partitioned by range has one per partition (each with its own (0,1)).
              'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
-              FROM picked WHERE u.ctid = picked.version RETURNING u.id, picked.key', v_table)
+              FROM picked WHERE u.ctid = picked.version AND u.tableoid = picked.version_table
+              RETURNING u.id, picked.key', v_table)
            ELSE 'SELECT picked.id, picked.key FROM picked' END),
       'bigint[], integer, bigint[], text[], timestamptz, timestamptz', 'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
       INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;
