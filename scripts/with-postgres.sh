@@ -56,7 +56,7 @@ for _ in 1 2 3 4 5 6 7 8 9 10; do
   if "${as_owner[@]}" "$bin/pg_ctl" -D "$pgdata" -l "$log" -w -t 60 \
       -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=$fsync -c synchronous_commit=$fsync \
           -c full_page_writes=$fsync -c max_connections=${PGDRAIN_PG_MAX_CONNECTIONS:-200} -c shared_buffers=256MB \
-          -c max_locks_per_transaction=128 -c log_min_messages=warning" start >/dev/null 2>&1; then
+          -c max_locks_per_transaction=128 -c max_prepared_transactions=8 -c log_min_messages=warning" start >/dev/null 2>&1; then
     started=1; break
   fi
 done

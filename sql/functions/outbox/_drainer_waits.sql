@@ -6,6 +6,9 @@
 -- A shared lock never waits for another producer; it waits for a drainer only while one marks
 -- itself, which is one setval inside outbox.drainer_waits (never a drainer's transaction or
 -- latency). Queues that notify 'always' answer true without a lock.
+-- A producer's transaction that set pgdrain.notify to 'off' (SET LOCAL pgdrain.notify = off) never
+-- notifies: a transaction that executed NOTIFY can not be prepared (PREPARE TRANSACTION, two-phase
+-- commit), so such producers opt out, and drainers find their rows by their poll fallback.
 -- Arguments: the queue, and its drainer_waits_q<queue_id> sequence.
 CREATE OR REPLACE FUNCTION outbox._drainer_waits(p_q outbox.queues)
 RETURNS boolean
@@ -14,6 +17,9 @@ VOLATILE
 SET search_path = ''
 AS $$
 BEGIN
+  IF pg_catalog.current_setting('pgdrain.notify', true) = 'off' THEN
+    RETURN false;
+  END IF;
   IF p_q.notify = 'always' THEN
     RETURN true;
   END IF;

@@ -16,6 +16,10 @@ LANGUAGE plpgsql
 SET search_path = ''
 AS $$
 BEGIN
+  -- Not in a transaction that set pgdrain.notify to 'off' (two-phase commit: see outbox._drainer_waits).
+  IF pg_catalog.current_setting('pgdrain.notify', true) = 'off' THEN
+    RETURN NULL;
+  END IF;
   IF TG_NARGS > 2 THEN
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + TG_ARGV[2]::integer, -4);
     IF COALESCE(pg_catalog.pg_sequence_last_value(TG_ARGV[3]::regclass), 0)

@@ -9,5 +9,5 @@ STABLE
 PARALLEL SAFE
 SET search_path = ''
 AS $$
-  SELECT '0.1.0'::text, 28;
+  SELECT '0.1.0'::text, 29;
 $$;
