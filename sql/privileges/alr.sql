@@ -11,7 +11,7 @@ GRANT USAGE ON SCHEMA alr TO pgdrain_worker, pgdrain_producer, pgdrain_operator,
 -- SECURITY DEFINER: callers get exactly what the function does and no privilege on any alr table,
 -- so an engine can not advance a ladder or clear a token with a plain UPDATE, and nobody but the
 -- owner writes the delivery journal except through record_delivery. Each validates its arguments
--- and pins search_path = ''.
+-- and pins search_path (pg_catalog, then pg_temp: docs/security.md).
 ALTER FUNCTION alr.take_due_steps(integer, interval) SECURITY DEFINER;
 ALTER FUNCTION alr.apply_escalation(uuid, uuid) SECURITY DEFINER;
 ALTER FUNCTION alr.release_step(uuid, uuid) SECURITY DEFINER;

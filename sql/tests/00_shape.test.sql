@@ -107,8 +107,8 @@ FROM contract c ORDER BY c.name;
 SELECT is_empty(
   $$SELECT p.proname FROM pg_proc p
     WHERE p.pronamespace = 'outbox'::regnamespace
-      AND NOT ('search_path=""' = ANY (COALESCE(p.proconfig, '{}')))$$,
-  'every function of schema outbox pins search_path to empty');
+      AND NOT ('search_path=pg_catalog, pg_temp' = ANY (COALESCE(p.proconfig, '{}')))$$,
+  'every function of schema outbox pins search_path to pg_catalog, then pg_temp (never the temporary schema first)');
 
 SELECT is_empty(
   $$SELECT p.proname FROM pg_proc p

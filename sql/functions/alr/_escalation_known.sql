@@ -4,7 +4,7 @@ CREATE OR REPLACE FUNCTION alr._escalation_known(p_function text, p_escalation_i
 RETURNS void
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF p_escalation_id IS NULL THEN

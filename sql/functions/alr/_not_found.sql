@@ -4,7 +4,7 @@ CREATE OR REPLACE FUNCTION alr._not_found(p_function text, p_argument text, p_wh
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   RAISE EXCEPTION '%: % must name an existing %, got %', p_function, p_argument, p_what, p_id

@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION alr.acknowledge_alert(alert_id uuid, note text DEFAUL
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'acknowledge_alert';

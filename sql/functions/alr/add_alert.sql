@@ -4,7 +4,7 @@ CREATE OR REPLACE FUNCTION alr.add_alert(name text)
 RETURNS uuid
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_id uuid;

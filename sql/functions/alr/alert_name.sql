@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION alr.alert_name(alert_id uuid)
 RETURNS text
 LANGUAGE sql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT a.name FROM alr.alerts a WHERE a.id = alert_name.alert_id;
 $$;

@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION alr.apply_escalation(escalation_id uuid, lease_token 
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'apply_escalation';

@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION alr.channels_in_use()
 RETURNS TABLE(channel text, policies bigint, running_ladders bigint)
 LANGUAGE sql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT s.channel, pg_catalog.count(DISTINCT s.policy_id), pg_catalog.count(DISTINCT e.id)
   FROM alr.escalation_steps s

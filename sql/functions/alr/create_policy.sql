@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION alr.create_policy(name text, steps jsonb)
 RETURNS uuid
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'create_policy';

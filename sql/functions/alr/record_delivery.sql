@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION alr.record_delivery(escalation_id uuid, step_idx inte
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'record_delivery';

@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION alr.release_step(escalation_id uuid, lease_token uuid
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM alr._escalation_known('release_step', release_step.escalation_id, release_step.lease_token);

@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION alr.resolve_alert(alert_id uuid)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'resolve_alert';

@@ -7,7 +7,7 @@ RETURNS TABLE(alert_id uuid, name text, created_at timestamptz, acknowledged_at 
               acknowledged_by text, note text, resolved_at timestamptz, steps_delivered bigint)
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'resolved_alerts';

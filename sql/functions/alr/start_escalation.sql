@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION alr.start_escalation(alert_id uuid, policy_id uuid)
 RETURNS uuid
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -7,7 +7,7 @@ RETURNS TABLE(escalation_id uuid, alert_id uuid, step_idx integer, channel text,
               lease_token uuid, leased_until timestamptz)
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'take_due_steps';

@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION alr.version(OUT version text, OUT migration integer)
 LANGUAGE sql
 STABLE
 PARALLEL SAFE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT '0.1.0'::text, 6;
+  SELECT '0.1.0'::text, 7;
 $$;

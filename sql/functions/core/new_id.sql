@@ -5,7 +5,7 @@ RETURNS uuid
 LANGUAGE sql
 VOLATILE
 PARALLEL SAFE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT pg_catalog.gen_random_uuid();
 $$;

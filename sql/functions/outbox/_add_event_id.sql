@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox._add_event_id(p_rel regclass)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_type text;

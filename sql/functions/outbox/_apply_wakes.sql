@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION outbox._apply_wakes(p_q outbox.queues)
 RETURNS text[]
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET plan_cache_mode = force_generic_plan

@@ -4,7 +4,7 @@ CREATE OR REPLACE FUNCTION outbox._backoff(p_attempt integer, p_min interval, p_
 RETURNS interval
 LANGUAGE sql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT GREATEST(p_min, d / 2 + d / 2 * pg_catalog.random())
   FROM (SELECT LEAST(p_max, p_min * pg_catalog.power(2, LEAST(GREATEST(p_attempt, 1) - 1, 30))) AS d) s;

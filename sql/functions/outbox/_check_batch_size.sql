@@ -3,7 +3,7 @@ CREATE OR REPLACE FUNCTION outbox._check_batch_size(p_function text, p_batch_siz
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN

@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION outbox._check_delay(p_function text, p_argument text,
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_bad timestamptz;

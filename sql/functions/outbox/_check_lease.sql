@@ -3,7 +3,7 @@ CREATE OR REPLACE FUNCTION outbox._check_lease(p_function text, p_lease interval
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '1 day' THEN

@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION outbox._check_one_dimension(p_function text, p_argume
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF p_ndims > 1 THEN

@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION outbox._check_retry_at(p_function text, p_ids bigint[
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_bad integer;

@@ -3,7 +3,7 @@ CREATE OR REPLACE FUNCTION outbox._check_run_length(p_function text, p_run_lengt
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF p_run_length IS NULL OR p_run_length < 1 OR p_run_length > 1000 THEN

@@ -20,7 +20,7 @@ CREATE OR REPLACE FUNCTION outbox._claim(p_q outbox.queues, p_batch_size integer
 RETURNS bigint[]
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_sort = off
 SET enable_hashjoin = off

@@ -16,7 +16,7 @@ RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, att
               lease_token uuid, leased_until timestamptz, created_at timestamptz, event_id uuid, headers jsonb)
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_sort = off
 SET jit = off

@@ -15,7 +15,7 @@ CREATE OR REPLACE FUNCTION outbox._claim_run(p_q outbox.queues, p_heads bigint[]
 RETURNS bigint[]
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off

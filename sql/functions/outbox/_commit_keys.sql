@@ -49,7 +49,7 @@ CREATE OR REPLACE FUNCTION outbox._commit_keys(p_q outbox.queues, p_keys text[],
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off

@@ -14,7 +14,7 @@ CREATE OR REPLACE FUNCTION outbox._drainer_waits(p_q outbox.queues)
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   IF pg_catalog.current_setting('pgdrain.notify', true) = 'off' THEN

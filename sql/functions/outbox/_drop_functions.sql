@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION outbox._drop_functions(p_name text)
 RETURNS integer
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_fn regprocedure;

@@ -9,7 +9,7 @@ CREATE OR REPLACE FUNCTION outbox._enqueue(p_function text, p_queue text, p_even
 RETURNS TABLE(id bigint, event_id uuid)
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_q outbox.queues := outbox._queue(p_function, p_queue);

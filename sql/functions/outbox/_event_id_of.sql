@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox._event_id_of(p_q outbox.queues)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   RETURN pg_catalog.format('COALESCE(t.event_id, pg_catalog.md5(%L || t.id::text)::uuid)', p_q.queue || '/');

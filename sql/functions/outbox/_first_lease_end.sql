@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION outbox._first_lease_end(p_q outbox.queues, p_limit in
 RETURNS timestamptz
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET jit = off
 AS $$

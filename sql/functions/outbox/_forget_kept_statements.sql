@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox._forget_kept_statements()
 RETURNS integer
 LANGUAGE sql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT outbox._drop_functions('^_q[0-9]+_[0-9a-f]{24}$');
 $$;

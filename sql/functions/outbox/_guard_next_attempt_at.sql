@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION outbox._guard_next_attempt_at(p_rel regclass, p_max_d
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_name constant text := 'pgdrain_next_attempt_at_within_max_delay';

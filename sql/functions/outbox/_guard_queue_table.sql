@@ -17,7 +17,7 @@ CREATE OR REPLACE FUNCTION outbox._guard_queue_table(p_rel regclass, p_partition
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_check record;

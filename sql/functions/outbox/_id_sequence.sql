@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox._id_sequence(p_rel regclass)
 RETURNS regclass
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_attnum smallint;

@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION outbox._install_claim_hints(p_q outbox.queues)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET client_min_messages = warning
 AS $$
 BEGIN

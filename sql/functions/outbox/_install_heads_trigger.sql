@@ -18,7 +18,7 @@ CREATE OR REPLACE FUNCTION outbox._install_heads_trigger(p_q outbox.queues)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET client_min_messages = warning
 AS $$
 DECLARE
@@ -29,7 +29,7 @@ BEGIN
 RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $body$
 -- Made by outbox._install_heads_trigger for queue %2$s; do not edit.
 DECLARE

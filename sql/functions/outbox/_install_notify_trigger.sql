@@ -14,7 +14,7 @@ CREATE OR REPLACE FUNCTION outbox._install_notify_trigger(p_q outbox.queues)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET client_min_messages = warning
 AS $$
 DECLARE

@@ -4,7 +4,7 @@ CREATE OR REPLACE FUNCTION outbox._invalid(p_function text, p_message text)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   RAISE EXCEPTION '%: %', p_function, p_message USING ERRCODE = '22023';

@@ -19,7 +19,7 @@ CREATE OR REPLACE FUNCTION outbox._late_rows(p_q outbox.queues, p_keys text[], p
 RETURNS bigint[]
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_issued constant bigint := pg_catalog.pg_sequence_last_value(p_q.id_sequence);

@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION outbox._late_rows_function(p_q outbox.queues)
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_table constant text := p_q.table_oid::regclass::text;
@@ -46,7 +46,7 @@ BEGIN
     BEGIN
       EXECUTE pg_catalog.format(
         'CREATE FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) RETURNS bigint[] LANGUAGE plpgsql STABLE
-         SET search_path = '''' AS %L', v_name, 'BEGIN RETURN (' || v_sql || '); END');
+         SET search_path = pg_catalog, pg_temp AS %L', v_name, 'BEGIN RETURN (' || v_sql || '); END');
       EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) FROM PUBLIC', v_name);
       EXECUTE pg_catalog.format('COMMENT ON FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) IS %L', v_name,
         'pgdrain: the late-rows statement of queue ' || p_q.queue_id || ' (outbox._late_rows; internal)');

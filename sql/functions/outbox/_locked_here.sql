@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION outbox._locked_here(p_q outbox.queues, p_ids bigint[]
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_table constant regclass := p_q.table_oid::regclass;

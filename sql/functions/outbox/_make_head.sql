@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION outbox._make_head(p_queue_id integer, p_key text, p_i
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '1ms'
 AS $$
 BEGIN

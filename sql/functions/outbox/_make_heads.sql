@@ -18,7 +18,7 @@ CREATE OR REPLACE FUNCTION outbox._make_heads(p_q outbox.queues, p_keys text[], 
 RETURNS text[]
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '1ms'
 AS $$
 DECLARE

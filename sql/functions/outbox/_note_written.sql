@@ -19,7 +19,7 @@ CREATE OR REPLACE FUNCTION outbox._note_written(p_table oid, p_keys text[], p_id
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_more boolean;

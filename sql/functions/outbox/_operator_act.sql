@@ -17,7 +17,7 @@ CREATE OR REPLACE FUNCTION outbox._operator_act(p_q outbox.queues, p_action text
 RETURNS bigint[]
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 AS $$
 DECLARE

@@ -10,7 +10,7 @@ RETURNS text
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT 'pg_catalog.pg_column_size(payload) > 64 OR pg_catalog.jsonb_typeof(payload) <> ''null''';
 $$;

@@ -22,7 +22,7 @@ CREATE OR REPLACE FUNCTION outbox._prepared(p_queue_id integer, p_sql text, p_ar
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   -- md5 and to_regproc (a name, no argument types to parse): this runs before every statement.
@@ -51,7 +51,7 @@ BEGIN
     -- DDL. Any of these only means running p_sql this once (the subtransaction is paid only here).
     BEGIN
       EXECUTE pg_catalog.format(
-        'CREATE FUNCTION outbox.%I(%s) RETURNS %s LANGUAGE plpgsql VOLATILE SET search_path = '''' '
+        'CREATE FUNCTION outbox.%I(%s) RETURNS %s LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp '
         'SET plan_cache_mode = force_generic_plan AS %L',
         v_name, p_args, p_returns,
         CASE WHEN p_returns = 'void' THEN 'BEGIN ' || p_sql || '; END'

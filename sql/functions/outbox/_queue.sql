@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox._queue(p_function text, p_queue text)
 RETURNS outbox.queues
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_name text := p_queue;

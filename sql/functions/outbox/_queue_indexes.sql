@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION outbox._queue_indexes(p_table regclass, p_partition_c
 RETURNS TABLE(index_name text, role text, definition text, valid boolean)
 LANGUAGE sql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT c.relname::text,
          CASE

@@ -4,7 +4,7 @@ CREATE OR REPLACE FUNCTION outbox._queue_name(p_function text, p_queue text)
 RETURNS text
 LANGUAGE plpgsql
 IMMUTABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_parts text[];

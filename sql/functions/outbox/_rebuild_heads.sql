@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION outbox._rebuild_heads(p_queue_id integer)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_q outbox.queues;

@@ -17,7 +17,7 @@ CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_t
 RETURNS bigint[]
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
 SET jit = off

@@ -22,7 +22,7 @@ CREATE OR REPLACE FUNCTION outbox._refresh_heads(p_q outbox.queues, p_keys text[
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off

@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION outbox._release_row(p_q outbox.queues, p_id bigint, p
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_found boolean;

@@ -16,7 +16,7 @@ CREATE OR REPLACE FUNCTION outbox._renumber_late_rows(p_q outbox.queues, p_seque
 RETURNS TABLE(k text, lo bigint, hi bigint)
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET plan_cache_mode = force_generic_plan

@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox._restore_heads(p_q outbox.queues)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_keys text[];

@@ -6,5 +6,5 @@ RETURNS integer
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 RETURN 1885823231;

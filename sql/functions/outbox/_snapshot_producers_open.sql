@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION outbox._snapshot_producers_open(p_queue_id integer)
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_class constant integer := outbox._snapshot_lock_class();

@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox._written_here(p_xmin xid)
 RETURNS boolean
 LANGUAGE sql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT w.full_xid >= m.top AND pg_catalog.pg_xact_status(w.full_xid::text::xid8) = 'in progress'
   FROM (SELECT pg_catalog.pg_current_xact_id()::text::bigint AS top) m

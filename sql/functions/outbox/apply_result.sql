@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox.apply_result(queue text, id bigint, lease_toke
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'apply_result';

@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION outbox.apply_results(queue text, ids bigint[], lease_
 RETURNS TABLE(id bigint, applied boolean)
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'apply_results';

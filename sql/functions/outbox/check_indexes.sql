@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION outbox.check_indexes(queue text)
 RETURNS TABLE(problem text, index_name text, detail text)
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_q outbox.queues := outbox._queue('check_indexes', queue);

@@ -8,7 +8,7 @@ RETURNS TABLE(id bigint, event_type text, payload jsonb, partition_key text, att
               lease_token uuid, leased_until timestamptz, created_at timestamptz, event_id uuid, headers jsonb)
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   RETURN QUERY SELECT * FROM outbox._claim_batch('claim_batch', queue, batch_size, lease, 1);

@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION outbox.claim_turn(queue text, pause interval)
 RETURNS interval
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_q outbox.queues;

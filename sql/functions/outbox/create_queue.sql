@@ -30,7 +30,7 @@ CREATE OR REPLACE FUNCTION outbox.create_queue(
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET client_min_messages = warning
 AS $$
 DECLARE

@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox.dismiss_poisoned(queue text, ids bigint[], rea
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'dismiss_poisoned';

@@ -17,7 +17,7 @@ CREATE OR REPLACE FUNCTION outbox.drainer_waits(queue text, wait interval)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '100ms'
 AS $$
 DECLARE

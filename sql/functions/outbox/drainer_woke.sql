@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION outbox.drainer_woke(queue text, mark bigint)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET lock_timeout = '100ms'
 AS $$
 DECLARE

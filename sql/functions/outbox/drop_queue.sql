@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox.drop_queue(queue text, drop_table boolean DEFA
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET client_min_messages = warning
 AS $$
 DECLARE

@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION outbox.enqueue(queue text, event_type text, payload j
 RETURNS bigint
 LANGUAGE sql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT e.id FROM outbox._enqueue('enqueue', queue, event_type, payload, partition_key, deliver_at, headers, event_id) e;
 $$;

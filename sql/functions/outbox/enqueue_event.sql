@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION outbox.enqueue_event(queue text, event_type text, pay
 RETURNS TABLE(id bigint, event_id uuid)
 LANGUAGE sql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT e.id, e.event_id
   FROM outbox._enqueue('enqueue_event', queue, event_type, payload, partition_key, deliver_at, headers, event_id) e;

@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION outbox.extend_lease(queue text, id bigint, lease_toke
 RETURNS timestamptz
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'extend_lease';

@@ -9,7 +9,7 @@ CREATE OR REPLACE FUNCTION outbox.next_due(queue text)
 RETURNS timestamptz
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET jit = off
 AS $$

@@ -6,7 +6,7 @@ RETURNS TABLE(action_id bigint, acted_at timestamptz, action text, id bigint, ev
               attempt_count integer, reason text, acted_by text)
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'operator_log';

@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION outbox.poison_row(queue text, id bigint, attempt_coun
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'poison_row';

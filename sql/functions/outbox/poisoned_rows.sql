@@ -8,7 +8,7 @@ RETURNS TABLE(id bigint, event_id uuid, event_type text, partition_key text, att
               last_error text, created_at timestamptz, payload_preview text)
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$

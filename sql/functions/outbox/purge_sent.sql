@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION outbox.purge_sent(queue text, older_than interval DEF
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'purge_sent';

@@ -6,7 +6,7 @@ RETURNS TABLE(queue_name text, partition_column text, max_attempts integer, back
               backoff_max interval, permanent_policy text, channel text, max_delay interval)
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_q outbox.queues := outbox._queue('queue_info', queue);

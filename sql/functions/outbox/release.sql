@@ -4,7 +4,7 @@ CREATE OR REPLACE FUNCTION outbox.release(queue text, id bigint, lease_token uui
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'release';

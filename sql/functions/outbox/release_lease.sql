@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION outbox.release_lease(queue text, id bigint)
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'release_lease';

@@ -22,7 +22,7 @@ CREATE OR REPLACE FUNCTION outbox.repair(queue text, dry_run boolean DEFAULT fal
 RETURNS TABLE(partition_key text, cause text, head_id bigint, detail text)
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET enable_hashjoin = off

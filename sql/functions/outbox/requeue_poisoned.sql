@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION outbox.requeue_poisoned(queue text, ids bigint[] DEFA
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'requeue_poisoned';

@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox.retry_row(queue text, id bigint, attempt_count
 RETURNS boolean
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'retry_row';

@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION outbox.set_notify(queue text, notify text)
 RETURNS void
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_q outbox.queues;

@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION outbox.settle_locked(queue text, ids bigint[], outcom
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'settle_locked';

@@ -7,7 +7,7 @@ RETURNS TABLE(pending bigint, ready bigint, leased bigint, backing_off bigint, p
               oldest_pending_at timestamptz, oldest_pending_age interval)
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET jit = off
 AS $$

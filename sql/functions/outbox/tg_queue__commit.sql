@@ -20,7 +20,7 @@
 CREATE OR REPLACE FUNCTION outbox.tg_queue__commit()
 RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET jit = off

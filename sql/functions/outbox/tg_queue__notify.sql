@@ -13,7 +13,7 @@
 CREATE OR REPLACE FUNCTION outbox.tg_queue__notify()
 RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   -- Not in a transaction that set pgdrain.notify to 'off' (two-phase commit: see outbox._drainer_waits).

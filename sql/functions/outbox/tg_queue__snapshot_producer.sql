@@ -10,7 +10,7 @@
 CREATE OR REPLACE FUNCTION outbox.tg_queue__snapshot_producer()
 RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM pg_catalog.pg_advisory_xact_lock_shared(TG_ARGV[0]::integer, TG_ARGV[1]::integer);

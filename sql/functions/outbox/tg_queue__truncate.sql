@@ -11,7 +11,7 @@ CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
 RETURNS trigger
 LANGUAGE plpgsql
 VOLATILE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 AS $$
 BEGIN

@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION outbox.version(OUT version text, OUT migration intege
 LANGUAGE sql
 STABLE
 PARALLEL SAFE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT '0.1.0'::text, 29;
+  SELECT '0.1.0'::text, 30;
 $$;

@@ -6,7 +6,7 @@ RETURNS TABLE(partition_key text, head_id bigint, head_attempt_count integer, he
               oldest_pending_at timestamptz, pending bigint, reason text)
 LANGUAGE plpgsql
 STABLE
-SET search_path = ''
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   fn constant text := 'wedged_partitions';

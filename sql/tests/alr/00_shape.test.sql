@@ -35,12 +35,12 @@ FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = c.schema_name::regnamespace
 ORDER BY c.name;
 
--- 1: every function of alr and core pins search_path = ''
+-- 1: every function of alr and core pins search_path = pg_catalog, pg_temp
 SELECT is_empty($$
   SELECT p.oid::regprocedure::text FROM pg_proc p
   WHERE p.pronamespace IN ('alr'::regnamespace, 'core'::regnamespace)
-    AND NOT coalesce(p.proconfig @> ARRAY['search_path=""'], false)$$,
-  'every function of schemas alr and core runs with SET search_path = ''''');
+    AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)$$,
+  'every function of schemas alr and core runs with SET search_path = pg_catalog, pg_temp');
 
 -- 2: the pre-token functions are gone (no unfenced overload survives migration 00002)
 SELECT hasnt_function('alr', 'apply_escalation', ARRAY['uuid'], 'the unfenced apply_escalation(uuid) of 00001 is dropped');

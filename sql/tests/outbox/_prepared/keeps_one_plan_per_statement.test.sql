@@ -28,7 +28,7 @@ INSERT INTO kept SELECT p.oid::regprocedure FROM pg_proc p
 WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname LIKE '\_q' || :qid || '\_%';
 
 SELECT is_empty($$SELECT fn FROM kept k JOIN pg_proc p ON p.oid = k.fn
-                  WHERE p.prosecdef OR NOT ('search_path=""' = ANY (COALESCE(p.proconfig, '{}')))
+                  WHERE p.prosecdef OR NOT ('search_path=pg_catalog, pg_temp' = ANY (COALESCE(p.proconfig, '{}')))
                      OR EXISTS (SELECT 1 FROM aclexplode(COALESCE(p.proacl, acldefault('f', p.proowner))) a
                                 WHERE a.grantee <> p.proowner)$$,
                 'each runs as its caller, pins search_path and is executable by its owner only');
