@@ -12,7 +12,7 @@ import (
 // functions cast to (text, regclass, uuid, jsonb, timestamptz, oid, name, xid, tid; text[] follows
 // text), each with a CHECK that fails the statement when it runs as anyone but the session's own
 // user. PostgreSQL searches a session's temporary schema before pg_catalog for types and relations
-// unless search_path lists pg_temp explicitly: with search_path = '' a SECURITY DEFINER function
+// unless search_path lists pg_temp explicitly: with an empty search_path a SECURITY DEFINER function
 // casting to text ran that CHECK as its owner (the schema owner, often a superuser), and a CHECK
 // that ran ALTER ROLE ... SUPERUSER made the caller one.
 func plantTemporaryTypes(t *testing.T, conn *pgx.Conn) {
