@@ -244,7 +244,9 @@ BEGIN
       CONTINUE;
     END IF;
     IF v_last_fresh IS NOT NULL THEN
-      PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started, false);
+      -- As numeric: a double's text follows the caller's extra_float_digits (at -15 the time read
+      -- 2e+09, a cursor that never aged, and heads behind it waited for another session's claim).
+      PERFORM pg_catalog.set_config(v_cursor, v_last_fresh || ',' || v_run_started::numeric, false);
       -- Every search past the start moves it on, in both modes: a session without a cursor of its
       -- own then starts past the heads just taken. Lock mode left it to the search from the front,
       -- and such a claim walked every head moved in up to a second (3-6x a claim at rest in
@@ -307,7 +309,7 @@ BEGIN
                                                          ELSE GREATEST(v_seen_per_head, v_rows_per_head) END));
         v_run_hint_since := COALESCE(v_run_hint_since, pg_catalog.date_part('epoch', v_now));
         PERFORM pg_catalog.set_config(v_run_hint,
-          pg_catalog.round(v_rows_per_head, 2) || ',' || v_run_hint_since, false);
+          pg_catalog.round(v_rows_per_head, 2) || ',' || v_run_hint_since::numeric, false);
       END IF;
     END IF;
 

@@ -39,7 +39,15 @@ DECLARE
   v_schema text := pg_catalog.split_part(v_name, '.', 1);
   v_table text := pg_catalog.split_part(v_name, '.', 2);
   v_col text := pg_catalog.lower(partition_column);
-  v_channel text := COALESCE(channel, 'pgdrain_' || v_schema || '_' || v_table);
+  -- The default channel names the table; one too long for a channel (63 characters) keeps its
+  -- first 54 and a hash of the whole name.
+  v_channel text := COALESCE(channel, CASE
+    WHEN pg_catalog.length('pgdrain_' || v_schema || '_' || v_table) <= 63 THEN 'pgdrain_' || v_schema || '_' || v_table
+    ELSE pg_catalog.left('pgdrain_' || v_schema || '_' || v_table, 54) || '_' || pg_catalog.left(pg_catalog.md5(v_name), 8) END);
+  -- Index names: the table's, or for a table name over 40 characters its first 31 and a hash
+  -- (two long names alike in their first 40 made one index name: 42P07 for the second queue).
+  v_index_base text := CASE WHEN pg_catalog.length(v_table) <= 40 THEN v_table
+    ELSE pg_catalog.left(v_table, 31) || '_' || pg_catalog.left(pg_catalog.md5(v_table), 8) END;
   v_rel regclass;
   v_old outbox.queues;
   v_type text;
@@ -56,9 +64,17 @@ BEGIN
       'partition_column must be a plain column name, got %L', partition_column));
   END IF;
   IF v_col IN ('id', 'event_type', 'payload', 'created_at', 'attempt_count', 'next_attempt_at',
-               'sent_at', 'leased_until', 'lease_token', 'last_error') THEN
+               'sent_at', 'leased_until', 'lease_token', 'last_error', 'event_id', 'headers') THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'partition_column must not be one of the queue''s own columns, got %L', partition_column));
+  END IF;
+  IF v_col IN ('tableoid', 'xmin', 'cmin', 'xmax', 'cmax', 'ctid') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'partition_column must not be a system column, got %L', partition_column));
+  END IF;
+  IF v_schema = 'information_schema' OR v_schema LIKE 'pg\_%' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'queue must be a table of an application''s schema, not of the system schema %s, got %s', v_schema, v_name));
   END IF;
   IF max_attempts IS NULL OR max_attempts < 1 OR max_attempts > 1000 THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -239,11 +255,11 @@ BEGIN
   IF v_col IS NOT NULL AND NOT EXISTS (
       SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'partition') THEN
     EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (%I, id) WHERE sent_at IS NULL',
-                              pg_catalog.left(v_table, 40) || '_pgdrain_partition', v_rel, v_col);
+                              v_index_base || '_pgdrain_partition', v_rel, v_col);
   END IF;
   IF NOT EXISTS (SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'claim') THEN
     EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (attempt_count, id) WHERE sent_at IS NULL',
-                              pg_catalog.left(v_table, 40) || '_pgdrain_claim', v_rel);
+                              v_index_base || '_pgdrain_claim', v_rel);
   END IF;
 
   -- CHECKs, the producers' column privileges (plain INSERT of an event, RETURNING id; the heads

@@ -16,6 +16,10 @@ BEGIN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'older_than must be 0 or more, got %s', COALESCE(older_than::text, 'NULL')));
   END IF;
+  -- Further back than the clock can subtract (22008 from now() - older_than).
+  IF older_than > interval '1000 years' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('older_than must be at most 1000 years, got %s', older_than));
+  END IF;
   IF max_rows IS NULL OR max_rows < 1 OR max_rows > 1000000 THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'max_rows must be between 1 and 1000000, got %s', COALESCE(max_rows::text, 'NULL')));

@@ -21,6 +21,7 @@ DECLARE
   v_mins bigint[];
   v_maxs bigint[];
 BEGIN
+  PERFORM outbox._check_one_dimension(fn, 'ids', pg_catalog.array_ndims(ids));
   IF ids IS NOT NULL AND pg_catalog.array_position(ids, NULL) IS NOT NULL THEN
     PERFORM outbox._invalid(fn, 'ids must not contain NULL');
   END IF;

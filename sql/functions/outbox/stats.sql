@@ -2,6 +2,8 @@
 -- (attempt_count, id) partial index: cost follows the pending backlog, never the sent history.
 -- pending = unsent and not poisoned; ready = pending, due and not leased; leased = lease live;
 -- backing_off = pending with next_attempt_at in the future; poisoned = attempt_count >= max.
+-- The oldest pending row is the oldest with a finite created_at: a producer may write 'infinity'
+-- or '-infinity', which made the subtraction fail (22008) for every caller of stats.
 CREATE OR REPLACE FUNCTION outbox.stats(queue text)
 RETURNS TABLE(pending bigint, ready bigint, leased bigint, backing_off bigint, poisoned bigint,
               oldest_pending_at timestamptz, oldest_pending_age interval)
@@ -22,8 +24,8 @@ BEGIN
             pg_catalog.count(*) FILTER (WHERE t.attempt_count < $1 AND t.leased_until > pg_catalog.now()),
             pg_catalog.count(*) FILTER (WHERE t.attempt_count < $1 AND t.next_attempt_at > pg_catalog.now()),
             pg_catalog.count(*) FILTER (WHERE t.attempt_count >= $1),
-            pg_catalog.min(t.created_at) FILTER (WHERE t.attempt_count < $1),
-            pg_catalog.now() - pg_catalog.min(t.created_at) FILTER (WHERE t.attempt_count < $1)
+            pg_catalog.min(t.created_at) FILTER (WHERE t.attempt_count < $1 AND pg_catalog.isfinite(t.created_at)),
+            pg_catalog.now() - pg_catalog.min(t.created_at) FILTER (WHERE t.attempt_count < $1 AND pg_catalog.isfinite(t.created_at))
      FROM %s t WHERE t.sent_at IS NULL AND t.attempt_count >= 0', v_q.table_oid::regclass)
     USING v_q.max_attempts;
 END;

@@ -19,6 +19,10 @@ BEGIN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'older_than must be 0 or more, got %s', COALESCE(older_than::text, 'NULL')));
   END IF;
+  -- Further back than the clock can subtract (22008 from now() - older_than).
+  IF older_than > interval '1000 years' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('older_than must be at most 1000 years, got %s', older_than));
+  END IF;
   IF max_partitions IS NULL OR max_partitions < 1 OR max_partitions > 10000 THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'max_partitions must be between 1 and 10000, got %s', COALESCE(max_partitions::text, 'NULL')));

@@ -1,7 +1,7 @@
 -- create_queue validates every argument before touching anything: each bad input raises 22023
 -- (3F000 for a missing schema) with a message naming the argument, and changes nothing.
 BEGIN;
-SELECT plan(22);
+SELECT plan(27);
 
 SELECT test_helpers.new_queue('resource_id') AS q \gset
 SELECT test_helpers.add(:'q', 2, 'a') AS ids \gset
@@ -31,6 +31,21 @@ SELECT throws_ok(format('SELECT outbox.create_queue(%L, %L)', :'fresh', 'k; drop
 SELECT throws_ok(format('SELECT outbox.create_queue(%L, %L)', :'fresh', 'id'), '22023',
   'create_queue: partition_column must not be one of the queue''s own columns, got ''id''',
   'create_queue rejects a canonical column as partition column');
+SELECT throws_ok(format('SELECT outbox.create_queue(%L, %L)', :'fresh', 'event_id'), '22023',
+  'create_queue: partition_column must not be one of the queue''s own columns, got ''event_id''',
+  'create_queue rejects the event_id column as partition column');
+SELECT throws_ok(format('SELECT outbox.create_queue(%L, %L)', :'fresh', 'headers'), '22023',
+  'create_queue: partition_column must not be one of the queue''s own columns, got ''headers''',
+  'create_queue rejects the headers column as partition column');
+SELECT throws_ok(format('SELECT outbox.create_queue(%L, %L)', :'fresh', 'xmin'), '22023',
+  'create_queue: partition_column must not be a system column, got ''xmin''',
+  'create_queue rejects a system column as partition column');
+SELECT throws_ok($$SELECT outbox.create_queue('pg_catalog.events')$$, '22023',
+  'create_queue: queue must be a table of an application''s schema, not of the system schema pg_catalog, got pg_catalog.events',
+  'create_queue rejects a table in pg_catalog');
+SELECT throws_ok($$SELECT outbox.create_queue('information_schema.events')$$, '22023',
+  'create_queue: queue must be a table of an application''s schema, not of the system schema information_schema, got information_schema.events',
+  'create_queue rejects a table in information_schema');
 SELECT throws_ok(format('SELECT outbox.create_queue(%L, NULL, 0)', :'fresh'), '22023',
   'create_queue: max_attempts must be between 1 and 1000, got 0', 'create_queue rejects max_attempts 0');
 SELECT throws_ok(format('SELECT outbox.create_queue(%L, NULL, 1001)', :'fresh'), '22023',
