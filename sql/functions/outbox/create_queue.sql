@@ -122,6 +122,15 @@ BEGIN
       'partition_column of registered queue %s is %s and can not change to %s (drop_queue first)',
       v_name, COALESCE(v_old.partition_column, 'NULL'), COALESCE(v_col, 'NULL')));
   END IF;
+  -- The registered table renamed away, another made under the queue's name: its producers write
+  -- rows the queue never reads, and the old table still holds the queue's. Refused before anything
+  -- changes (its heads trigger kept the old one's function: "cannot drop function").
+  IF v_old.queue_id IS NOT NULL AND v_old.table_oid IS DISTINCT FROM v_rel
+     AND pg_catalog.pg_table_is_visible(v_old.table_oid) IS NOT NULL THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'queue %s is registered for table %s, which still exists (renamed?): rename it back to %s, or drop_queue(%L) first',
+      v_name, v_old.table_oid::regclass, v_name, v_name));
+  END IF;
   IF v_rel IS NOT NULL THEN
     SELECT q.queue INTO v_other FROM outbox.queues q WHERE q.table_oid = v_rel AND q.queue <> v_name;
     IF v_other IS NOT NULL THEN
