@@ -281,6 +281,7 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 	bound := d.cfg.withDefaults().ClaimTimeout
 	for {
 		var reg registration
+		var schema version.Schema
 		// Each attempt is bounded (ClaimTimeout): a host that never answers is waited for, with
 		// backoff, instead of hanging the first attempt forever.
 		actx, cancel := context.WithTimeout(ctx, bound)
@@ -289,12 +290,15 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 		err := d.pool.Ping(actx)
 		if err != nil {
 			err = fmt.Errorf("pinging database: %w", err)
-		} else if err = version.Check(actx, d.pool, "outbox", OutboxMigrationNeeded, "this drainer"); err != nil {
+		} else if schema, err = version.CheckSchema(actx, d.pool, "outbox", OutboxMigrationNeeded, "this drainer"); err != nil {
 			if !errors.Is(err, ErrSchemaTooOld) {
 				err = translate("checking the schema", err)
 			}
 		} else if reg, err = loadRegistration(actx, d.pool, d.table); err == nil {
 			cancel()
+			if schema.LacksSecurityFix() {
+				d.logger.Warn(schema.SecurityAdvice(), "queue", d.table)
+			}
 			return reg, nil
 		}
 		cancel()

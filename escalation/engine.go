@@ -230,8 +230,12 @@ func (e *Engine) checkSchema(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.DBTimeout)
 	defer cancel()
-	if err := version.Check(ctx, e.pool, "alr", AlrMigrationNeeded, "this escalation engine"); err != nil {
+	schema, err := version.CheckSchema(ctx, e.pool, "alr", AlrMigrationNeeded, "this escalation engine")
+	if err != nil {
 		return err
+	}
+	if schema.LacksSecurityFix() {
+		e.log.Warn(schema.SecurityAdvice())
 	}
 	e.schemaChecked.Store(true)
 	return nil

@@ -309,3 +309,56 @@ func TestVersions_PlainSQLFilesEqualGoose(t *testing.T) {
 		require.Equal(t, g, p)
 	}
 }
+
+// A schema that works but lacks a module's newest security fix (outbox 00030, alr 00007: functions
+// that searched the caller's temporary schema first) is reported by every client: pgdrain --version
+// says what to run, the drainer and the escalation engine start and log a warning saying so. Faked
+// with version() one migration older; the real schema is the newest.
+func TestVersions_ClientsWarnOfASchemaBeforeTheSecurityFix(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	_, err := db.Pool.Exec(ctx, fmt.Sprintf(`
+		SELECT outbox.create_queue('public.events', 'resource_id');
+		CREATE OR REPLACE FUNCTION outbox.version(OUT version text, OUT migration integer)
+		  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT '0.1.0'::text, %d $$;
+		CREATE OR REPLACE FUNCTION alr.version(OUT version text, OUT migration integer)
+		  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT '0.1.0'::text, %d $$;`,
+		version.OutboxSecurityFix-1, version.AlrSecurityFix-1))
+	require.NoError(t, err)
+
+	r := runCLI(t, "--dsn", db.URL, "--version")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, fmt.Sprintf("pgdrain %s\n"+
+		"database outbox: 0.1.0 (migration %05d), before the security fix of migration %05d (docs/security.md): run goose-run up\n"+
+		"database alr: 0.1.0 (migration %05d), before the security fix of migration %05d (docs/security.md): run goose-run up\n",
+		version.Binary(), version.OutboxSecurityFix-1, version.OutboxSecurityFix, version.AlrSecurityFix-1, version.AlrSecurityFix), r.stdout)
+	var rep struct {
+		Database struct {
+			Outbox struct {
+				SecurityFix int `json:"security_fix"`
+			} `json:"outbox"`
+		} `json:"database"`
+	}
+	runCLIJSON(t, cli.ExitOK, &rep, "--version", "--dsn", db.URL)
+	require.Equal(t, version.OutboxSecurityFix, rep.Database.Outbox.SecurityFix)
+
+	logger, logs := drCapture(t)
+	d, err := drainer.New(db.Pool, drainer.Config{Table: "public.events", PollFallback: time.Minute},
+		drDecode, func(context.Context, string, drEvent) error { return nil }, drainer.WithLogger[drEvent](logger))
+	require.NoError(t, err)
+	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	require.NoError(t, d.Run(rctx), "the drainer runs")
+	require.Contains(t, logs.String(), fmt.Sprintf("database schema outbox is at migration %05d, before the security fix of migration %05d (docs/security.md): run goose-run up",
+		version.OutboxSecurityFix-1, version.OutboxSecurityFix))
+
+	escLogs := &syncBuffer{}
+	e, err := escalation.New(db.Pool, map[string]escalation.Notifier{"test": &escCounter{n: map[string]int{}}},
+		escalation.Config{Logger: slog.New(slog.NewTextHandler(escLogs, nil))})
+	require.NoError(t, err)
+	_, err = e.RunOnce(ctx)
+	require.NoError(t, err, "the engine runs")
+	require.Contains(t, escLogs.String(), fmt.Sprintf("database schema alr is at migration %05d, before the security fix of migration %05d",
+		version.AlrSecurityFix-1, version.AlrSecurityFix))
+}

@@ -27,7 +27,14 @@ const (
 	OutboxNeeded = 25
 	// AlrNeeded is the oldest alr migration the escalation engine works with: 00006 added alr.version().
 	AlrNeeded = 6
+	// OutboxSecurityFix and AlrSecurityFix are each module's newest migration that fixes a security
+	// problem (00030 / 00007: every function searches pg_catalog, then pg_temp; docs/security.md).
+	// Clients work with an older schema and warn that it should be upgraded.
+	OutboxSecurityFix = 30
+	AlrSecurityFix    = 7
 )
+
+var securityFix = map[string]int{"outbox": OutboxSecurityFix, "alr": AlrSecurityFix}
 
 // Binary returns the module version the running binary was built from: the tag when it was
 // installed with `go install ...@v0.1.0` (or a pseudo-version stamped by the go command), Release
@@ -72,6 +79,17 @@ var firstWithVersion = map[string]int{"outbox": 25, "alr": 6}
 // BelowBaseline reports whether s was migrated part way through the development history, before
 // the 0.1.0 baseline (which refuses it): goose-run up can not bring it forward, the rest of
 // sql/history must be applied first (BeforeBaselineSection).
+// LacksSecurityFix reports whether s is older than its module's newest security fix.
+func (s Schema) LacksSecurityFix() bool {
+	return s.Installed && s.Migration < securityFix[s.Module]
+}
+
+// SecurityAdvice is what clients say of a schema that lacks the security fix.
+func (s Schema) SecurityAdvice() string {
+	return fmt.Sprintf("database schema %s is at migration %05d, before the security fix of migration %05d "+
+		"(docs/security.md): run goose-run up", s.Module, s.Migration, securityFix[s.Module])
+}
+
 func (s Schema) BelowBaseline() bool {
 	return s.Installed && s.Migration < firstWithVersion[s.Module]
 }
@@ -155,12 +173,18 @@ func (e *TooOldError) Is(target error) bool { return target == ErrSchemaTooOld }
 // Check reads module's version and returns a *TooOldError when it is older than needed, naming
 // client ("this drainer") in its message; an error reading it is returned as is.
 func Check(ctx context.Context, db Querier, module string, needed int, client string) error {
+	_, err := CheckSchema(ctx, db, module, needed, client)
+	return err
+}
+
+// CheckSchema is Check that also returns the schema it read (for LacksSecurityFix).
+func CheckSchema(ctx context.Context, db Querier, module string, needed int, client string) (Schema, error) {
 	s, err := Read(ctx, db, module)
 	if err != nil {
-		return err
+		return s, err
 	}
 	if s.Migration < needed {
-		return &TooOldError{Have: s, Needed: needed, Client: client}
+		return s, &TooOldError{Have: s, Needed: needed, Client: client}
 	}
-	return nil
+	return s, nil
 }

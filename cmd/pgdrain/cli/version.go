@@ -33,8 +33,11 @@ type databaseVersion struct {
 // read (a role without the schema's privileges).
 type schemaVersion struct {
 	version.Schema
-	Needed int    `json:"needed"`
-	Error  string `json:"error,omitempty"`
+	Needed int `json:"needed"`
+	// SecurityFix is the module's newest migration that fixes a security problem: a schema
+	// older works, and should be upgraded.
+	SecurityFix int    `json:"security_fix"`
+	Error       string `json:"error,omitempty"`
 }
 
 func (s *schemaVersion) String() string {
@@ -48,6 +51,8 @@ func (s *schemaVersion) String() string {
 			"then run goose-run up (%s)", s.Needed, s.Module, version.BeforeBaselineSection)
 	case s.Installed && s.Migration < s.Needed:
 		text += fmt.Sprintf(", older than this pgdrain needs (%05d): run goose-run up", s.Needed)
+	case s.LacksSecurityFix():
+		text += fmt.Sprintf(", before the security fix of migration %05d (docs/security.md): run goose-run up", s.SecurityFix)
 	}
 	return text
 }
@@ -65,17 +70,17 @@ func printVersion(ctx context.Context, dsn string, asJSON bool, out io.Writer) e
 	} else {
 		defer conn.Close(context.Background())
 		rep.Database.Connected = true
-		read := func(module string, needed int) *schemaVersion {
+		read := func(module string, needed, securityFix int) *schemaVersion {
 			s, err := version.Read(cctx, conn, module)
-			v := &schemaVersion{Schema: s, Needed: needed}
+			v := &schemaVersion{Schema: s, Needed: needed, SecurityFix: securityFix}
 			v.Module = module
 			if err != nil {
 				v.Error = describe(err)
 			}
 			return v
 		}
-		rep.Database.Outbox = read("outbox", version.OutboxNeeded)
-		rep.Database.Alr = read("alr", version.AlrNeeded)
+		rep.Database.Outbox = read("outbox", version.OutboxNeeded, version.OutboxSecurityFix)
+		rep.Database.Alr = read("alr", version.AlrNeeded, version.AlrSecurityFix)
 	}
 	if asJSON {
 		return writeJSON(out, rep)
