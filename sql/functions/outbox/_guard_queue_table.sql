@@ -11,7 +11,8 @@
 --  * pgdrain_producer (when the role exists) may INSERT only the event's columns (every column but
 --    the ones that steer delivery: id, attempt_count, next_attempt_at, sent_at, leased_until,
 --    lease_token, last_error), SELECT (id, event_id) for RETURNING, and use the id's sequence.
---  * The AFTER TRUNCATE trigger pgdrain_truncate (outbox.tg_queue__truncate).
+--  * The AFTER TRUNCATE trigger pgdrain_truncate (outbox.tg_queue__truncate), left as it is when in
+--    place (outbox._trigger_in_place). Nothing here locks the table when nothing is missing.
 CREATE OR REPLACE FUNCTION outbox._guard_queue_table(p_rel regclass, p_partition_column text,
                                                      p_adopted boolean)
 RETURNS void
@@ -77,9 +78,11 @@ BEGIN
     END IF;
   END IF;
 
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_truncate ON %s', p_rel);
-  EXECUTE pg_catalog.format(
-    'CREATE TRIGGER pgdrain_truncate AFTER TRUNCATE ON %s FOR EACH STATEMENT
-       EXECUTE FUNCTION outbox.tg_queue__truncate()', p_rel);
+  IF NOT outbox._trigger_in_place(p_rel, 'pgdrain_truncate', 'outbox.tg_queue__truncate()', 32, '{}') THEN
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_truncate ON %s', p_rel);
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_truncate AFTER TRUNCATE ON %s FOR EACH STATEMENT
+         EXECUTE FUNCTION outbox.tg_queue__truncate()', p_rel);
+  END IF;
 END;
 $$;

@@ -62,16 +62,24 @@ END;
 $body$
 $f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
   EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', v_function);
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', p_q.table_oid::regclass);
-  EXECUTE pg_catalog.format(
-    'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
-       FOR EACH STATEMENT EXECUTE FUNCTION %s()', p_q.table_oid::regclass, v_function);
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', p_q.table_oid::regclass);
-  EXECUTE pg_catalog.format(
-    $f$CREATE TRIGGER pgdrain_snapshot BEFORE INSERT ON %s FOR EACH STATEMENT
-       WHEN (pg_catalog.current_setting('transaction_isolation') <> 'read committed')
-       EXECUTE FUNCTION outbox.tg_queue__snapshot_producer(%s, %s)$f$,
-    p_q.table_oid::regclass, outbox._snapshot_lock_class(), p_q.queue_id);
+  -- Triggers in place are left as they are (the function above was replaced in place): dropping
+  -- one locks the table (outbox._trigger_in_place).
+  IF NOT outbox._trigger_in_place(p_q.table_oid, 'pgdrain_heads', (v_function || '()')::regprocedure, 4, '{}',
+                                  false, 'pgdrain_new_rows') THEN
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', p_q.table_oid::regclass);
+    EXECUTE pg_catalog.format(
+      'CREATE TRIGGER pgdrain_heads AFTER INSERT ON %s REFERENCING NEW TABLE AS pgdrain_new_rows
+         FOR EACH STATEMENT EXECUTE FUNCTION %s()', p_q.table_oid::regclass, v_function);
+  END IF;
+  IF NOT outbox._trigger_in_place(p_q.table_oid, 'pgdrain_snapshot', 'outbox.tg_queue__snapshot_producer()', 6,
+                                  ARRAY[outbox._snapshot_lock_class()::text, p_q.queue_id::text], true) THEN
+    EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', p_q.table_oid::regclass);
+    EXECUTE pg_catalog.format(
+      $f$CREATE TRIGGER pgdrain_snapshot BEFORE INSERT ON %s FOR EACH STATEMENT
+         WHEN (pg_catalog.current_setting('transaction_isolation') <> 'read committed')
+         EXECUTE FUNCTION outbox.tg_queue__snapshot_producer(%s, %s)$f$,
+      p_q.table_oid::regclass, outbox._snapshot_lock_class(), p_q.queue_id);
+  END IF;
   -- The commit step's late-rows statement, made now rather than by a producer's commit, and made
   -- again: its name says the table and column it reads, not the statement, so a migration that
   -- changes the statement (and reinstalls these triggers, as migrations do) replaces it here.

@@ -24,7 +24,15 @@ BEGIN
   EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS %s', v_sequence);
   EXECUTE pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO PUBLIC', v_sequence);
   EXECUTE pg_catalog.format('CREATE UNLOGGED SEQUENCE IF NOT EXISTS outbox.%I', 'claim_turn_q' || p_q.queue_id);
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_notify ON %s', v_rel);
+  -- A trigger in place is left as it is (outbox._trigger_in_place): dropping it locks the table.
+  IF p_q.partition_column IS NULL AND outbox._trigger_in_place(v_rel, 'pgdrain_notify', 'outbox.tg_queue__notify()', 4,
+       CASE WHEN p_q.notify = 'always' THEN ARRAY[p_q.channel, p_q.queue]
+            ELSE ARRAY[p_q.channel, p_q.queue, p_q.queue_id::text, v_sequence] END) THEN
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = v_rel AND t.tgname = 'pgdrain_notify') THEN
+    EXECUTE pg_catalog.format('DROP TRIGGER pgdrain_notify ON %s', v_rel);
+  END IF;
   IF p_q.partition_column IS NOT NULL THEN
     RETURN;
   END IF;

@@ -184,16 +184,23 @@ BEGIN
                            WHERE a.attrelid = v_rel AND a.attname = 'id')) THEN
       PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but id is not its primary key', v_name));
     END IF;
-    -- NULL in the new columns means "free / never tried", exactly the state of a fresh row.
-    EXECUTE pg_catalog.format(
-      'ALTER TABLE %s
-         ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0,
-         ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,
-         ADD COLUMN IF NOT EXISTS sent_at timestamptz,
-         ADD COLUMN IF NOT EXISTS leased_until timestamptz,
-         ADD COLUMN IF NOT EXISTS lease_token uuid,
-         ADD COLUMN IF NOT EXISTS last_error text,
-         ADD COLUMN IF NOT EXISTS headers jsonb', v_rel);
+    -- NULL in the new columns means "free / never tried", exactly the state of a fresh row. Only
+    -- when one is missing: ALTER TABLE locks the table even when it adds nothing, and create_queue
+    -- run again on a registered queue (deploy scripts do) would hold up its producers and claims.
+    IF (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid = v_rel AND NOT a.attisdropped
+          AND a.attname IN ('attempt_count', 'next_attempt_at', 'sent_at', 'leased_until', 'lease_token',
+                            'last_error', 'headers')) < 7 THEN
+      EXECUTE pg_catalog.format(
+        'ALTER TABLE %s
+           ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0,
+           ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,
+           ADD COLUMN IF NOT EXISTS sent_at timestamptz,
+           ADD COLUMN IF NOT EXISTS leased_until timestamptz,
+           ADD COLUMN IF NOT EXISTS lease_token uuid,
+           ADD COLUMN IF NOT EXISTS last_error text,
+           ADD COLUMN IF NOT EXISTS headers jsonb', v_rel);
+    END IF;
     PERFORM outbox._add_event_id(v_rel);
     IF v_col IS NOT NULL THEN
       IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
@@ -201,14 +208,17 @@ BEGIN
         PERFORM outbox._invalid(fn, pg_catalog.format(
           'partition_column %s does not exist in %s', v_col, v_name));
       END IF;
-      -- A NULL key would make a row independent of its partition and silently lose order.
-      EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
-        INTO STRICT v_has_nulls;
-      IF v_has_nulls THEN
-        PERFORM outbox._invalid(fn, pg_catalog.format(
-          'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
+      -- A NULL key would make a row independent of its partition and silently lose order. A column
+      -- already NOT NULL (a registered queue's) is neither read nor altered.
+      IF NOT (SELECT a.attnotnull FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_col) THEN
+        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I IS NULL)', v_rel, v_col)
+          INTO STRICT v_has_nulls;
+        IF v_has_nulls THEN
+          PERFORM outbox._invalid(fn, pg_catalog.format(
+            'partition_column %s of %s has NULL values; fill them before adopting the table', v_col, v_name));
+        END IF;
+        EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', v_rel, v_col);
       END IF;
-      EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', v_rel, v_col);
     END IF;
   END IF;
 
@@ -281,9 +291,16 @@ BEGIN
   -- claimable at commit, where its commit step notifies (outbox._commit_keys). Both as
   -- outbox.set_notify last said (a registration keeps it).
   PERFORM outbox._install_notify_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
-  EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', v_rel);
-  EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
+  -- An unpartitioned queue has no heads triggers (nor its function); a partitioned one's are
+  -- replaced in place (outbox._install_heads_trigger). Dropped only when there: DROP TRIGGER locks
+  -- the table even when there is nothing to drop.
+  IF v_col IS NULL THEN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = v_rel AND t.tgname IN ('pgdrain_heads', 'pgdrain_snapshot')) THEN
+      EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
+      EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', v_rel);
+    END IF;
+    EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
+  END IF;
   IF v_col IS NOT NULL THEN
     PERFORM outbox._install_heads_trigger(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
     PERFORM outbox._install_claim_hints(q) FROM outbox.queues q WHERE q.queue_id = v_queue_id;
