@@ -111,7 +111,7 @@ func (s *Sink) post(ctx context.Context, e relay.Event) relay.Result {
 	resp, err := s.client.Do(req)
 	if err != nil {
 		// Timeouts, refused and reset connections, TLS trouble: the peer may take it later.
-		return relay.TransientResult(fmt.Errorf("POST %s: %w", redact(s.cfg.URL), unwrapURLError(err)))
+		return relay.TransientResult(fmt.Errorf("POST %s: %w", endpoint(s.cfg.URL), unwrapURLError(err)))
 	}
 	defer resp.Body.Close()
 	// A few bytes more than kept, so that the excerpt ends before a character the limit splits.
@@ -120,8 +120,16 @@ func (s *Sink) post(ctx context.Context, e relay.Event) relay.Result {
 	return classify(resp, snippet, s.now())
 }
 
-// classify maps an answer to a Result: 2xx sent; 408, 429, 3xx and 5xx transient (with the
-// Retry-After the peer sent); other 4xx permanent.
+// retryable4xx are the client errors a peer answers for a request it may take later: 408 Request
+// Timeout, 421 Misdirected Request (RFC 9110: the connection went to a server that does not serve
+// the URL; another connection may), 425 Too Early (RFC 8470) and 429 Too Many Requests.
+var retryable4xx = map[int]bool{
+	http.StatusRequestTimeout: true, http.StatusMisdirectedRequest: true,
+	http.StatusTooEarly: true, http.StatusTooManyRequests: true,
+}
+
+// classify maps an answer to a Result: 2xx sent; 408, 421, 425, 429, 3xx and 5xx transient (with
+// the Retry-After the peer sent); other 4xx permanent.
 func classify(resp *http.Response, snippet []byte, now time.Time) relay.Result {
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
@@ -133,7 +141,7 @@ func classify(resp *http.Response, snippet []byte, now time.Time) relay.Result {
 		err = fmt.Errorf("%w: %s", err, text)
 	}
 	switch {
-	case code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests:
+	case code >= 400 && code < 500 && !retryable4xx[code]:
 		return relay.PermanentResult(err)
 	case code >= 300 && code < 400:
 		err = fmt.Errorf("%w (redirects are not followed: fix the URL)", err)
@@ -141,23 +149,44 @@ func classify(resp *http.Response, snippet []byte, now time.Time) relay.Result {
 	return relay.Result{Outcome: relay.Transient, Err: err, RetryAfter: RetryAfter(resp.Header.Get("Retry-After"), now)}
 }
 
-// RetryAfter parses a Retry-After value, delta seconds or an HTTP date, into a delay from now
-// (0 when absent, malformed, or in the past).
+// MaxRetryAfter is the longest delay a Retry-After is taken for: a peer asking for longer gets it.
+const MaxRetryAfter = 24 * time.Hour
+
+// RetryAfter parses a Retry-After value, delta seconds or an HTTP date, into a delay from now, at
+// most MaxRetryAfter (0 when absent, malformed, or in the past). Seconds too many for an int64 are
+// MaxRetryAfter too.
 func RetryAfter(value string, now time.Time) time.Duration {
 	value = strings.TrimSpace(value)
 	if value == "" {
 		return 0
 	}
-	if secs, err := strconv.ParseInt(value, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
+	secs, err := strconv.ParseInt(value, 10, 64)
+	switch {
+	case err == nil && secs <= 0:
+		return 0
+	case err == nil:
+		return time.Duration(min(secs, int64(MaxRetryAfter/time.Second))) * time.Second
+	case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(value, "-"):
+		return MaxRetryAfter
 	}
 	if t, err := http.ParseTime(value); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), MaxRetryAfter)
 	}
 	return 0
+}
+
+// endpoint is the URL as a delivery error names it in a row's last_error and the logs, which
+// pgdrain_reader and the console's read-only logins see: its scheme and host. The path and the
+// query may hold the credential (a Slack-style webhook's path, ?api_key=), as may the userinfo.
+func endpoint(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "the webhook URL"
+	}
+	if u.Path == "" && u.RawQuery == "" {
+		return u.Scheme + "://" + u.Host
+	}
+	return u.Scheme + "://" + u.Host + "/…"
 }
 
 // unwrapURLError drops *url.Error's "Post \"URL\": " prefix, which repeats the URL (and would

@@ -168,6 +168,8 @@ func TestSink_ClassifiesAnswers(t *testing.T) {
 		{410, "", relay.Permanent, 0},
 		{422, "", relay.Permanent, 0},
 		{408, "", relay.Transient, 0},
+		{421, "", relay.Transient, 0},
+		{425, "", relay.Transient, 0},
 		{429, "12", relay.Transient, 12 * time.Second},
 		{500, "", relay.Transient, 0},
 		{503, date, relay.Transient, 90 * time.Second},
@@ -248,11 +250,15 @@ func TestSink_TimeoutsAndConnectionErrorsAreTransient(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close()) // nobody listens there now
-	s, err = webhook.New(webhook.Config{URL: "http://user:hunter2@" + addr + "/hook", Secrets: []string{oldSecret}})
+	s, err = webhook.New(webhook.Config{URL: "http://user:hunter2@" + addr + "/services/T0001/SLACKSECRETPATH?api_key=SUPERSECRET",
+		Secrets: []string{oldSecret}})
 	require.NoError(t, err)
 	res = deliver(t, s, event(1, "a"))[0]
 	require.Equal(t, relay.Transient, res.Outcome)
-	require.NotContains(t, res.Err.Error(), "hunter2", "a password in the URL stays out of last_error")
+	require.True(t, strings.HasPrefix(res.Err.Error(), "POST http://"+addr+"/…: "), "%v", res.Err)
+	for _, secret := range []string{"hunter2", "SLACKSECRETPATH", "SUPERSECRET"} {
+		require.NotContains(t, res.Err.Error(), secret, "what the URL may hold as a credential stays out of last_error")
+	}
 	var opErr *net.OpError
 	require.True(t, errors.As(res.Err, &opErr), "%v", res.Err)
 }
@@ -266,6 +272,10 @@ func TestRetryAfter(t *testing.T) {
 	require.Zero(t, webhook.RetryAfter("soon", now))
 	require.Zero(t, webhook.RetryAfter("-5", now))
 	require.Zero(t, webhook.RetryAfter("", now))
+	require.Equal(t, webhook.MaxRetryAfter, webhook.RetryAfter("172800", now), "at most a day")
+	require.Equal(t, webhook.MaxRetryAfter, webhook.RetryAfter("Thu, 03 Dec 2026 12:00:00 GMT", now), "a date too is at most a day ahead")
+	require.Equal(t, webhook.MaxRetryAfter, webhook.RetryAfter("99999999999999999999", now), "seconds past an int64 are a long time, not none")
+	require.Zero(t, webhook.RetryAfter("-99999999999999999999", now))
 }
 
 func TestVerify_RefusesStaleAndForged(t *testing.T) {

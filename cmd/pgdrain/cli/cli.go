@@ -174,11 +174,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case rep.Code != codeUsage, isFileError(err):
-		fmt.Fprintf(stderr, "pgdrain: %s\n", rep.Error)
+		fmt.Fprintf(stderr, "pgdrain: %s\n", terminalSafeLines(rep.Error))
 	case rep.Error == noCommand:
-		fmt.Fprintf(stderr, "pgdrain: %s\n\n%s\n", rep.Error, Usage)
+		fmt.Fprintf(stderr, "pgdrain: %s\n\n%s\n", terminalSafeLines(rep.Error), Usage)
 	default:
-		fmt.Fprintf(stderr, "pgdrain: %s (pgdrain help: usage)\n", rep.Error)
+		fmt.Fprintf(stderr, "pgdrain: %s (pgdrain help: usage)\n", terminalSafeLines(rep.Error))
 	}
 	return rep.ExitCode
 }

@@ -18,14 +18,57 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// writeTable writes a header and rows aligned in columns.
+// writeTable writes a header and rows aligned in columns, each cell terminalSafe.
 func writeTable(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	line := func(cells []string) {
+		safe := make([]string, len(cells))
+		for i, c := range cells {
+			safe[i] = terminalSafe(c)
+		}
+		fmt.Fprintln(tw, strings.Join(safe, "\t"))
+	}
+	line(header)
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		line(r)
 	}
 	return tw.Flush()
+}
+
+// terminalSafe writes the characters a terminal would act on as escapes (\x1b, \u202e): control
+// characters (C0 with tab and newline, DEL, C1) and the bidirectional controls. A table's text
+// comes from producers (keys, event types) and peers (last_error): an escape sequence in it could
+// set the operator's window title, erase or overwrite the line, hide text or reorder it.
+func terminalSafe(s string) string {
+	if strings.IndexFunc(s, unsafeForTerminal) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case !unsafeForTerminal(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
+}
+
+// terminalSafeLines is terminalSafe for a text of several lines (an error): its newlines stay.
+func terminalSafeLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = terminalSafe(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func unsafeForTerminal(r rune) bool {
+	return r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x061c || r == 0x200e || r == 0x200f ||
+		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }
 
 // orDash prints NULLs as "-" in tables.

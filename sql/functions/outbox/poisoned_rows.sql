@@ -1,6 +1,9 @@
 -- The poisoned rows of a queue for an operator's page: newest first, at most max_rows (1..1000),
 -- below before_id when given (the next page). Read through the claim index (attempt_count at
--- max_attempts among unsent rows), so a page never walks the pending backlog. payload_preview (the
+-- max_attempts among unsent rows), so a page never walks the pending backlog. Ordered by id alone:
+-- poisoned rows need not share one attempt_count (a max_attempts lowered since leaves rows above
+-- it), and ordered by (attempt_count, id) a page below before_id skipped the rows of a smaller
+-- count that came after it. The ids first (from the index), then their rows. payload_preview (the
 -- payload's first 200 characters) only for a caller whose login role may read the queue table's
 -- payload column; NULL otherwise (operators are not granted payloads, docs/security.md).
 CREATE OR REPLACE FUNCTION outbox.poisoned_rows(queue text, max_rows integer DEFAULT 50, before_id bigint DEFAULT NULL)
@@ -23,11 +26,13 @@ BEGIN
   END IF;
   v_payload := pg_catalog.has_column_privilege(session_user, v_q.table_oid, 'payload', 'SELECT');
   RETURN QUERY EXECUTE pg_catalog.format(
-    'SELECT t.id, %s, t.event_type, %s, t.attempt_count, t.last_error, t.created_at,
+    'SELECT t.id, %1$s, t.event_type, %2$s, t.attempt_count, t.last_error, t.created_at,
             CASE WHEN $4 THEN pg_catalog.left(t.payload::text, 200) END
-     FROM %s t
-     WHERE t.sent_at IS NULL AND t.attempt_count >= $1 AND ($2::bigint IS NULL OR t.id < $2)
-     ORDER BY t.attempt_count DESC, t.id DESC LIMIT $3',
+     FROM %3$s t
+     WHERE t.id = ANY (ARRAY(SELECT p.id FROM %3$s p
+                             WHERE p.sent_at IS NULL AND p.attempt_count >= $1 AND ($2::bigint IS NULL OR p.id < $2)
+                             ORDER BY p.id DESC LIMIT $3))
+     ORDER BY t.id DESC',
     outbox._event_id_of(v_q),
     CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
          ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
