@@ -10,7 +10,7 @@ import (
 // What producers and peers wrote is printed with the characters a terminal acts on as escapes.
 func TestTerminalSafe(t *testing.T) {
 	for in, want := range map[string]string{
-		"plain text, ünïcödé, 日本": "plain text, ünïcödé, 日本",
+		"plain text, ünïcödé, 日本":           "plain text, ünïcödé, 日本",
 		"\x1b]0;pwned\x07\x1b[2K\rall good": `\x1b]0;pwned\x07\x1b[2K\x0dall good`,
 		"tab\tnew\nline\x7f":                `tab\x09new\x0aline\x7f`,
 		"c1 \u009b31m":                      `c1 \x9b31m`,
