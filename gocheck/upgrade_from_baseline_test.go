@@ -347,13 +347,15 @@ func TestUpgrade_FromBaselineWithDataInFlight(t *testing.T) {
 	}
 	// Functions the baseline's generators made while the data flowed (heads triggers, late-rows
 	// functions, kept statements) were given the pinned search_path too (outbox 00030).
-	var generated, unpinned int
+	var generated int
+	var unpinned []string
 	require.NoError(t, owner.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE p.proname ~ '^(_q[0-9]+_|tg_queue__heads_q)'),
-		       count(*) FILTER (WHERE NOT ('search_path=pg_catalog, pg_temp' = ANY (COALESCE(p.proconfig, '{}'))))
+		       COALESCE(array_agg(p.oid::regprocedure::text || ' ' || COALESCE(p.proconfig::text, '-'))
+		                FILTER (WHERE NOT ('search_path=pg_catalog, pg_temp' = ANY (COALESCE(p.proconfig, '{}')))), '{}')
 		FROM pg_proc p WHERE p.pronamespace IN ('outbox'::regnamespace, 'alr'::regnamespace, 'core'::regnamespace)`).Scan(&generated, &unpinned))
 	require.Positive(t, generated, "the baseline made functions of its own before the upgrade")
-	require.Zero(t, unpinned, "every function searches pg_catalog, then pg_temp")
+	require.Empty(t, unpinned, "every function searches pg_catalog, then pg_temp")
 
 	// After the upgrade: the old worker settles one leased group with its tokens; the step leased
 	// before it is recorded with its token.

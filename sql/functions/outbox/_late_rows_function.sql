@@ -16,8 +16,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_table constant text := p_q.table_oid::regclass::text;
+  -- 'pinned|': a function made before they pinned search_path = pg_catalog, pg_temp (00030; a
+  -- producer's commit could still make one while that migration ran) is not reused.
   v_name constant text := '_q' || p_q.queue_id || '_late_' || pg_catalog.left(
-    pg_catalog.md5(v_table || '|' || p_q.partition_column), 16);
+    pg_catalog.md5('pinned|' || v_table || '|' || p_q.partition_column), 16);
   v_sql text;
 BEGIN
   IF pg_catalog.to_regproc('outbox.' || v_name) IS NOT NULL THEN

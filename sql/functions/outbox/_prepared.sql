@@ -26,9 +26,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   -- md5 and to_regproc (a name, no argument types to parse): this runs before every statement.
-  -- 'generic|': a function made before they forced generic plans is not reused.
+  -- 'generic pinned|': a function made before they forced generic plans, or before they pinned
+  -- search_path = pg_catalog, pg_temp (00030; an older session's call could still make one while
+  -- that migration ran), is not reused.
   v_name constant text := '_q' || p_queue_id || '_' || pg_catalog.left(
-    pg_catalog.md5('generic|' || p_args || '|' || p_returns || '|' || p_sql), 24);
+    pg_catalog.md5('generic pinned|' || p_args || '|' || p_returns || '|' || p_sql), 24);
   v_signature text;
   v_fn regproc := pg_catalog.to_regproc(pg_catalog.format('outbox.%I', v_name));
   v_params text := '';

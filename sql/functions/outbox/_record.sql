@@ -12,6 +12,11 @@
 -- row showing an old error read as a failure (issue 32).
 -- p_retry_at (NULL, or aligned with p_ids; NULL elements = backoff) sets a transient row's next
 -- attempt to a time the caller chose (a peer's Retry-After), never earlier than the clock.
+-- A run (several rows of a key in one call, lease mode) is recorded up to its first row that is
+-- refused while still deliverable (its token is another worker's now: the lease ran out and the row
+-- was claimed again, or an operator released it): the key's later rows are refused too. Recorded,
+-- they were sent while a row before them was still to be delivered, which would then come after
+-- them. As read by the statement's snapshot.
 CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
                                           p_outcomes text[], p_errors text[], p_retry_at timestamptz[])
 RETURNS bigint[]
@@ -32,7 +37,7 @@ BEGIN
     'WITH input AS (
        SELECT u.id, u.token, u.outcome, u.err, u.retry_at
        FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $11::timestamptz[])
-         AS u(id, token, outcome, err, retry_at)),
+         AS u(id, token, outcome, err, retry_at)),%4$s
      upd AS (
        -- The attempts a failure leaves are computed from the row being updated, not read in a join
        -- before it: one index probe per row instead of two.
@@ -48,7 +53,7 @@ BEGIN
          leased_until = NULL,
          lease_token = NULL
        FROM input i
-       WHERE t.id = i.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = i.token)
+       WHERE t.id = i.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = i.token)%5$s
        RETURNING t.id, %2$s AS key)
      SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
     p_q.table_oid::regclass,
@@ -57,7 +62,15 @@ BEGIN
     -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts while it was
     -- leased stays poisoned.
     '(CASE WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
-           ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END)'),
+           ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END)',
+    CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
+     refused AS MATERIALIZED (
+       SELECT r.%2$I::text AS key, r.id FROM input j JOIN %1$s r ON r.id = j.id
+       WHERE $2 IS NOT NULL AND r.sent_at IS NULL AND r.attempt_count < $6
+         AND r.lease_token IS DISTINCT FROM j.token),', p_q.table_oid::regclass, p_q.partition_column) ELSE '' END,
+    CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
+         AND NOT EXISTS (SELECT 1 FROM refused f WHERE f.key = t.%I::text AND f.id < t.id)', p_q.partition_column)
+         ELSE '' END),
     'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
     'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
     INTO v_done, v_keys

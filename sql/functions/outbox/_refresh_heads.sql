@@ -38,7 +38,7 @@ DECLARE
   -- below) exactly when there is none or f is poisoned. One index scan per key in the usual case
   -- (a look for pending rows below the next one cost a second, with a heap fetch of the row just sent).
   v_next constant text := pg_catalog.format(
-    'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head,
+    'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head, fh.xmin AS seen,
             NULLIF(GREATEST(n.next_attempt_at, n.leased_until, $4), $4) AS parked,
             n.id IS NULL OR f.attempt_count >= $2 AS tidy
      FROM pg_catalog.unnest($1::text[]) AS k(key)
@@ -65,6 +65,9 @@ DECLARE
               CASE WHEN f.attempt_count < $2 THEN f.leased_until ELSE p.leased_until END AS leased_until) n',
     p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type);
   v_tidy text[];
+  v_tidy_pass text[];
+  v_keys text[] := p_keys;
+  v_stale text[];
   v_locked text[];
   v_busy text[];
   v_now timestamptz := pg_catalog.clock_timestamp();
@@ -75,30 +78,46 @@ BEGIN
   END IF;
   -- Point heads at their next row; partitions that are empty or stepped over poisoned rows are
   -- only collected here, so the common uncontended case writes each of them once, below.
-  -- Heads that exist are updated in place (an upsert locks each row before it updates it); those
-  -- that do not, or were deleted meanwhile, are made.
-  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
-    'WITH next AS (%s),
-     moved AS (
-       UPDATE outbox.partition_heads h
-       SET head_id = next.id, attempt_count = next.attempt_count, parked_until = next.parked,
-           floor_id = CASE WHEN $5 AND h.floor_id >= next.floor_id THEN GREATEST(h.floor_id, next.id)
-                           ELSE h.floor_id END
-       FROM next
-       WHERE next.id IS NOT NULL AND NOT next.tidy AND next.has_head
-         AND h.queue_id = $3 AND h.partition_key = next.key
-       RETURNING h.partition_key),
-     made AS (
-       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
-       SELECT $3, next.key, next.id, next.attempt_count, next.parked, CASE WHEN $5 THEN next.id ELSE 0 END
-       FROM next WHERE next.id IS NOT NULL AND NOT next.tidy
-         AND next.key NOT IN (SELECT moved.partition_key FROM moved)
-       ON CONFLICT (queue_id, partition_key) DO UPDATE
-         SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
-             parked_until = EXCLUDED.parked_until)
-     SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FROM next WHERE next.tidy', v_next),
-    'text[], integer, integer, timestamptz, boolean', 'TABLE(pgdrain_tidy text[])')
-    INTO v_tidy USING p_keys, p_q.max_attempts, p_q.queue_id, v_now, v_read_committed;
+  -- Heads that exist are updated in place, those that do not are made; but only a head still as
+  -- this statement's snapshot saw it (its xmin), or still missing: another transaction that moved
+  -- or made it meanwhile (a result of its row, an operator's poison_row, a producer's commit step)
+  -- committed after our snapshot was taken, and what we found from that snapshot is older than
+  -- what it wrote. Written over, the head went back to a row just sent, parked until that row's
+  -- lease or backoff ended (up to max_delay), while the key's next row was ready and no claim
+  -- looked at it. Such keys are looked at again, by a new statement with a newer snapshot (READ
+  -- COMMITTED; in REPEATABLE READ and SERIALIZABLE the update fails with 40001 instead), a few
+  -- times at most: what is left then is the other transaction's head, which a later claim, result
+  -- or the repair pass moves on.
+  FOR pass IN 1..3 LOOP
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH next AS (%s),
+       moved AS (
+         UPDATE outbox.partition_heads h
+         SET head_id = next.id, attempt_count = next.attempt_count, parked_until = next.parked,
+             floor_id = CASE WHEN $5 AND h.floor_id >= next.floor_id THEN GREATEST(h.floor_id, next.id)
+                             ELSE h.floor_id END
+         FROM next
+         WHERE next.id IS NOT NULL AND NOT next.tidy AND next.has_head
+           AND h.queue_id = $3 AND h.partition_key = next.key AND h.xmin = next.seen
+         RETURNING h.partition_key),
+       made AS (
+         INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+         SELECT $3, next.key, next.id, next.attempt_count, next.parked, CASE WHEN $5 THEN next.id ELSE 0 END
+         FROM next WHERE next.id IS NOT NULL AND NOT next.tidy AND NOT next.has_head
+         ON CONFLICT (queue_id, partition_key) DO NOTHING
+         RETURNING h.partition_key)
+       SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FILTER (WHERE next.tidy),
+              pg_catalog.array_agg(next.key ORDER BY next.key) FILTER (
+                WHERE next.id IS NOT NULL AND NOT next.tidy
+                  AND next.key NOT IN (SELECT moved.partition_key FROM moved)
+                  AND next.key NOT IN (SELECT made.partition_key FROM made))
+       FROM next', v_next),
+      'text[], integer, integer, timestamptz, boolean', 'TABLE(pgdrain_tidy text[], pgdrain_stale text[])')
+      INTO v_tidy_pass, v_stale USING v_keys, p_q.max_attempts, p_q.queue_id, v_now, v_read_committed;
+    v_tidy := v_tidy || v_tidy_pass;
+    EXIT WHEN v_stale IS NULL OR NOT v_read_committed;
+    v_keys := v_stale;
+  END LOOP;
   IF v_tidy IS NULL THEN
     RETURN;
   END IF;
