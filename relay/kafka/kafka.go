@@ -35,6 +35,11 @@ type Config struct {
 	// TopicField names the payload's top-level string field that holds each event's topic. Set it
 	// or Topic.
 	TopicField string `yaml:"topic_field"`
+	// AllowedTopics limits the topics TopicField may name: exact names, or prefixes ending in "*"
+	// ("orders.*"). Empty: every topic but internal ones, whose name starts with "_"
+	// (__consumer_offsets, __transaction_state, _schemas, ...): a payload names one of those only
+	// when AllowedTopics lists it exactly. A refused topic is permanent.
+	AllowedTopics []string `yaml:"allowed_topics"`
 	// ClientID is the producer's client id. Defaults to "pgdrain-relay" (DefaultClientID).
 	ClientID string `yaml:"client_id"`
 	// Options are more franz-go options (TLS, SASL, compression), after the sink's own. They may
@@ -61,6 +66,14 @@ func (c Config) Validate() error {
 		bad("Topic must be empty when TopicField is set: the topic comes from one place")
 	case c.Topic != "" && !topicPattern.MatchString(c.Topic):
 		bad("Topic must be a Kafka topic name (letters, digits, '.', '_', '-', at most 249), got %q", c.Topic)
+	}
+	if len(c.AllowedTopics) > 0 && c.TopicField == "" {
+		bad("AllowedTopics must be empty unless TopicField is set: they limit the topics payloads name")
+	}
+	for i, a := range c.AllowedTopics {
+		if name := strings.TrimSuffix(a, "*"); !topicPattern.MatchString(name) {
+			bad("AllowedTopics[%d] must be a Kafka topic name, or a prefix of one ending in \"*\", got %q", i, a)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -138,6 +151,14 @@ func (s *Sink) record(e relay.Event) (*kgo.Record, error) {
 		if !topicPattern.MatchString(topic) {
 			return nil, fmt.Errorf("the payload's field %q is not a Kafka topic name: %q", s.cfg.TopicField, topic)
 		}
+		if !topicAllowed(topic, s.cfg.AllowedTopics) {
+			if len(s.cfg.AllowedTopics) == 0 {
+				return nil, fmt.Errorf("the payload's field %q names the internal topic %q (its name starts with \"_\"): "+
+					"the relay never produces there for a producer unless allowed_topics names it", s.cfg.TopicField, topic)
+			}
+			return nil, fmt.Errorf("the payload's field %q names the topic %q, which allowed_topics (%s) does not allow",
+				s.cfg.TopicField, topic, strings.Join(s.cfg.AllowedTopics, ", "))
+		}
 	}
 	r := &kgo.Record{
 		Topic: topic,
@@ -201,4 +222,24 @@ func (s *Sink) Close() error {
 		return fmt.Errorf("flushing the Kafka producer: %w", err)
 	}
 	return nil
+}
+
+// topicAllowed reports whether a payload may name topic: with no allowed list, any topic not
+// internal (a leading "_"); else one the list names exactly, or one under a prefix of it ending in
+// "*" (never an internal one, which only an exact name allows).
+func topicAllowed(topic string, allowed []string) bool {
+	internal := strings.HasPrefix(topic, "_")
+	if len(allowed) == 0 {
+		return !internal
+	}
+	for _, a := range allowed {
+		if prefix, ok := strings.CutSuffix(a, "*"); ok {
+			if !internal && strings.HasPrefix(topic, prefix) {
+				return true
+			}
+		} else if topic == a {
+			return true
+		}
+	}
+	return false
 }

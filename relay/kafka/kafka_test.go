@@ -144,6 +144,37 @@ func TestSink_TopicFromThePayload(t *testing.T) {
 	require.Equal(t, identity(2), header(consume(t, c, "us.orders", 1)[0], "ce_id"))
 }
 
+// A payload names no internal topic (a leading "_": Schema Registry's _schemas, the brokers'
+// __consumer_offsets) unless allowed_topics lists it exactly, and with allowed_topics only the
+// topics it allows: a refused topic is permanent and nothing is produced there.
+func TestSink_PayloadsNameOnlyAllowedTopics(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, "eu.orders", "us.orders", "_schemas", "audit")
+	open := func(allowed ...string) *kafka.Sink {
+		s, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), TopicField: "t", AllowedTopics: allowed})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	res := deliver(t, open(), event(1, "a", "t", `{"t":"_schemas"}`), event(2, "b", "t", `{"t":"audit"}`))
+	require.Equal(t, relay.Permanent, res[0].Outcome)
+	require.ErrorContains(t, res[0].Err, `names the internal topic "_schemas"`)
+	require.Equal(t, relay.Sent, res[1].Outcome)
+
+	res = deliver(t, open("eu.*", "_schemas"),
+		event(3, "c", "t", `{"t":"eu.orders"}`), event(4, "d", "t", `{"t":"us.orders"}`), event(5, "e", "t", `{"t":"_schemas"}`))
+	require.Equal(t, relay.Sent, res[0].Outcome)
+	require.Equal(t, relay.Permanent, res[1].Outcome)
+	require.EqualError(t, res[1].Err, `the payload's field "t" names the topic "us.orders", which allowed_topics (eu.*, _schemas) does not allow`)
+	require.Equal(t, relay.Sent, res[2].Outcome, "an internal topic listed exactly")
+	require.Len(t, consume(t, c, "_schemas", 1), 1, "only the allowed record reached _schemas")
+
+	require.EqualError(t, kafka.Config{Brokers: []string{"x:1"}, Topic: "a", AllowedTopics: []string{"a"}}.Validate(),
+		"AllowedTopics must be empty unless TopicField is set: they limit the topics payloads name")
+	require.ErrorContains(t, kafka.Config{Brokers: []string{"x:1"}, TopicField: "t", AllowedTopics: []string{"no spaces*"}}.Validate(),
+		`AllowedTopics[0] must be a Kafka topic name, or a prefix of one ending in "*", got "no spaces*"`)
+}
+
 // A record larger than a batch may be is permanent; a cluster that is not there is transient
 // (the delivery's deadline ends it).
 func TestSink_TooLargeIsPermanentNoBrokerIsTransient(t *testing.T) {
