@@ -81,9 +81,8 @@ $f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
       p_q.table_oid::regclass, outbox._snapshot_lock_class(), p_q.queue_id);
   END IF;
   -- The commit step's late-rows statement, made now rather than by a producer's commit, and made
-  -- again: its name says the table and column it reads, not the statement, so a migration that
-  -- changes the statement (and reinstalls these triggers, as migrations do) replaces it here.
-  PERFORM outbox._drop_functions('^_q' || p_q.queue_id || '_late_');
-  PERFORM outbox._late_rows_function(p_q);
+  -- again in place: its name says the table and column it reads, not the statement, so a migration
+  -- that changes the statement (and reinstalls these triggers, as migrations do) replaces it here.
+  PERFORM outbox._late_rows_function(p_q, true);
 END;
 $$;

@@ -6,9 +6,13 @@
 -- step runs as the schema owner, under a try-lock); when it can not be made now (another session is
 -- making it, a read-only transaction, DDL refused), the statement itself runs this once.
 -- drop_queue drops it with the queue's other functions.
+-- p_replace (create_queue, through outbox._install_heads_trigger): the function is made again in
+-- place (CREATE OR REPLACE: a producer's commit step running it meanwhile keeps working; dropped
+-- and made again, it failed with "cache lookup failed for function"), and the queue's late-rows
+-- functions of other names (another table or column, an older seed) are dropped.
 -- Returns the statement to EXECUTE with $1..$5 = keys, our smallest id of each, our transaction's
 -- full id, our smallest id, the last id given out.
-CREATE OR REPLACE FUNCTION outbox._late_rows_function(p_q outbox.queues)
+CREATE OR REPLACE FUNCTION outbox._late_rows_function(p_q outbox.queues, p_replace boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
@@ -22,8 +26,11 @@ DECLARE
     pg_catalog.md5('pinned|' || v_table || '|' || p_q.partition_column), 16);
   v_sql text;
 BEGIN
-  IF pg_catalog.to_regproc('outbox.' || v_name) IS NOT NULL THEN
+  IF NOT p_replace AND pg_catalog.to_regproc('outbox.' || v_name) IS NOT NULL THEN
     RETURN pg_catalog.format('SELECT outbox.%I($1, $2, $3, $4, $5)', v_name);
+  END IF;
+  IF p_replace THEN
+    PERFORM outbox._drop_functions('^_q' || p_q.queue_id || '_late_(?!' || pg_catalog.substr(v_name, pg_catalog.length(v_name) - 15) || '$)');
   END IF;
   -- One pass over the range, whatever the number of keys: a key's membership is a lookup in a
   -- jsonb object of our keys, and the answer per key another (no join: this runs under the commit
@@ -44,10 +51,10 @@ BEGIN
      CROSS JOIN unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(k, lo, n)',
     v_table, p_q.partition_column);
   IF pg_catalog.current_setting('transaction_read_only') = 'off'
-     AND pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgdrain._prepared'), pg_catalog.hashtext(v_name)) THEN
+     AND (p_replace OR pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pgdrain._prepared'), pg_catalog.hashtext(v_name))) THEN
     BEGIN
       EXECUTE pg_catalog.format(
-        'CREATE FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) RETURNS bigint[] LANGUAGE plpgsql STABLE
+        'CREATE OR REPLACE FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) RETURNS bigint[] LANGUAGE plpgsql STABLE
          SET search_path = pg_catalog, pg_temp AS %L', v_name, 'BEGIN RETURN (' || v_sql || '); END');
       EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) FROM PUBLIC', v_name);
       EXECUTE pg_catalog.format('COMMENT ON FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) IS %L', v_name,
