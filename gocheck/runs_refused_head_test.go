@@ -74,3 +74,70 @@ func TestRuns_ALaterRowIsRefusedWhenTheRunsFirstWasTakenAgain(t *testing.T) {
 	require.Len(t, next, 1)
 	require.Equal(t, "unregister", next[0].Type, "then unregister, after register")
 }
+
+// The same, with the run's lease run out (its tokens unchanged) and the other worker's claim of
+// register still open when the first worker's call starts: the call's snapshot still shows register with the first worker's token, the call waits
+// for the claim on register's row, and the claim then commits. Register is refused (its token
+// changed), and so must unregister be, though the snapshot never saw register taken.
+func TestRuns_ALaterRowIsRefusedWhenTheRunsFirstIsTakenWhileTheCallWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	_, err := db.Pool.Exec(ctx, `SELECT outbox.create_queue('public.rw', 'key');
+		INSERT INTO public.rw (event_type, payload, key) VALUES ('register', '{}', 'a');
+		INSERT INTO public.rw (event_type, payload, key) VALUES ('unregister', '{}', 'a');`)
+	require.NoError(t, err)
+	var ids []int64
+	var tokens []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(id ORDER BY id), array_agg(lease_token::text ORDER BY id)
+		FROM outbox.claim_runs('public.rw', 10, '1 second', 8)`).Scan(&ids, &tokens))
+	require.Len(t, ids, 2)
+	time.Sleep(1100 * time.Millisecond) // the run's lease ends, its tokens unchanged
+
+	other, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer other.Rollback(ctx)
+	var taken int64
+	require.NoError(t, other.QueryRow(ctx, `SELECT id FROM outbox.claim_batch('public.rw', 10)`).Scan(&taken))
+	require.Equal(t, ids[0], taken, "another worker takes register, not yet committed")
+
+	type result struct {
+		ID      int64
+		Applied bool
+	}
+	done := make(chan []result, 1)
+	failed := make(chan error, 1)
+	go func() {
+		rows, err := db.Pool.Query(ctx, `SELECT id, applied FROM outbox.apply_results('public.rw', $1, $2::uuid[], '{sent,sent}') ORDER BY id`,
+			ids, tokens)
+		if err == nil {
+			var results []result
+			results, err = pgx.CollectRows(rows, pgx.RowToStructByPos[result])
+			if err == nil {
+				done <- results
+				return
+			}
+		}
+		failed <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%outbox.apply_results%')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond, "the first worker's call waits for the claim on register")
+	require.NoError(t, other.Commit(ctx))
+
+	select {
+	case err := <-failed:
+		require.NoError(t, err)
+	case results := <-done:
+		require.Equal(t, []result{{ids[0], false}, {ids[1], false}}, results,
+			"the run is refused from its first refused row on")
+	case <-time.After(10 * time.Second):
+		t.Fatal("apply_results did not return after the claim committed")
+	}
+	var sent int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM public.rw WHERE sent_at IS NOT NULL`).Scan(&sent))
+	require.Zero(t, sent, "unregister is not sent while register is pending with the other worker")
+}

@@ -1,6 +1,7 @@
 -- Journals one delivery of a step that apply_escalation recorded (step_idx must already be behind
 -- the ladder's current step), with error NULL for success. channel, target and alert are read from
--- the ladder, not trusted from the caller. Returns the journal row's id.
+-- the ladder, not trusted from the caller. Returns the journal row's id. The error is kept to its
+-- first 4000 characters (a channel's whole error page could be megabytes).
 CREATE OR REPLACE FUNCTION alr.record_delivery(escalation_id uuid, step_idx integer, lease_token uuid,
                                                error text DEFAULT NULL)
 RETURNS bigint
@@ -37,7 +38,7 @@ BEGIN
   VALUES (v_e.id, v_e.alert_id, record_delivery.step_idx, v_s.channel, v_s.target,
           record_delivery.lease_token,
           CASE WHEN record_delivery.error IS NULL THEN 'delivered' ELSE 'failed' END,
-          record_delivery.error)
+          pg_catalog.left(record_delivery.error, 4000))
   RETURNING id INTO v_id;
   RETURN v_id;
 END;

@@ -10,13 +10,21 @@
 -- not a deadline: it stays now(), the time of the transaction that made the row sent. A sent row's
 -- last_error is cleared (its attempt_count still says how many attempts failed before): a delivered
 -- row showing an old error read as a failure (issue 32).
+-- An error is kept to its first 4000 characters (the Go drainer sends at most 4000 bytes; other
+-- clients sent whole error pages, megabytes read back by every stats and console call).
 -- p_retry_at (NULL, or aligned with p_ids; NULL elements = backoff) sets a transient row's next
 -- attempt to a time the caller chose (a peer's Retry-After), never earlier than the clock.
 -- A run (several rows of a key in one call, lease mode) is recorded up to its first row that is
 -- refused while still deliverable (its token is another worker's now: the lease ran out and the row
 -- was claimed again, or an operator released it): the key's later rows are refused too. Recorded,
 -- they were sent while a row before them was still to be delivered, which would then come after
--- them. As read by the statement's snapshot.
+-- them. A row followed by a later row of its key in the call counts as the caller's only if it
+-- still is at its latest version, not as the statement's snapshot saw it: the call locks it (a
+-- claim of it that commits while the call waits for it drops it from still_ours, and the rows
+-- after it are refused). Only rows the call would update are locked, so it waits for nothing it
+-- did not wait for before. A row that changed in any other way since the snapshot (sent or
+-- poisoned by someone else meanwhile) refuses the rows after it too: they are delivered again,
+-- never out of order.
 CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
                                           p_outcomes text[], p_errors text[], p_retry_at timestamptz[])
 RETURNS bigint[]
@@ -49,7 +57,7 @@ BEGIN
            WHEN %3$s >= $6 THEN NULL
            WHEN i.retry_at IS NOT NULL THEN GREATEST(i.retry_at, $10)
            ELSE $10 + outbox._backoff(%3$s, $8, $9) END,
-         last_error = CASE WHEN i.outcome = ''sent'' THEN NULL ELSE i.err END,
+         last_error = CASE WHEN i.outcome = ''sent'' THEN NULL ELSE pg_catalog.left(i.err, 4000) END,
          leased_until = NULL,
          lease_token = NULL
        FROM input i
@@ -64,10 +72,20 @@ BEGIN
     '(CASE WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
            ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END)',
     CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
+     keyed AS MATERIALIZED (
+       SELECT r.%2$I::text AS key, r.id, j.token,
+              r.id < pg_catalog.max(r.id) OVER (PARTITION BY r.%2$I::text) AS followed,
+              r.sent_at IS NULL AND r.attempt_count < $6 AS deliverable
+       FROM input j JOIN %1$s r ON r.id = j.id
+       WHERE $2 IS NOT NULL),
+     still_ours AS MATERIALIZED (
+       SELECT k.id FROM keyed k JOIN %1$s r ON r.id = k.id
+       WHERE k.followed AND r.sent_at IS NULL AND r.lease_token = k.token
+       FOR NO KEY UPDATE OF r),
      refused AS MATERIALIZED (
-       SELECT r.%2$I::text AS key, r.id FROM input j JOIN %1$s r ON r.id = j.id
-       WHERE $2 IS NOT NULL AND r.sent_at IS NULL AND r.attempt_count < $6
-         AND r.lease_token IS DISTINCT FROM j.token),', p_q.table_oid::regclass, p_q.partition_column) ELSE '' END,
+       SELECT k.key, k.id FROM keyed k
+       WHERE k.followed AND k.deliverable AND k.id NOT IN (SELECT o.id FROM still_ours o)),',
+      p_q.table_oid::regclass, p_q.partition_column) ELSE '' END,
     CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
          AND NOT EXISTS (SELECT 1 FROM refused f WHERE f.key = t.%I::text AND f.id < t.id)', p_q.partition_column)
          ELSE '' END),

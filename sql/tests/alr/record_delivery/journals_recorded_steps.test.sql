@@ -2,7 +2,7 @@
 -- target and alert from the ladder; error NULL = delivered. Every call adds a row (no unique key:
 -- a second delivery would show). It refuses a step not yet recorded, NULL ids/tokens, unknown ids.
 BEGIN;
-SELECT plan(8);
+SELECT plan(9);
 \ir ../_fixtures.sql
 
 CREATE TEMP TABLE fx AS SELECT pg_temp.ladder(2) AS id;
@@ -18,6 +18,10 @@ SELECT is((SELECT count(*)::int FROM alr.delivery_journal WHERE escalation_id = 
           'a second journal row for one step is kept, so a double delivery would be visible');
 SELECT is((SELECT outcome || ': ' || error FROM alr.delivery_journal ORDER BY id DESC LIMIT 1),
           'failed: telegram: 502 Bad Gateway', 'an error is journaled as failed');
+
+SELECT alr.record_delivery(escalation_id, 0, lease_token, 'é' || repeat('x', 100000)) FROM t;
+SELECT is((SELECT length(error) FROM alr.delivery_journal ORDER BY id DESC LIMIT 1), 4000,
+          'an error is journaled to its first 4000 characters (alr 00008: a whole error page could be megabytes)');
 
 INSERT INTO state_before SELECT pg_temp.alr_state();
 SELECT throws_ok(format('SELECT alr.record_delivery(%L, 1, %L)', escalation_id, lease_token), '22023',

@@ -1,0 +1,278 @@
+-- +goose Up
+-- +goose StatementBegin
+-- Journals one delivery of a step that apply_escalation recorded (step_idx must already be behind
+-- the ladder's current step), with error NULL for success. channel, target and alert are read from
+-- the ladder, not trusted from the caller. Returns the journal row's id. The error is kept to its
+-- first 4000 characters (a channel's whole error page could be megabytes).
+CREATE OR REPLACE FUNCTION alr.record_delivery(escalation_id uuid, step_idx integer, lease_token uuid,
+                                               error text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  fn constant text := 'record_delivery';
+  v_e alr.alert_escalations;
+  v_s alr.escalation_steps;
+  v_id bigint;
+BEGIN
+  IF record_delivery.escalation_id IS NULL THEN
+    PERFORM alr._invalid(fn, 'escalation_id must not be NULL, got NULL');
+  END IF;
+  IF record_delivery.lease_token IS NULL THEN
+    PERFORM alr._invalid(fn, 'lease_token must not be NULL, got NULL');
+  END IF;
+  SELECT * INTO v_e FROM alr.alert_escalations e WHERE e.id = record_delivery.escalation_id;
+  IF NOT FOUND THEN
+    PERFORM alr._not_found(fn, 'escalation_id', 'escalation', record_delivery.escalation_id);
+  END IF;
+  IF record_delivery.step_idx IS NULL OR record_delivery.step_idx < 0
+     OR record_delivery.step_idx >= v_e.step_idx THEN
+    PERFORM alr._invalid(fn, pg_catalog.format(
+      'step_idx must be a step apply_escalation already recorded (0 to %s), got %s',
+      v_e.step_idx - 1, COALESCE(record_delivery.step_idx::text, 'NULL')));
+  END IF;
+  SELECT * INTO STRICT v_s FROM alr.escalation_steps s
+  WHERE s.policy_id = v_e.policy_id AND s.step_idx = record_delivery.step_idx;
+  INSERT INTO alr.delivery_journal (escalation_id, alert_id, step_idx, channel, target, lease_token,
+                                    outcome, error)
+  VALUES (v_e.id, v_e.alert_id, record_delivery.step_idx, v_s.channel, v_s.target,
+          record_delivery.lease_token,
+          CASE WHEN record_delivery.error IS NULL THEN 'delivered' ELSE 'failed' END,
+          pg_catalog.left(record_delivery.error, 4000))
+  RETURNING id INTO v_id;
+  RETURN v_id;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The version of the alr schema (the escalation ladder) installed in this database: the release it
+-- belongs to and the number of the last migration applied (the file migrations/alr/NNNNN_*.sql). The
+-- escalation engine checks migration >= the one it needs before it starts.
+-- Every migration carries this function with its own number (a test compares the two), and its
+-- Down restores the body before it, so the answer is right after goose up or down to any migration.
+CREATE OR REPLACE FUNCTION alr.version(OUT version text, OUT migration integer)
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT '0.1.0'::text, 8;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema alr (canonical source; migration alr/00004 carries the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+-- The roles are the outbox's three (pgdrain_worker, pgdrain_producer, pgdrain_operator).
+--
+-- Nothing in alr is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alr FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA alr REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA alr TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- SECURITY DEFINER: callers get exactly what the function does and no privilege on any alr table,
+-- so an engine can not advance a ladder or clear a token with a plain UPDATE, and nobody but the
+-- owner writes the delivery journal except through record_delivery. Each validates its arguments
+-- and pins search_path (pg_catalog, then pg_temp: docs/security.md).
+ALTER FUNCTION alr.take_due_steps(integer, interval) SECURITY DEFINER;
+ALTER FUNCTION alr.apply_escalation(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.release_step(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.record_delivery(uuid, integer, uuid, text) SECURITY DEFINER;
+ALTER FUNCTION alr.alert_name(uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.channels_in_use() SECURITY DEFINER;
+ALTER FUNCTION alr.add_alert(text) SECURITY DEFINER;
+ALTER FUNCTION alr.start_escalation(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.resolve_alert(uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.create_policy(text, jsonb) SECURITY DEFINER;
+
+-- Workers run the escalation engine: take, record, give back, journal; the alert's name for the
+-- message and the channels the policies use (the engine's start-up check).
+GRANT EXECUTE ON FUNCTION
+  alr.take_due_steps(integer, interval),
+  alr.apply_escalation(uuid, uuid),
+  alr.release_step(uuid, uuid),
+  alr.record_delivery(uuid, integer, uuid, text),
+  alr.alert_name(uuid),
+  alr.channels_in_use()
+  TO pgdrain_worker;
+
+-- Producers are what raises alerts (the monitoring system): add, start a ladder, resolve.
+GRANT EXECUTE ON FUNCTION
+  alr.add_alert(text),
+  alr.start_escalation(uuid, uuid),
+  alr.resolve_alert(uuid)
+  TO pgdrain_producer;
+
+-- Operators write policies, see which channels they use, and read the ladder's state (no payloads
+-- live here: names, channels, targets, steps, the journal). They can change no row directly.
+GRANT EXECUTE ON FUNCTION
+  alr.create_policy(text, jsonb),
+  alr.channels_in_use()
+  TO pgdrain_operator;
+GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
+  alr.delivery_journal TO pgdrain_operator;
+
+-- The _ helpers (_invalid, _not_found, _escalation_known) stay INVOKER and are granted to nobody:
+-- only the functions above, running as the owner, call them.
+
+-- Operators resolve an alert from the console; readers see the ladders (no payloads live here).
+GRANT EXECUTE ON FUNCTION alr.resolve_alert(uuid) TO pgdrain_operator;
+GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
+  alr.delivery_journal TO pgdrain_reader;
+
+-- Everyone who may use the schema reads its version (alr.version: a constant, no data): the
+-- escalation engine checks it at start, pgdrain --version prints it.
+GRANT EXECUTE ON FUNCTION alr.version() TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- Acknowledgement (alr 00006): operators acknowledge (the console, on call); readers and operators
+-- read the resolved alerts and who acknowledged what. acknowledge_alert is DEFINER: nobody writes
+-- alert_acknowledgements or stops a ladder directly.
+ALTER FUNCTION alr.acknowledge_alert(uuid, text) SECURITY DEFINER;
+ALTER FUNCTION alr.resolved_alerts(integer) SECURITY DEFINER;
+GRANT EXECUTE ON FUNCTION alr.acknowledge_alert(uuid, text) TO pgdrain_operator;
+GRANT EXECUTE ON FUNCTION alr.resolved_alerts(integer) TO pgdrain_reader, pgdrain_operator;
+GRANT SELECT ON alr.alert_acknowledgements TO pgdrain_reader, pgdrain_operator;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+-- Journals one delivery of a step that apply_escalation recorded (step_idx must already be behind
+-- the ladder's current step), with error NULL for success. channel, target and alert are read from
+-- the ladder, not trusted from the caller. Returns the journal row's id.
+CREATE OR REPLACE FUNCTION alr.record_delivery(escalation_id uuid, step_idx integer, lease_token uuid,
+                                               error text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  fn constant text := 'record_delivery';
+  v_e alr.alert_escalations;
+  v_s alr.escalation_steps;
+  v_id bigint;
+BEGIN
+  IF record_delivery.escalation_id IS NULL THEN
+    PERFORM alr._invalid(fn, 'escalation_id must not be NULL, got NULL');
+  END IF;
+  IF record_delivery.lease_token IS NULL THEN
+    PERFORM alr._invalid(fn, 'lease_token must not be NULL, got NULL');
+  END IF;
+  SELECT * INTO v_e FROM alr.alert_escalations e WHERE e.id = record_delivery.escalation_id;
+  IF NOT FOUND THEN
+    PERFORM alr._not_found(fn, 'escalation_id', 'escalation', record_delivery.escalation_id);
+  END IF;
+  IF record_delivery.step_idx IS NULL OR record_delivery.step_idx < 0
+     OR record_delivery.step_idx >= v_e.step_idx THEN
+    PERFORM alr._invalid(fn, pg_catalog.format(
+      'step_idx must be a step apply_escalation already recorded (0 to %s), got %s',
+      v_e.step_idx - 1, COALESCE(record_delivery.step_idx::text, 'NULL')));
+  END IF;
+  SELECT * INTO STRICT v_s FROM alr.escalation_steps s
+  WHERE s.policy_id = v_e.policy_id AND s.step_idx = record_delivery.step_idx;
+  INSERT INTO alr.delivery_journal (escalation_id, alert_id, step_idx, channel, target, lease_token,
+                                    outcome, error)
+  VALUES (v_e.id, v_e.alert_id, record_delivery.step_idx, v_s.channel, v_s.target,
+          record_delivery.lease_token,
+          CASE WHEN record_delivery.error IS NULL THEN 'delivered' ELSE 'failed' END,
+          record_delivery.error)
+  RETURNING id INTO v_id;
+  RETURN v_id;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The version of the alr schema (the escalation ladder) installed in this database: the release it
+-- belongs to and the number of the last migration applied (the file migrations/alr/NNNNN_*.sql). The
+-- escalation engine checks migration >= the one it needs before it starts.
+-- Every migration carries this function with its own number (a test compares the two), and its
+-- Down restores the body before it, so the answer is right after goose up or down to any migration.
+CREATE OR REPLACE FUNCTION alr.version(OUT version text, OUT migration integer)
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT '0.1.0'::text, 7;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema alr (canonical source; migration alr/00004 carries the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+-- The roles are the outbox's three (pgdrain_worker, pgdrain_producer, pgdrain_operator).
+--
+-- Nothing in alr is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alr FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA alr REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA alr TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- SECURITY DEFINER: callers get exactly what the function does and no privilege on any alr table,
+-- so an engine can not advance a ladder or clear a token with a plain UPDATE, and nobody but the
+-- owner writes the delivery journal except through record_delivery. Each validates its arguments
+-- and pins search_path (pg_catalog, then pg_temp: docs/security.md).
+ALTER FUNCTION alr.take_due_steps(integer, interval) SECURITY DEFINER;
+ALTER FUNCTION alr.apply_escalation(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.release_step(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.record_delivery(uuid, integer, uuid, text) SECURITY DEFINER;
+ALTER FUNCTION alr.alert_name(uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.channels_in_use() SECURITY DEFINER;
+ALTER FUNCTION alr.add_alert(text) SECURITY DEFINER;
+ALTER FUNCTION alr.start_escalation(uuid, uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.resolve_alert(uuid) SECURITY DEFINER;
+ALTER FUNCTION alr.create_policy(text, jsonb) SECURITY DEFINER;
+
+-- Workers run the escalation engine: take, record, give back, journal; the alert's name for the
+-- message and the channels the policies use (the engine's start-up check).
+GRANT EXECUTE ON FUNCTION
+  alr.take_due_steps(integer, interval),
+  alr.apply_escalation(uuid, uuid),
+  alr.release_step(uuid, uuid),
+  alr.record_delivery(uuid, integer, uuid, text),
+  alr.alert_name(uuid),
+  alr.channels_in_use()
+  TO pgdrain_worker;
+
+-- Producers are what raises alerts (the monitoring system): add, start a ladder, resolve.
+GRANT EXECUTE ON FUNCTION
+  alr.add_alert(text),
+  alr.start_escalation(uuid, uuid),
+  alr.resolve_alert(uuid)
+  TO pgdrain_producer;
+
+-- Operators write policies, see which channels they use, and read the ladder's state (no payloads
+-- live here: names, channels, targets, steps, the journal). They can change no row directly.
+GRANT EXECUTE ON FUNCTION
+  alr.create_policy(text, jsonb),
+  alr.channels_in_use()
+  TO pgdrain_operator;
+GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
+  alr.delivery_journal TO pgdrain_operator;
+
+-- The _ helpers (_invalid, _not_found, _escalation_known) stay INVOKER and are granted to nobody:
+-- only the functions above, running as the owner, call them.
+
+-- Operators resolve an alert from the console; readers see the ladders (no payloads live here).
+GRANT EXECUTE ON FUNCTION alr.resolve_alert(uuid) TO pgdrain_operator;
+GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
+  alr.delivery_journal TO pgdrain_reader;
+
+-- Everyone who may use the schema reads its version (alr.version: a constant, no data): the
+-- escalation engine checks it at start, pgdrain --version prints it.
+GRANT EXECUTE ON FUNCTION alr.version() TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- Acknowledgement (alr 00006): operators acknowledge (the console, on call); readers and operators
+-- read the resolved alerts and who acknowledged what. acknowledge_alert is DEFINER: nobody writes
+-- alert_acknowledgements or stops a ladder directly.
+ALTER FUNCTION alr.acknowledge_alert(uuid, text) SECURITY DEFINER;
+ALTER FUNCTION alr.resolved_alerts(integer) SECURITY DEFINER;
+GRANT EXECUTE ON FUNCTION alr.acknowledge_alert(uuid, text) TO pgdrain_operator;
+GRANT EXECUTE ON FUNCTION alr.resolved_alerts(integer) TO pgdrain_reader, pgdrain_operator;
+GRANT SELECT ON alr.alert_acknowledgements TO pgdrain_reader, pgdrain_operator;
+-- +goose StatementEnd

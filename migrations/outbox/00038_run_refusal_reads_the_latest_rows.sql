@@ -1,0 +1,501 @@
+-- +goose Up
+-- +goose StatementBegin
+-- Records outcomes for rows, the common core of apply_result(s) (p_tokens given: only rows whose
+-- lease_token still matches) and settle_locked (p_tokens NULL: the caller checked it holds the
+-- row locks). A row that does not qualify is not touched at all. Every outcome clears lease and
+-- token together. 'transient' adds an attempt with backoff; on a partitioned queue it is capped
+-- at max_attempts - 1 so a partition head is never poisoned by a transient failure. 'permanent'
+-- poisons (attempt_count = max_attempts) unless the queue's policy is 'retry'.
+-- A backoff is counted from the clock when the outcome is recorded, not from now() (the
+-- transaction start): in lock mode the claiming transaction has been open for the whole delivery,
+-- and a backoff counted from its start could be over before it is written. sent_at is a record,
+-- not a deadline: it stays now(), the time of the transaction that made the row sent. A sent row's
+-- last_error is cleared (its attempt_count still says how many attempts failed before): a delivered
+-- row showing an old error read as a failure (issue 32).
+-- An error is kept to its first 4000 characters (the Go drainer sends at most 4000 bytes; other
+-- clients sent whole error pages, megabytes read back by every stats and console call).
+-- p_retry_at (NULL, or aligned with p_ids; NULL elements = backoff) sets a transient row's next
+-- attempt to a time the caller chose (a peer's Retry-After), never earlier than the clock.
+-- A run (several rows of a key in one call, lease mode) is recorded up to its first row that is
+-- refused while still deliverable (its token is another worker's now: the lease ran out and the row
+-- was claimed again, or an operator released it): the key's later rows are refused too. Recorded,
+-- they were sent while a row before them was still to be delivered, which would then come after
+-- them. A row followed by a later row of its key in the call counts as the caller's only if it
+-- still is at its latest version, not as the statement's snapshot saw it: the call locks it (a
+-- claim of it that commits while the call waits for it drops it from still_ours, and the rows
+-- after it are refused). Only rows the call would update are locked, so it waits for nothing it
+-- did not wait for before. A row that changed in any other way since the snapshot (sent or
+-- poisoned by someone else meanwhile) refuses the rows after it too: they are delivered again,
+-- never out of order.
+CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
+                                          p_outcomes text[], p_errors text[], p_retry_at timestamptz[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_done bigint[];
+  v_keys text[];
+  v_cap integer := CASE WHEN p_q.partition_column IS NULL THEN p_q.max_attempts ELSE p_q.max_attempts - 1 END;
+  v_clock timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH input AS (
+       SELECT u.id, u.token, u.outcome, u.err, u.retry_at
+       FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $11::timestamptz[])
+         AS u(id, token, outcome, err, retry_at)),%4$s
+     upd AS (
+       -- The attempts a failure leaves are computed from the row being updated, not read in a join
+       -- before it: one index probe per row instead of two.
+       UPDATE %1$s t SET
+         sent_at = CASE WHEN i.outcome = ''sent'' THEN pg_catalog.now() END,
+         attempt_count = CASE WHEN i.outcome = ''sent'' THEN t.attempt_count ELSE %3$s END,
+         next_attempt_at = CASE
+           WHEN i.outcome = ''sent'' THEN t.next_attempt_at
+           WHEN %3$s >= $6 THEN NULL
+           WHEN i.retry_at IS NOT NULL THEN GREATEST(i.retry_at, $10)
+           ELSE $10 + outbox._backoff(%3$s, $8, $9) END,
+         last_error = CASE WHEN i.outcome = ''sent'' THEN NULL ELSE pg_catalog.left(i.err, 4000) END,
+         leased_until = NULL,
+         lease_token = NULL
+       FROM input i
+       WHERE t.id = i.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = i.token)%5$s
+       RETURNING t.id, %2$s AS key)
+     SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
+    p_q.table_oid::regclass,
+    CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END,
+    -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts while it was
+    -- leased stays poisoned.
+    '(CASE WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
+           ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END)',
+    CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
+     keyed AS MATERIALIZED (
+       SELECT r.%2$I::text AS key, r.id, j.token,
+              r.id < pg_catalog.max(r.id) OVER (PARTITION BY r.%2$I::text) AS followed,
+              r.sent_at IS NULL AND r.attempt_count < $6 AS deliverable
+       FROM input j JOIN %1$s r ON r.id = j.id
+       WHERE $2 IS NOT NULL),
+     still_ours AS MATERIALIZED (
+       SELECT k.id FROM keyed k JOIN %1$s r ON r.id = k.id
+       WHERE k.followed AND r.sent_at IS NULL AND r.lease_token = k.token
+       FOR NO KEY UPDATE OF r),
+     refused AS MATERIALIZED (
+       SELECT k.key, k.id FROM keyed k
+       WHERE k.followed AND k.deliverable AND k.id NOT IN (SELECT o.id FROM still_ours o)),',
+      p_q.table_oid::regclass, p_q.partition_column) ELSE '' END,
+    CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
+         AND NOT EXISTS (SELECT 1 FROM refused f WHERE f.key = t.%I::text AND f.id < t.id)', p_q.partition_column)
+         ELSE '' END),
+    'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
+    'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
+    INTO v_done, v_keys
+    USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
+          p_q.backoff_min, p_q.backoff_max, v_clock, p_retry_at;
+
+  IF p_q.partition_column IS NOT NULL AND v_keys IS NOT NULL THEN
+    PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
+  END IF;
+  RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The version of the outbox schema installed in this database: the release it belongs to and the
+-- number of the last migration applied (the file migrations/outbox/NNNNN_*.sql). A client that needs
+-- a function added by migration N checks migration >= N before it starts (the Go drainer does).
+-- Every migration carries this function with its own number (a test compares the two), and its
+-- Down restores the body before it, so the answer is right after goose up or down to any migration.
+CREATE OR REPLACE FUNCTION outbox.version(OUT version text, OUT migration integer)
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT '0.1.0'::text, 38;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema outbox (canonical source; migrations 00002 and 00003 carry the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+--
+-- Nothing is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA outbox REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- SECURITY DEFINER: the callers get exactly what the function does to registered queues and no
+-- privilege on any table, so a worker can not bypass the fencing token with a plain UPDATE and
+-- outbox.partition_heads stays private. Each of these validates its arguments, pins search_path
+-- and builds SQL only with format('%I') / regclass.
+ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__notify() SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_runs(text, integer, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.extend_lease(text, bigint, uuid, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.release(text, bigint, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked_runs(text, integer, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.stats(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.check_indexes(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.queue_info(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.poisoned_rows(text, integer, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.release_lease(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_turn(text, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.poison_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.retry_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.dismiss_poisoned(text, bigint[], text) SECURITY DEFINER;
+ALTER FUNCTION outbox.operator_log(text, integer, bigint) SECURITY DEFINER;
+
+-- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
+-- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
+-- run as definer and are executable by nobody.
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
+GRANT EXECUTE ON FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
+
+-- Workers: both claim modes, results, heartbeats, releases.
+GRANT EXECUTE ON FUNCTION
+  outbox.claim_batch(text, integer, interval),
+  outbox.claim_runs(text, integer, interval, integer),
+  outbox.apply_result(text, bigint, uuid, text, text, timestamptz),
+  outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]),
+  outbox.extend_lease(text, bigint, uuid, interval),
+  outbox.release(text, bigint, uuid),
+  outbox.claim_locked(text, integer),
+  outbox.claim_locked_runs(text, integer, integer),
+  outbox.settle_locked(text, bigint[], text[], text[], timestamptz[])
+  TO pgdrain_worker;
+
+-- Operators: read the state, give poisoned rows a fresh start, purge; list the registered queues.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.requeue_poisoned(text, bigint[]),
+  outbox.purge_sent(text, interval, integer)
+  TO pgdrain_operator;
+GRANT SELECT ON outbox.queues TO pgdrain_operator;
+
+-- Workers and operators: a queue's settings, when its next row is due (the drainer's sleep), and the
+-- repair pass over its partition heads (the drainer runs it periodically; pgdrain check dry-runs it).
+GRANT EXECUTE ON FUNCTION
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.repair(text, boolean)
+  TO pgdrain_worker, pgdrain_operator;
+
+-- Workers say when they wait for a NOTIFY of a queue that notifies 'when_waiting' (outbox.set_notify,
+-- which like create_queue is granted to nobody), and take turns to claim while rows trickle in.
+GRANT EXECUTE ON FUNCTION
+  outbox.drainer_waits(text, interval),
+  outbox.drainer_woke(text, bigint),
+  outbox.claim_turn(text, interval)
+  TO pgdrain_worker;
+
+-- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged
+-- partitions (WithWedgeObserver) and the index check at start. All read-only, no payloads.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text)
+  TO pgdrain_worker;
+
+-- create_queue and drop_queue stay SECURITY INVOKER and are granted to nobody: they create and
+-- alter tables and triggers, which only the owner of the schema (the migrating role) should do.
+
+-- Readers (the operator console's pages, dashboards): the gauges, wedged partitions, the index
+-- check, the registered queues and the poisoned rows, never a payload unless granted on the table.
+-- Operators read the same, and may end a stuck lease.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.poisoned_rows(text, integer, bigint)
+  TO pgdrain_reader;
+GRANT SELECT ON outbox.queues TO pgdrain_reader;
+GRANT EXECUTE ON FUNCTION
+  outbox.poisoned_rows(text, integer, bigint),
+  outbox.release_lease(text, bigint)
+  TO pgdrain_operator;
+
+-- Operators act on rows that will not move on their own (00025): skip (poison with a reason), retry
+-- now, dismiss poisoned rows; every action is fenced and logged, and the log is read by operators
+-- and readers.
+GRANT EXECUTE ON FUNCTION
+  outbox.poison_row(text, bigint, integer, text),
+  outbox.retry_row(text, bigint, integer, text),
+  outbox.dismiss_poisoned(text, bigint[], text),
+  outbox.operator_log(text, integer, bigint)
+  TO pgdrain_operator;
+GRANT EXECUTE ON FUNCTION outbox.operator_log(text, integer, bigint) TO pgdrain_reader;
+
+-- Everyone who may use the schema reads its version (outbox.version: a constant, no data): the Go
+-- drainer checks it at start, pgdrain --version prints it.
+GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+-- Records outcomes for rows, the common core of apply_result(s) (p_tokens given: only rows whose
+-- lease_token still matches) and settle_locked (p_tokens NULL: the caller checked it holds the
+-- row locks). A row that does not qualify is not touched at all. Every outcome clears lease and
+-- token together. 'transient' adds an attempt with backoff; on a partitioned queue it is capped
+-- at max_attempts - 1 so a partition head is never poisoned by a transient failure. 'permanent'
+-- poisons (attempt_count = max_attempts) unless the queue's policy is 'retry'.
+-- A backoff is counted from the clock when the outcome is recorded, not from now() (the
+-- transaction start): in lock mode the claiming transaction has been open for the whole delivery,
+-- and a backoff counted from its start could be over before it is written. sent_at is a record,
+-- not a deadline: it stays now(), the time of the transaction that made the row sent. A sent row's
+-- last_error is cleared (its attempt_count still says how many attempts failed before): a delivered
+-- row showing an old error read as a failure (issue 32).
+-- p_retry_at (NULL, or aligned with p_ids; NULL elements = backoff) sets a transient row's next
+-- attempt to a time the caller chose (a peer's Retry-After), never earlier than the clock.
+-- A run (several rows of a key in one call, lease mode) is recorded up to its first row that is
+-- refused while still deliverable (its token is another worker's now: the lease ran out and the row
+-- was claimed again, or an operator released it): the key's later rows are refused too. Recorded,
+-- they were sent while a row before them was still to be delivered, which would then come after
+-- them. As read by the statement's snapshot.
+CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
+                                          p_outcomes text[], p_errors text[], p_retry_at timestamptz[])
+RETURNS bigint[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_done bigint[];
+  v_keys text[];
+  v_cap integer := CASE WHEN p_q.partition_column IS NULL THEN p_q.max_attempts ELSE p_q.max_attempts - 1 END;
+  v_clock timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH input AS (
+       SELECT u.id, u.token, u.outcome, u.err, u.retry_at
+       FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $11::timestamptz[])
+         AS u(id, token, outcome, err, retry_at)),%4$s
+     upd AS (
+       -- The attempts a failure leaves are computed from the row being updated, not read in a join
+       -- before it: one index probe per row instead of two.
+       UPDATE %1$s t SET
+         sent_at = CASE WHEN i.outcome = ''sent'' THEN pg_catalog.now() END,
+         attempt_count = CASE WHEN i.outcome = ''sent'' THEN t.attempt_count ELSE %3$s END,
+         next_attempt_at = CASE
+           WHEN i.outcome = ''sent'' THEN t.next_attempt_at
+           WHEN %3$s >= $6 THEN NULL
+           WHEN i.retry_at IS NOT NULL THEN GREATEST(i.retry_at, $10)
+           ELSE $10 + outbox._backoff(%3$s, $8, $9) END,
+         last_error = CASE WHEN i.outcome = ''sent'' THEN NULL ELSE i.err END,
+         leased_until = NULL,
+         lease_token = NULL
+       FROM input i
+       WHERE t.id = i.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = i.token)%5$s
+       RETURNING t.id, %2$s AS key)
+     SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
+    p_q.table_oid::regclass,
+    CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END,
+    -- Never fewer attempts than the row has: a row poisoned by a lowered max_attempts while it was
+    -- leased stays poisoned.
+    '(CASE WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
+           ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END)',
+    CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
+     refused AS MATERIALIZED (
+       SELECT r.%2$I::text AS key, r.id FROM input j JOIN %1$s r ON r.id = j.id
+       WHERE $2 IS NOT NULL AND r.sent_at IS NULL AND r.attempt_count < $6
+         AND r.lease_token IS DISTINCT FROM j.token),', p_q.table_oid::regclass, p_q.partition_column) ELSE '' END,
+    CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
+         AND NOT EXISTS (SELECT 1 FROM refused f WHERE f.key = t.%I::text AND f.id < t.id)', p_q.partition_column)
+         ELSE '' END),
+    'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
+    'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
+    INTO v_done, v_keys
+    USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
+          p_q.backoff_min, p_q.backoff_max, v_clock, p_retry_at;
+
+  IF p_q.partition_column IS NOT NULL AND v_keys IS NOT NULL THEN
+    PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
+  END IF;
+  RETURN COALESCE(v_done, '{}');
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The version of the outbox schema installed in this database: the release it belongs to and the
+-- number of the last migration applied (the file migrations/outbox/NNNNN_*.sql). A client that needs
+-- a function added by migration N checks migration >= N before it starts (the Go drainer does).
+-- Every migration carries this function with its own number (a test compares the two), and its
+-- Down restores the body before it, so the answer is right after goose up or down to any migration.
+CREATE OR REPLACE FUNCTION outbox.version(OUT version text, OUT migration integer)
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT '0.1.0'::text, 37;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+SELECT outbox._forget_kept_statements();
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Who may call what in schema outbox (canonical source; migrations 00002 and 00003 carry the same
+-- statements, and the drift check runs this file after sql/functions because CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER to INVOKER). Idempotent. The reasons are in docs/security.md.
+--
+-- Nothing is executable by PUBLIC, also functions added later by the migrating role.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA outbox REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA outbox TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+
+-- SECURITY DEFINER: the callers get exactly what the function does to registered queues and no
+-- privilege on any table, so a worker can not bypass the fencing token with a plain UPDATE and
+-- outbox.partition_heads stays private. Each of these validates its arguments, pins search_path
+-- and builds SQL only with format('%I') / regclass.
+ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__commit() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__truncate() SECURITY DEFINER;
+ALTER FUNCTION outbox.tg_queue__notify() SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_batch(text, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_runs(text, integer, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_result(text, bigint, uuid, text, text, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.extend_lease(text, bigint, uuid, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.release(text, bigint, uuid) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_locked_runs(text, integer, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.settle_locked(text, bigint[], text[], text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.stats(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.wedged_partitions(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.check_indexes(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
+ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
+ALTER FUNCTION outbox.queue_info(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.poisoned_rows(text, integer, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.release_lease(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
+ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.claim_turn(text, interval) SECURITY DEFINER;
+ALTER FUNCTION outbox.poison_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.retry_row(text, bigint, integer, text) SECURITY DEFINER;
+ALTER FUNCTION outbox.dismiss_poisoned(text, bigint[], text) SECURITY DEFINER;
+ALTER FUNCTION outbox.operator_log(text, integer, bigint) SECURITY DEFINER;
+
+-- Producers: enqueue. A plain INSERT needs INSERT on the event's columns of the queue table, which
+-- create_queue grants per table (outbox._guard_queue_table); the heads, commit and truncate triggers
+-- run as definer and are executable by nobody.
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
+GRANT EXECUTE ON FUNCTION outbox.enqueue_event(text, text, jsonb, text, timestamptz, jsonb, uuid) TO pgdrain_producer;
+
+-- Workers: both claim modes, results, heartbeats, releases.
+GRANT EXECUTE ON FUNCTION
+  outbox.claim_batch(text, integer, interval),
+  outbox.claim_runs(text, integer, interval, integer),
+  outbox.apply_result(text, bigint, uuid, text, text, timestamptz),
+  outbox.apply_results(text, bigint[], uuid[], text[], text[], timestamptz[]),
+  outbox.extend_lease(text, bigint, uuid, interval),
+  outbox.release(text, bigint, uuid),
+  outbox.claim_locked(text, integer),
+  outbox.claim_locked_runs(text, integer, integer),
+  outbox.settle_locked(text, bigint[], text[], text[], timestamptz[])
+  TO pgdrain_worker;
+
+-- Operators: read the state, give poisoned rows a fresh start, purge; list the registered queues.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.requeue_poisoned(text, bigint[]),
+  outbox.purge_sent(text, interval, integer)
+  TO pgdrain_operator;
+GRANT SELECT ON outbox.queues TO pgdrain_operator;
+
+-- Workers and operators: a queue's settings, when its next row is due (the drainer's sleep), and the
+-- repair pass over its partition heads (the drainer runs it periodically; pgdrain check dry-runs it).
+GRANT EXECUTE ON FUNCTION
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.repair(text, boolean)
+  TO pgdrain_worker, pgdrain_operator;
+
+-- Workers say when they wait for a NOTIFY of a queue that notifies 'when_waiting' (outbox.set_notify,
+-- which like create_queue is granted to nobody), and take turns to claim while rows trickle in.
+GRANT EXECUTE ON FUNCTION
+  outbox.drainer_waits(text, interval),
+  outbox.drainer_woke(text, bigint),
+  outbox.claim_turn(text, interval)
+  TO pgdrain_worker;
+
+-- Workers also read what the Go drainer reports about its queue: the gauges (WithMetrics), wedged
+-- partitions (WithWedgeObserver) and the index check at start. All read-only, no payloads.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text)
+  TO pgdrain_worker;
+
+-- create_queue and drop_queue stay SECURITY INVOKER and are granted to nobody: they create and
+-- alter tables and triggers, which only the owner of the schema (the migrating role) should do.
+
+-- Readers (the operator console's pages, dashboards): the gauges, wedged partitions, the index
+-- check, the registered queues and the poisoned rows, never a payload unless granted on the table.
+-- Operators read the same, and may end a stuck lease.
+GRANT EXECUTE ON FUNCTION
+  outbox.stats(text),
+  outbox.wedged_partitions(text, interval, integer),
+  outbox.check_indexes(text),
+  outbox.queue_info(text),
+  outbox.next_due(text),
+  outbox.poisoned_rows(text, integer, bigint)
+  TO pgdrain_reader;
+GRANT SELECT ON outbox.queues TO pgdrain_reader;
+GRANT EXECUTE ON FUNCTION
+  outbox.poisoned_rows(text, integer, bigint),
+  outbox.release_lease(text, bigint)
+  TO pgdrain_operator;
+
+-- Operators act on rows that will not move on their own (00025): skip (poison with a reason), retry
+-- now, dismiss poisoned rows; every action is fenced and logged, and the log is read by operators
+-- and readers.
+GRANT EXECUTE ON FUNCTION
+  outbox.poison_row(text, bigint, integer, text),
+  outbox.retry_row(text, bigint, integer, text),
+  outbox.dismiss_poisoned(text, bigint[], text),
+  outbox.operator_log(text, integer, bigint)
+  TO pgdrain_operator;
+GRANT EXECUTE ON FUNCTION outbox.operator_log(text, integer, bigint) TO pgdrain_reader;
+
+-- Everyone who may use the schema reads its version (outbox.version: a constant, no data): the Go
+-- drainer checks it at start, pgdrain --version prints it.
+GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, pgdrain_operator, pgdrain_reader;
+-- +goose StatementEnd
