@@ -87,7 +87,7 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 		}
 		r.d.logger.Log(ctx, level, "apply failed", "queue", j.event.Table, "id", j.event.ID,
 			"partition_key", j.event.PartitionKey, "event_type", j.event.Type,
-			"attempts", j.event.Attempts, "outcome", j.disposition.String(), "err", j.errText)
+			"attempts", j.event.Attempts, "outcome", j.disposition.String(), "err", errtext.Recordable(j.errText, errtext.LogBytes))
 	}
 }
 

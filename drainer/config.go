@@ -364,6 +364,7 @@ func (c Config) lockTransactionFloor() time.Duration {
 // the field name. It needs no database; Run additionally checks the Expect fields against the
 // queue's registration.
 func (c Config) Validate() error {
+	leaseGiven, lockBoundGiven := c.Lease != 0, c.LockTransactionTimeout != 0
 	c = c.withDefaults()
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -382,8 +383,12 @@ func (c Config) Validate() error {
 	if c.PollFallback <= 0 {
 		bad("PollFallback must be positive, got %s", c.PollFallback)
 	}
-	if c.ApplyTimeout <= 0 {
+	applyTimeoutOK := c.ApplyTimeout > 0 && c.ApplyTimeout <= MaxLease
+	switch {
+	case c.ApplyTimeout <= 0:
 		bad("ApplyTimeout must be positive, got %s", c.ApplyTimeout)
+	case c.ApplyTimeout > MaxLease: // the lease, or lock-mode transaction, that covers it could not be
+		bad("ApplyTimeout must be at most %s, got %s", MaxLease, c.ApplyTimeout)
 	}
 	if c.ApplyConcurrency < 1 || c.ApplyConcurrency > MaxBatchSize {
 		bad("ApplyConcurrency must be between 1 and %d, got %d", MaxBatchSize, c.ApplyConcurrency)
@@ -391,11 +396,13 @@ func (c Config) Validate() error {
 	if c.WedgeWarnAfter < 0 {
 		bad("WedgeWarnAfter must be 0 (off) or positive, got %s", c.WedgeWarnAfter)
 	}
-	if c.ClaimMode != ClaimLock { // not used in lock mode
-		if c.Lease <= c.ApplyTimeout+LeaseMargin {
+	if c.ClaimMode != ClaimLock && applyTimeoutOK { // not used in lock mode
+		if !leaseGiven && c.Lease > MaxLease {
+			bad("Lease must be at most %s, got its default 2*ApplyTimeout + LeaseMargin = %s: lower ApplyTimeout or set Lease",
+				MaxLease, c.Lease)
+		} else if c.Lease <= c.ApplyTimeout+LeaseMargin {
 			bad("Lease must be longer than ApplyTimeout (%s) plus LeaseMargin (%s), got %s", c.ApplyTimeout, LeaseMargin, c.Lease)
-		}
-		if c.Lease > MaxLease {
+		} else if c.Lease > MaxLease {
 			bad("Lease must be at most %s, got %s", MaxLease, c.Lease)
 		}
 	}
@@ -406,11 +413,17 @@ func (c Config) Validate() error {
 		bad("ClaimMode must be ClaimLease or ClaimLock, got %d", int(c.ClaimMode))
 	}
 	switch {
-	case c.LockTransactionTimeout < 0:
+	case lockBoundGiven && c.LockTransactionTimeout < 0:
 		bad("LockTransactionTimeout must be positive (or 0 for the default), got %s", c.LockTransactionTimeout)
 	case c.ClaimMode != ClaimLock:
 		// Not used in lease mode.
-	case c.ApplyTimeout > 0 && c.BatchSize >= 1 && c.ApplyConcurrency >= 1:
+	case applyTimeoutOK && c.BatchSize >= 1 && c.ApplyConcurrency >= 1:
+		if !lockBoundGiven && c.LockTransactionTimeout > MaxLease {
+			bad("LockTransactionTimeout must be at most %s, got its default %s (%d sequential applies of ApplyTimeout %s per slot: "+
+				"BatchSize %d, ApplyConcurrency %d; plus LeaseMargin %s): lower BatchSize or ApplyTimeout, or raise ApplyConcurrency",
+				MaxLease, c.LockTransactionTimeout, c.lockWaves(), c.ApplyTimeout, c.BatchSize, c.ApplyConcurrency, LeaseMargin)
+			break
+		}
 		if floor := c.lockTransactionFloor(); c.LockTransactionTimeout < floor {
 			bad("LockTransactionTimeout must be at least %s (%d sequential applies of ApplyTimeout %s per slot: "+
 				"BatchSize %d, ApplyConcurrency %d; plus LeaseMargin %s), got %s: lower BatchSize or ApplyTimeout, or raise ApplyConcurrency",

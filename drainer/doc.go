@@ -56,7 +56,8 @@
 // at a character boundary. Should PostgreSQL still refuse a batch of results with a data exception
 // (SQLSTATE class 22: a character the database's encoding lacks, a RetryAt time out of its range),
 // the drainer records the batch row by row, a refused result with its text escaped to ASCII and
-// the queue's backoff, and logs it: one bad result never costs the others their record.
+// the queue's backoff, and logs it: one bad result never costs the others their record. Log lines
+// carry at most the first 1000 bytes of an error (errtext.LogBytes).
 //
 // Database errors never stop Run once it is draining: they are logged and retried with backoff.
 // Those that mean no writable database is reachable now (a restart, a failover, a DSN that reaches

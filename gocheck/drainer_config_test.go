@@ -2,6 +2,7 @@ package gocheck
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,13 @@ func TestDrainer_Validate_RejectsEachBadConfig(t *testing.T) {
 		{"negative backoff min", func(c *drainer.Config) { c.ExpectBackoffMin = -time.Second }, "ExpectBackoffMin", "positive"},
 		{"backoff max below min", func(c *drainer.Config) { c.ExpectBackoffMin, c.ExpectBackoffMax = 2*time.Second, time.Second }, "ExpectBackoffMax", "at least ExpectBackoffMin"},
 		{"negative apply timeout", func(c *drainer.Config) { c.ApplyTimeout = -time.Second }, "ApplyTimeout", "positive"},
+		{"apply timeout over a day", func(c *drainer.Config) { c.ApplyTimeout = 1000 * time.Hour }, "ApplyTimeout", "at most 24h0m0s, got 1000h0m0s"},
+		{"apply timeout whose doubling overflows", func(c *drainer.Config) { c.ApplyTimeout = time.Duration(math.MaxInt64/2 + 1) }, "ApplyTimeout", "at most 24h0m0s"},
+		{"apply timeout whose default lease is over a day", func(c *drainer.Config) { c.ApplyTimeout = 13 * time.Hour }, "Lease",
+			"its default 2*ApplyTimeout + LeaseMargin = 26h0m1s: lower ApplyTimeout or set Lease"},
+		{"apply timeout whose default lock transaction is over a day", func(c *drainer.Config) {
+			c.ClaimMode, c.ApplyTimeout = drainer.ClaimLock, time.Hour
+		}, "LockTransactionTimeout", "at most 24h0m0s, got its default"},
 		{"negative apply concurrency", func(c *drainer.Config) { c.ApplyConcurrency = -2 }, "ApplyConcurrency", "between 1"},
 		{"negative wedge threshold", func(c *drainer.Config) { c.WedgeWarnAfter = -time.Second }, "WedgeWarnAfter", "0 (off) or positive"},
 		{"partition column expression", func(c *drainer.Config) { c.ExpectPartitionColumn = "payload->>'x'" }, "ExpectPartitionColumn", "plain column"},
@@ -70,6 +78,7 @@ func TestDrainer_Validate_RejectsEachBadConfig(t *testing.T) {
 			require.Error(t, err)
 			require.Truef(t, strings.HasPrefix(err.Error(), tc.field+" "), "error %q must start with the field name %s", err, tc.field)
 			require.Contains(t, err.Error(), tc.says)
+			require.Len(t, strings.Split(err.Error(), "\n"), 1, "one problem, reported once: %v", err)
 			_, err = drainer.New(drPoolForValidation(t), c, drDecode, func(context.Context, string, drEvent) error { return nil })
 			require.Error(t, err, "New refuses what Validate rejects")
 		})

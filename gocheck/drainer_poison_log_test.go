@@ -15,8 +15,10 @@ import (
 
 // A permanent failure poisons the event: it will never be delivered unless an operator requeues
 // it, so the drainer says so at Warn with the queue, id, partition key and error (issue 13, item 6).
-// A transient failure stays at Debug (it is retried).
+// A transient failure stays at Debug (it is retried). The line carries the error's first 1000 bytes
+// (errtext.LogBytes); the row keeps up to 4000.
 func TestDrainer_PoisonedEventIsLoggedAtWarn(t *testing.T) {
+	pageOf422 := "peer says 422: " + strings.Repeat("x", 3000)
 	t.Parallel()
 	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
 		q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
@@ -28,7 +30,7 @@ func TestDrainer_PoisonedEventIsLoggedAtWarn(t *testing.T) {
 			ev, _ := drainer.EventFrom(ctx)
 			switch {
 			case ev.ID == bad:
-				return drainer.Permanent(errors.New("peer says 422"))
+				return drainer.Permanent(errors.New(pageOf422))
 			case ev.ID == flaky && failedOnce.CompareAndSwap(false, true):
 				return errors.New("peer says 503")
 			}
@@ -55,7 +57,10 @@ func TestDrainer_PoisonedEventIsLoggedAtWarn(t *testing.T) {
 		require.Contains(t, poisoned, "level=WARN")
 		require.Contains(t, poisoned, "queue=public.events")
 		require.Contains(t, poisoned, "partition_key=k-bad")
-		require.Contains(t, poisoned, `err="peer says 422"`)
+		require.Contains(t, poisoned, `err="`+pageOf422[:1000]+`"`, "the line has the error's first 1000 bytes")
+		require.NotContains(t, poisoned, pageOf422[:1001])
+		require.EqualValues(t, 1, q.count(t, `SELECT count(*) FROM public.events WHERE last_error = '`+pageOf422+`'`),
+			"the row keeps the whole error")
 		require.Contains(t, transient, "level=DEBUG")
 	})
 }

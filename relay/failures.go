@@ -24,8 +24,6 @@ const (
 	maxFailingKeys  = 10000
 	failingKeyTTL   = time.Hour
 	failingKeySweep = time.Minute
-	// logErrorBytes bounds the error text of one log line.
-	logErrorBytes = 1000
 )
 
 // failureLog logs a route's transient failures, rate-limited per key, and a key that keeps failing
@@ -150,5 +148,5 @@ func errText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return errtext.Recordable(err.Error(), logErrorBytes)
+	return errtext.Recordable(err.Error(), errtext.LogBytes)
 }

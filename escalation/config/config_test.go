@@ -100,6 +100,14 @@ channels:
 `), env(nil))
 	require.EqualError(t, err, "escalate.yaml:4: channels.pager.webhook.secrets[0] must hold a key of 24 to 64 bytes, as the specification asks, got 5")
 
+	_, err = config.Parse("escalate.yaml", []byte(`listen: nothost
+channels:
+  webhook:
+    webhook: {secrets: [`+secret+`]}
+`), env(nil))
+	require.EqualError(t, err, `escalate.yaml:1: listen must be host:port or :port (":9464"), got "nothost"`,
+		"--check finds a listen address net.Listen would refuse")
+
 	_, err = config.Parse("escalate.yaml", []byte("dsn: x\n"), env(nil))
 	require.EqualError(t, err, "escalate.yaml:1: channels must name at least one channel and its notifier (webhook)")
 	_, err = config.Parse("escalate.yaml", nil, env(nil))

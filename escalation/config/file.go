@@ -98,6 +98,7 @@ const placeholderURL = "https://step-target.invalid/"
 
 func (f *File) validate(p *yamlfile.Problems) {
 	f.Log.Check(p, "log")
+	yamlfile.CheckListen(p, f.Listen, "listen")
 	p.FieldErrors([]string{"engine"}, reflect.TypeFor[Engine](), f.EngineConfig(nil).Validate())
 	if len(f.Channels) == 0 {
 		p.At([]string{"channels"}, "must name at least one channel and its notifier (webhook)")

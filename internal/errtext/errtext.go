@@ -13,6 +13,10 @@ import (
 // MaxBytes is the longest error text pgdrain records, in bytes.
 const MaxBytes = 4000
 
+// LogBytes is the longest error text of one log line, in bytes: a line is read by people and
+// shipped by log agents, which often cut or drop long lines.
+const LogBytes = 1000
+
 // replacement stands in for every byte PostgreSQL refuses in a text value.
 const replacement = "\uFFFD"
 

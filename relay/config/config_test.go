@@ -334,3 +334,44 @@ func TestParse_FanOutProblemsNameTheirFields(t *testing.T) {
 		`r.yaml:22: queues[3].fanout is only for a queue fanned out to sinks (sinks)`,
 	}, strings.Split(err.Error(), "\n"))
 }
+
+// A timeout too long for any lease is reported as the timeout, not as the lease derived from it
+// (a huge one made that lease negative), and a listen address net.Listen would refuse is reported
+// by --check, before the relay starts.
+func TestParse_ATimeoutAndListenAddressAreCheckedAsWritten(t *testing.T) {
+	t.Parallel()
+	_, err := config.Parse("r.yaml", []byte(`listen: nothost
+queues:
+  - queue: public.orders
+    timeout: 1000h
+    sink: {kafka: {brokers: [k:9092], topic: t}}
+  - queue: public.refunds
+    timeout: 2562047h
+    sink: {kafka: {brokers: [k:9092], topic: t}}
+  - queue: public.returns
+    timeout: 13h
+    sink: {kafka: {brokers: [k:9092], topic: t}}
+`), env(nil))
+	require.Error(t, err)
+	require.Equal(t, []string{
+		`r.yaml:1: listen must be host:port or :port (":9464"), got "nothost"`,
+		`r.yaml:4: queues[0].timeout must be at most 24h0m0s, got 1000h0m0s`,
+		`r.yaml:7: queues[1].timeout must be at most 24h0m0s, got 2562047h0m0s`,
+		`r.yaml:9: queues[2].lease must be at most 24h0m0s, got its default 2*timeout + LeaseMargin = 26h0m1s: lower timeout or set lease`,
+	}, strings.Split(err.Error(), "\n"))
+
+	_, err = config.Parse("r.yaml", []byte(`listen: ":http-alt"
+queues:
+  - queue: public.orders
+    sink: {kafka: {brokers: [k:9092], topic: t}}
+`), env(nil))
+	require.EqualError(t, err, `r.yaml:1: listen must end in a port number from 0 to 65535, got ":http-alt"`)
+	for _, good := range []string{":9464", "127.0.0.1:0", "[::1]:9464", "relay.internal:9464"} {
+		_, err = config.Parse("r.yaml", []byte(`listen: "`+good+`"
+queues:
+  - queue: public.orders
+    sink: {kafka: {brokers: [k:9092], topic: t}}
+`), env(nil))
+		require.NoError(t, err, good)
+	}
+}

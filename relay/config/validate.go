@@ -48,6 +48,7 @@ var inMessage = strings.NewReplacer(
 // validate reports every problem of f; the file has been decoded, so every field has a line.
 func (f *File) validate(p *yamlfile.Problems) {
 	f.Log.Check(p, "log")
+	yamlfile.CheckListen(p, f.Listen, "listen")
 	if len(f.Queues) == 0 {
 		p.At([]string{"queues"}, "must list at least one queue and its sink")
 	}
