@@ -21,12 +21,14 @@
 -- was claimed again, or an operator released it): the key's later rows are refused too. Recorded,
 -- they were sent while a row before them was still to be delivered, which would then come after
 -- them. A row followed by a later row of its key in the call counts as the caller's only if it
--- still is at its latest version, not as the statement's snapshot saw it: the call locks it (a
--- claim of it that commits while the call waits for it drops it from still_ours, and the rows
--- after it are refused). Only rows the call would update are locked, so it waits for nothing it
--- did not wait for before. A row that changed in any other way since the snapshot (sent or
--- poisoned by someone else meanwhile) refuses the rows after it too: they are delivered again,
--- never out of order.
+-- still is at its latest version, not as the statement's snapshot saw it: the call locks it, in a
+-- CTE of its own (a condition outside a locking subquery is pushed below the lock and tested on the
+-- snapshot's version), so a claim of it that commits while the call waits for it drops it from
+-- still_ours and the rows after it are refused. Only rows the call would update are locked, so it
+-- waits for nothing it did not wait for before; in id order, so two calls holding tokens of the
+-- same rows (a run claimed again whole) do not lock them in opposite orders. A row that changed in
+-- any other way since the snapshot (sent or poisoned by someone else meanwhile) refuses the rows
+-- after it too: they are delivered again, never out of order.
 CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
                                           p_outcomes text[], p_errors text[], p_retry_at timestamptz[])
 RETURNS bigint[]
@@ -83,6 +85,7 @@ BEGIN
      still_ours AS MATERIALIZED (
        SELECT k.id FROM keyed k JOIN %1$s r ON r.id = k.id
        WHERE k.followed AND r.sent_at IS NULL AND r.lease_token = k.token
+       ORDER BY k.id
        FOR NO KEY UPDATE OF r),
      refused AS MATERIALIZED (
        SELECT k.key, k.id FROM keyed k
