@@ -305,9 +305,7 @@ func (p *pipeline[T]) work(j *job, started time.Time) {
 			break
 		}
 	}
-	for _, d := range done {
-		p.rec.add(d)
-	}
+	p.rec.add(done...)
 	p.lock()
 	p.slotAvg = movingAverage(p.slotAvg, time.Since(started))
 	p.running--

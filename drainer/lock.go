@@ -92,12 +92,12 @@ func (r *runner[T]) settleLocked(ctx context.Context, tx pgx.Tx, done []*job) ([
 		return nil, err
 	}
 	var settled []*job
-	_, err = r.recordEach(ctx, done, err, func(j *job) error {
+	_, err = r.recordEach(ctx, done, err, func(j *job) (bool, error) {
 		n, err := querySettleLockedInSavepoint(ctx, tx, r.reg.queue, []*job{j})
 		if n == 1 {
 			settled = append(settled, j)
 		}
-		return err
+		return n == 1, err
 	})
 	return settled, err
 }

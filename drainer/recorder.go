@@ -52,32 +52,41 @@ func newRecorder[T any](r *runner[T], busy func() bool) *recorder[T] {
 	return &recorder[T]{r: r, busy: busy, kick: make(chan struct{}, 1), done: make(chan struct{}), index: map[int64]int{}}
 }
 
-// add queues j's result. After close it is dropped (its apply outlived the shutdown grace).
-func (rec *recorder[T]) add(j *job) {
+// add queues the results of jobs, a run's rows or one row, together: a flush takes all of a run or
+// none of it, so a run is recorded in one apply_results call, which alone can refuse its later rows
+// when an earlier one was taken from us (docs/sql-api.md, claim_runs). After close they are
+// dropped (their apply outlived the shutdown grace).
+func (rec *recorder[T]) add(jobs ...*job) {
 	rec.mu.Lock()
 	if rec.closed {
 		rec.mu.Unlock()
-		rec.r.d.logger.Warn("apply returned after shutdown; its result is not recorded (the row will be delivered again)",
-			"id", j.event.ID, "outcome", j.disposition.String())
+		for _, j := range jobs {
+			rec.r.d.logger.Warn("apply returned after shutdown; its result is not recorded (the row will be delivered again)",
+				"id", j.event.ID, "outcome", j.disposition.String())
+		}
 		return
 	}
-	if len(rec.pending) == 0 {
+	if len(rec.pending) == 0 && len(jobs) > 0 {
 		rec.since = time.Now()
 	}
-	// A row claimed again after its lease ran out may have two results pending: only the later
-	// claim's token can count (and apply_results takes each id once).
-	if i, ok := rec.index[j.event.ID]; ok {
-		if j.deadline.After(rec.pending[i].deadline) {
-			rec.pending[i] = j
+	lost := 0
+	for _, j := range jobs {
+		// A row claimed again after its lease ran out may have two results pending: only the later
+		// claim's token can count (and apply_results takes each id once).
+		if i, ok := rec.index[j.event.ID]; ok {
+			if j.deadline.After(rec.pending[i].deadline) {
+				rec.pending[i] = j
+			}
+			lost++
+			continue
 		}
-		rec.mu.Unlock()
-		rec.r.metrics.leaseLost.Inc()
-		rec.nudge()
-		return
+		rec.index[j.event.ID] = len(rec.pending)
+		rec.pending = append(rec.pending, j)
 	}
-	rec.index[j.event.ID] = len(rec.pending)
-	rec.pending = append(rec.pending, j)
 	rec.mu.Unlock()
+	if lost > 0 {
+		rec.r.metrics.leaseLost.Add(float64(lost))
+	}
 	rec.nudge()
 }
 
@@ -184,10 +193,14 @@ func (rec *recorder[T]) due() (jobs []*job, wait time.Duration, closed bool) {
 	return jobs, 0, closed
 }
 
-// takeLocked takes the oldest pending results for a flush, at most maxResultsPerFlush; the rest
-// stay pending, due at once. rec.mu is held.
+// takeLocked takes the oldest pending results for a flush, at most maxResultsPerFlush, and whole
+// runs; the rest stay pending, due at once. rec.mu is held.
 func (rec *recorder[T]) takeLocked() []*job {
 	n := min(len(rec.pending), maxResultsPerFlush)
+	// A run's results are pending side by side (add): never cut between two of them.
+	for n < len(rec.pending) && n > 1 && sameRun(rec.pending[n-1], rec.pending[n]) {
+		n--
+	}
 	jobs := rec.pending[:n:n]
 	rec.pending = rec.pending[n:]
 	clear(rec.index)
@@ -285,8 +298,18 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (rest []*job,
 	case dataException(err) == nil:
 		return jobs, err
 	}
-	rest, err = r.recordEach(ctx, jobs, err, func(j *job) error {
-		return queryApplyResults(rctx, r.d.pool, r.reg.queue, []*job{j}, r.cfg.AsyncResults, counted)
+	rest, err = r.recordEach(ctx, jobs, err, func(j *job) (bool, error) {
+		recorded := false
+		err := queryApplyResults(rctx, r.d.pool, r.reg.queue, []*job{j}, r.cfg.AsyncResults, func(id int64, applied bool) {
+			counted(id, applied)
+			recorded = applied
+		})
+		return recorded, err
 	})
 	return rest, err
+}
+
+// sameRun: b follows a in one run (a partition's rows claimed together, applied in one slot).
+func sameRun(a, b *job) bool {
+	return a.next == b
 }

@@ -36,3 +36,25 @@ func TestRecorder_FlushTakesAtMostTheCallLimit(t *testing.T) {
 	require.Empty(t, rec.pending)
 	require.Empty(t, rec.index)
 }
+
+// A run's results go in one flush (apply_results can refuse a run's later rows only when it sees
+// the run whole): the call limit never cuts between two rows of one run, and add queues a run's
+// results together, so a flush never takes part of one.
+func TestRecorder_AFlushTakesARunWhole(t *testing.T) {
+	rec := &recorder[struct{}]{index: map[int64]int{}, since: time.Now(), kick: make(chan struct{}, 1)}
+	for id := range int64(maxResultsPerFlush - 2) {
+		rec.add(&job{event: Event{ID: id}})
+	}
+	run := []*job{{event: Event{ID: 1_000_000}}, {event: Event{ID: 1_000_001}}, {event: Event{ID: 1_000_002}}, {event: Event{ID: 1_000_003}}}
+	for i := range len(run) - 1 {
+		run[i].next = run[i+1]
+	}
+	rec.add(run...)
+	require.Len(t, rec.pending, maxResultsPerFlush+2)
+
+	first := rec.takeLocked()
+	require.Len(t, first, maxResultsPerFlush-2, "the run that straddles the limit waits for the next flush, whole")
+	rec.flushing = 0
+	rest := rec.takeLocked()
+	require.Equal(t, run, rest)
+}

@@ -15,26 +15,42 @@ import (
 // (apply_results, settle_locked) was refused with a data exception (refused): one result the
 // server refuses must not cost the others of its batch their record, nor their rows a delivery
 // more. A result refused on its own is recorded once more as escape makes it; one refused even
-// so is left unrecorded (logged: its row is delivered again). recordEach stops at the first
-// error that is not a data exception and returns it with the jobs it did not get to.
-func (r *runner[T]) recordEach(ctx context.Context, jobs []*job, refused error, record func(*job) error) (rest []*job, err error) {
+// so is left unrecorded (logged: its row is delivered again). A row not recorded (refused so, or
+// reported not ours: its lease was lost) leaves the rest of its run unrecorded too, as one
+// batched call would have: recorded, they would count as sent before a row of their partition
+// that is still to be delivered, and would then come after it. record says whether it recorded
+// j. recordEach stops at the first error that is not a data exception and returns it with the
+// jobs it did not get to.
+func (r *runner[T]) recordEach(ctx context.Context, jobs []*job, refused error, record func(*job) (bool, error)) (rest []*job, err error) {
 	logger := r.d.logger
 	logger.WarnContext(ctx, "recording a batch of results was refused (a data exception); recording its rows one by one",
 		"rows", len(jobs), "ids", ids(jobs), "err", refused)
+	behind := map[int64]bool{} // rows after an unrecorded row of their run
 	for i, j := range jobs {
-		err := record(j)
+		if behind[j.event.ID] {
+			logger.WarnContext(ctx, "a result is not recorded because an earlier row of its run was not; its row will be delivered again",
+				"id", j.event.ID, "outcome", j.disposition.String())
+			continue
+		}
+		recorded, err := record(j)
 		if cause := dataException(err); cause != nil {
 			logger.WarnContext(ctx, "a result was refused; recording it with its error text escaped to ASCII and no retry time",
 				"id", j.event.ID, "outcome", j.disposition.String(), "err", err)
 			j.escape(cause)
-			err = record(j)
+			recorded, err = record(j)
 		}
 		switch {
 		case dataException(err) != nil:
 			logger.ErrorContext(ctx, "a result was refused even escaped; it is not recorded and its row will be delivered again",
 				"id", j.event.ID, "outcome", j.disposition.String(), "err", err)
+			recorded = false
 		case err != nil:
 			return jobs[i:], err
+		}
+		if !recorded {
+			for n := j.next; n != nil; n = n.next {
+				behind[n.event.ID] = true
+			}
 		}
 	}
 	return nil, nil
