@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -28,7 +29,8 @@ const maxResultsPerFlush = MaxBatchSize
 // announces.
 //
 // A flush that fails because the database is unavailable (a restart, a failover, a killed
-// connection: see unavailable) is retried with backoff, together with whatever finished meanwhile,
+// connection: see unavailable), or on a passing conflict with other transactions (pgerr.Conflict:
+// a deadlock, a serialization failure, PostgreSQL's multixact race), is retried with backoff, together with whatever finished meanwhile,
 // for as long as a result still has time before its deadline (its lease end minus LeaseMargin);
 // results whose deadline passed are dropped (their rows are delivered again after their leases).
 // Any other failure drops the flush's results at once: retrying would not help.
@@ -221,7 +223,9 @@ func (rec *recorder[T]) takeLocked() []*job {
 // logged: their rows are claimed again when their leases end.
 func (rec *recorder[T]) retry(ctx context.Context, jobs []*job, err error, delay time.Duration) {
 	logger := rec.r.d.logger
-	cause := unavailable(err)
+	// The database unavailable, or a passing conflict with other transactions (the same call gets
+	// past it): retried while leases last.
+	cause := cmp.Or(unavailable(err), pgerr.Conflict(err))
 	now := time.Now()
 	var kept, dropped int
 	var earliest time.Time
@@ -261,10 +265,10 @@ func (rec *recorder[T]) retry(ctx context.Context, jobs []*job, err error, delay
 	case cause == "":
 		logger.ErrorContext(ctx, dropMsg, "rows", len(jobs), "err", err)
 	case kept > 0:
-		logger.WarnContext(ctx, "recording results failed (database unavailable); retrying while their leases last",
+		logger.WarnContext(ctx, "recording results failed; retrying while their leases last",
 			"rows", kept, "dropped", dropped, "err", err, "cause", cause, "retry_in", delay)
 	default:
-		logger.WarnContext(ctx, dropMsg+" (database unavailable, no lease left to retry in)", "rows", dropped, "err", err, "cause", cause)
+		logger.WarnContext(ctx, dropMsg+" (no lease left to retry in)", "rows", dropped, "err", err, "cause", cause)
 	}
 }
 

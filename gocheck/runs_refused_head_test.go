@@ -141,3 +141,98 @@ func TestRuns_ALaterRowIsRefusedWhenTheRunsFirstIsTakenWhileTheCallWaits(t *test
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM public.rw WHERE sent_at IS NOT NULL`).Scan(&sent))
 	require.Zero(t, sent, "unregister is not sent while register is pending with the other worker")
 }
+
+// Two workers record results of the same rows: a stale one whose run's leases ran out, and the one
+// that claimed the rows again, while a third transaction holds another row of the stale worker's
+// (a lock-mode batch, an operator). The stale worker's call waits for the claim, then for the
+// third transaction; the other worker's call waits for the stale one. Neither may deadlock: a call
+// locks the rows that are still its caller's in id order before it updates any (the rows it waits
+// for are taken in one order), and updates only those. Before, the stale call's update of the
+// other key's row waited for the other call, which waited for a row the stale call had locked.
+func TestRuns_TwoWorkersRecordingTheSameRowsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	_, err := db.Pool.Exec(ctx, `SELECT outbox.create_queue('public.rd', 'key');
+		INSERT INTO public.rd (event_type, payload, key) VALUES ('t', '{}', 'k1'), ('t', '{}', 'k1'), ('t', '{}', 'k2'),
+		                                                      ('t', '{}', 'k3'), ('t', '{}', 'k3');`)
+	require.NoError(t, err)
+	var staleIDs []int64
+	var staleTokens []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(id ORDER BY id), array_agg(lease_token::text ORDER BY id)
+		FROM outbox.claim_runs('public.rd', 10, '1 second', 2)`).Scan(&staleIDs, &staleTokens))
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, staleIDs)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO public.rd (event_type, payload, key) VALUES ('t', '{}', 'k2')`) // 6
+	require.NoError(t, err)
+	time.Sleep(1100 * time.Millisecond) // the stale worker's leases end, its tokens unchanged
+
+	holder, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx)
+	_, err = holder.Exec(ctx, `SELECT 1 FROM public.rd WHERE id = 4 FOR UPDATE`)
+	require.NoError(t, err)
+
+	claim, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer claim.Rollback(ctx)
+	var freshIDs []int64
+	var freshTokens []string
+	require.NoError(t, claim.QueryRow(ctx, `SELECT array_agg(id ORDER BY id), array_agg(lease_token::text ORDER BY id)
+		FROM outbox.claim_runs('public.rd', 10, '30 seconds', 2)`).Scan(&freshIDs, &freshTokens))
+	require.Equal(t, []int64{1, 2, 3, 6}, freshIDs, "k1's run and k2's run claimed again; k3's head is locked")
+
+	type result struct {
+		ID      int64
+		Applied bool
+	}
+	record := func(ids []int64, tokens []string, outcomes []string) (chan []result, chan error) {
+		done, failed := make(chan []result, 1), make(chan error, 1)
+		go func() {
+			rows, err := db.Pool.Query(ctx, `SELECT id, applied FROM outbox.apply_results('public.rd', $1, $2::uuid[], $3) ORDER BY id`,
+				ids, tokens, outcomes)
+			if err == nil {
+				var results []result
+				if results, err = pgx.CollectRows(rows, pgx.RowToStructByPos[result]); err == nil {
+					done <- results
+					return
+				}
+			}
+			failed <- err
+		}()
+		return done, failed
+	}
+	waiting := func(n int, why string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			var calls int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%outbox.apply_results%'`).Scan(&calls))
+			return calls == n
+		}, 10*time.Second, 10*time.Millisecond, why)
+	}
+	staleDone, staleFailed := record(staleIDs, staleTokens, []string{"sent", "sent", "sent", "sent", "sent"})
+	waiting(1, "the stale worker's call waits for the claim of its rows")
+	require.NoError(t, claim.Commit(ctx))
+	// The other worker delivered k1's first row with a transient failure (and gives its second back)
+	// and k2's run.
+	freshDone, freshFailed := record([]int64{1, 3, 6}, []string{freshTokens[0], freshTokens[2], freshTokens[3]},
+		[]string{"transient", "sent", "sent"})
+	waiting(2, "both calls wait: the stale one for row 4's holder, the other for the stale one")
+	require.NoError(t, holder.Commit(ctx))
+
+	collect := func(done chan []result, failed chan error) []result {
+		t.Helper()
+		select {
+		case err := <-failed:
+			require.NoError(t, err, "no call may fail (40P01 is a deadlock)")
+		case results := <-done:
+			return results
+		case <-time.After(10 * time.Second):
+			t.Fatal("apply_results did not return")
+		}
+		return nil
+	}
+	require.Equal(t, []result{{1, false}, {2, false}, {3, false}, {4, true}, {5, true}}, collect(staleDone, staleFailed),
+		"the stale worker records only k3's run, still its own")
+	require.Equal(t, []result{{1, true}, {3, true}, {6, true}}, collect(freshDone, freshFailed))
+}

@@ -80,3 +80,25 @@ func Unavailable(err error) string {
 	}
 	return ""
 }
+
+// Conflict says why err is the server aborting a call on a passing conflict with other
+// transactions, which the same call, made again, gets past: a deadlock (40P01), a serialization
+// failure (40001), or PostgreSQL's "new multixact has more than one updating member" (XX000), an
+// internal error it raises when a row held FOR KEY SHARE (producers hold partition heads so) is
+// updated at the moment another updater of it is aborting; the row is not changed. "" for any
+// other error.
+func Conflict(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return ""
+	}
+	switch {
+	case pgErr.Code == "40P01":
+		return "a deadlock with another transaction (aborted by the server)"
+	case pgErr.Code == "40001":
+		return "a serialization failure (a concurrent update)"
+	case pgErr.Code == "XX000" && strings.HasPrefix(pgErr.Message, "new multixact has more than one updating member"):
+		return "a PostgreSQL race on a row locked FOR KEY SHARE while another updater of it aborted (nothing changed)"
+	}
+	return ""
+}

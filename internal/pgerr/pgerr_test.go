@@ -62,3 +62,34 @@ func TestUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// TestConflict pins which server errors are a passing conflict with other transactions (a result
+// flush is retried while its leases last): a deadlock, a serialization failure and PostgreSQL's
+// multixact race (reproduced under load: a head held FOR KEY SHARE by a producer, updated while
+// another updater of it aborted), and nothing else, not even another internal error.
+func TestConflict(t *testing.T) {
+	t.Parallel()
+	multixact := &pgconn.PgError{Code: "XX000",
+		Message: "new multixact has more than one updating member: 0 4[173471 (keysh), 173565 (nokeyupd), 173568 (fornokeyupd), 173568 (nokeyupd)]"}
+	for _, err := range []error{
+		&pgconn.PgError{Code: "40P01", Message: "deadlock detected"},
+		&pgconn.PgError{Code: "40001", Message: "could not serialize access due to concurrent update"},
+		multixact,
+		fmt.Errorf("recording results: %w", multixact),
+	} {
+		if Conflict(err) == "" {
+			t.Errorf("Conflict(%v) = \"\", want a cause", err)
+		}
+	}
+	for _, err := range []error{
+		nil,
+		errors.New("deadlock detected"),
+		&pgconn.PgError{Code: "XX000", Message: "cache lookup failed for function 123"},
+		&pgconn.PgError{Code: "22023", Message: "batch_size must be between 1 and 10000, got 0"},
+		&pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"},
+	} {
+		if cause := Conflict(err); cause != "" {
+			t.Errorf("Conflict(%v) = %q, want \"\"", err, cause)
+		}
+	}
+}

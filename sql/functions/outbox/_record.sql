@@ -18,15 +18,16 @@
 -- refused while still deliverable (its token is another worker's now: the lease ran out and the row
 -- was claimed again, or an operator released it): the key's later rows are refused too. Recorded,
 -- they were sent while a row before them was still to be delivered, which would then come after
--- them. A row followed by a later row of its key in the call counts as the caller's only if it
--- still is at its latest version, not as the statement's snapshot saw it: the call locks it, in a
--- CTE of its own (a condition outside a locking subquery is pushed below the lock and tested on the
--- snapshot's version), so a claim of it that commits while the call waits for it drops it from
--- still_ours and the rows after it are refused. Only rows the call would update are locked, so it
--- waits for nothing it did not wait for before; in id order, so two calls holding tokens of the
--- same rows (a run claimed again whole) do not lock them in opposite orders. A row that changed in
--- any other way since the snapshot (sent or poisoned by someone else meanwhile) refuses the rows
--- after it too: they are delivered again, never out of order.
+-- them. On a partitioned queue a lease-mode call first locks the rows that are still the caller's,
+-- in id order, and reads them at their latest version (still_ours, a CTE of its own: a condition
+-- outside a locking subquery is pushed below the lock and tested on the snapshot's version), then
+-- updates only those. So a claim of a run's row that commits while the call waits for it refuses
+-- the rows after it, though the statement's snapshot never saw it; and every row lock the call
+-- waits for is taken in id order, before any update: two calls holding tokens of the same rows (a
+-- stale worker's and the one that claimed them again) cannot deadlock, whatever else holds their
+-- rows (a lock-mode batch, an operator). A row that changed in any other way since the snapshot
+-- (sent or poisoned by someone else meanwhile) refuses the rows after it too: they are delivered
+-- again, never out of order.
 CREATE OR REPLACE FUNCTION outbox._record(p_q outbox.queues, p_ids bigint[], p_tokens uuid[],
                                           p_outcomes text[], p_errors text[], p_retry_at timestamptz[])
 RETURNS bigint[]
@@ -82,7 +83,7 @@ BEGIN
        WHERE $2 IS NOT NULL),
      still_ours AS MATERIALIZED (
        SELECT k.id FROM keyed k JOIN %1$s r ON r.id = k.id
-       WHERE k.followed AND r.sent_at IS NULL AND r.lease_token = k.token
+       WHERE r.sent_at IS NULL AND r.lease_token = k.token
        ORDER BY k.id
        FOR NO KEY UPDATE OF r),
      refused AS MATERIALIZED (
@@ -90,6 +91,7 @@ BEGIN
        WHERE k.followed AND k.deliverable AND k.id NOT IN (SELECT o.id FROM still_ours o)),',
       p_q.table_oid::regclass, p_q.partition_column) ELSE '' END,
     CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
+         AND ($2 IS NULL OR t.id IN (SELECT o.id FROM still_ours o))
          AND NOT EXISTS (SELECT 1 FROM refused f WHERE f.key = t.%I::text AND f.id < t.id)', p_q.partition_column)
          ELSE '' END),
     'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
