@@ -396,14 +396,19 @@ func (c Config) Validate() error {
 	if c.WedgeWarnAfter < 0 {
 		bad("WedgeWarnAfter must be 0 (off) or positive, got %s", c.WedgeWarnAfter)
 	}
-	if c.ClaimMode != ClaimLock && applyTimeoutOK { // not used in lock mode
-		if !leaseGiven && c.Lease > MaxLease {
+	if c.ClaimMode != ClaimLock { // not used in lock mode
+		switch {
+		case !leaseGiven && !applyTimeoutOK:
+			// Derived from the ApplyTimeout reported above: nothing of its own to report.
+		case !leaseGiven && c.Lease > MaxLease:
 			bad("Lease must be at most %s, got its default 2*ApplyTimeout + LeaseMargin = %s: lower ApplyTimeout or set Lease",
 				MaxLease, c.Lease)
-		} else if c.Lease <= c.ApplyTimeout+LeaseMargin {
-			bad("Lease must be longer than ApplyTimeout (%s) plus LeaseMargin (%s), got %s", c.ApplyTimeout, LeaseMargin, c.Lease)
-		} else if c.Lease > MaxLease {
+		case c.Lease > MaxLease:
 			bad("Lease must be at most %s, got %s", MaxLease, c.Lease)
+		case applyTimeoutOK && c.Lease <= c.ApplyTimeout+LeaseMargin:
+			bad("Lease must be longer than ApplyTimeout (%s) plus LeaseMargin (%s), got %s", c.ApplyTimeout, LeaseMargin, c.Lease)
+		case !applyTimeoutOK && c.Lease <= 0:
+			bad("Lease must be positive, got %s", c.Lease)
 		}
 	}
 	if c.AsyncResults && c.ClaimMode == ClaimLock {

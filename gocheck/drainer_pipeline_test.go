@@ -347,7 +347,9 @@ func TestDrainer_LockMode_IdleInTransactionTimeout_BatchClaimedAgain(t *testing.
 func TestDrainer_Validate_ReportsEveryErrorAndTheLockBound(t *testing.T) {
 	t.Parallel()
 	err := drainer.Config{
-		BatchSize: -1, PollFallback: -time.Second, ApplyTimeout: -time.Second, ClaimMode: 7,
+		// A Lease given is checked on its own; one left to its default (derived from the bad
+		// ApplyTimeout) is not reported a second time.
+		BatchSize: -1, PollFallback: -time.Second, ApplyTimeout: -time.Second, Lease: -time.Second, ClaimMode: 7,
 		ExpectMaxAttempts: -1, ExpectPermanentPolicy: 9, ExpectChannel: "a b",
 	}.Validate()
 	require.Error(t, err)
@@ -358,6 +360,7 @@ func TestDrainer_Validate_ReportsEveryErrorAndTheLockBound(t *testing.T) {
 	}
 	require.Equal(t, []string{"Table", "BatchSize", "PollFallback", "ApplyTimeout", "Lease", "ClaimMode",
 		"ExpectChannel", "ExpectMaxAttempts", "ExpectPermanentPolicy"}, fields, "every error, each starting with its field: %v", err)
+	require.Contains(t, err.Error(), "Lease must be positive, got -1s")
 
 	lock := drainer.Config{Table: "public.events", ClaimMode: drainer.ClaimLock, BatchSize: 10, ApplyTimeout: time.Second}
 	require.NoError(t, lock.Validate(), "the default bound fits the batch")
