@@ -21,8 +21,10 @@
 -- them. On a partitioned queue a lease-mode call first locks the rows that are still the caller's,
 -- in id order, and reads them at their latest version (still_ours, a CTE of its own: a condition
 -- outside a locking subquery is pushed below the lock and tested on the snapshot's version), then
--- updates only those. So a claim of a run's row that commits while the call waits for it refuses
--- the rows after it, though the statement's snapshot never saw it; and every row lock the call
+-- updates only those; the others still deliverable (refused: read only for the rows still_ours
+-- left out, usually none) hold back their key's later rows. So a claim of a run's row that
+-- commits while the call waits for it refuses the rows after it, though the statement's snapshot
+-- never saw it; and every row lock the call
 -- waits for is taken in id order, before any update: two calls holding tokens of the same rows (a
 -- stale worker's and the one that claimed them again) cannot deadlock, whatever else holds their
 -- rows (a lock-mode batch, an operator). A row that changed in any other way since the snapshot
@@ -75,20 +77,15 @@ BEGIN
     '(CASE WHEN i.outcome = ''permanent'' AND $5 = ''poison'' THEN $6
            ELSE GREATEST(t.attempt_count, LEAST(t.attempt_count + 1, $7)) END)',
     CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
-     keyed AS MATERIALIZED (
-       SELECT r.%2$I::text AS key, r.id, j.token,
-              r.id < pg_catalog.max(r.id) OVER (PARTITION BY r.%2$I::text) AS followed,
-              r.sent_at IS NULL AND r.attempt_count < $6 AS deliverable
-       FROM input j JOIN %1$s r ON r.id = j.id
-       WHERE $2 IS NOT NULL),
      still_ours AS MATERIALIZED (
-       SELECT k.id FROM keyed k JOIN %1$s r ON r.id = k.id
-       WHERE r.sent_at IS NULL AND r.lease_token = k.token
-       ORDER BY k.id
+       SELECT r.id FROM input j JOIN %1$s r ON r.id = j.id
+       WHERE $2 IS NOT NULL AND r.sent_at IS NULL AND r.lease_token = j.token
+       ORDER BY r.id
        FOR NO KEY UPDATE OF r),
      refused AS MATERIALIZED (
-       SELECT k.key, k.id FROM keyed k
-       WHERE k.followed AND k.deliverable AND k.id NOT IN (SELECT o.id FROM still_ours o)),',
+       SELECT r.%2$I::text AS key, r.id FROM input j JOIN %1$s r ON r.id = j.id
+       WHERE $2 IS NOT NULL AND j.id NOT IN (SELECT o.id FROM still_ours o)
+         AND r.sent_at IS NULL AND r.attempt_count < $6),',
       p_q.table_oid::regclass, p_q.partition_column) ELSE '' END,
     CASE WHEN p_q.partition_column IS NOT NULL THEN pg_catalog.format('
          AND ($2 IS NULL OR t.id IN (SELECT o.id FROM still_ours o))
