@@ -56,6 +56,7 @@ func main() {
 	explainNested := flag.Bool("explain", false, "print the plans of every statement a sampled claim runs (auto_explain)")
 	fillfactor := flag.Int("fillfactor", 0, "the queue table's fillfactor before the fill (0: the table's default)")
 	payloadBytes := flag.Int("payload", 0, "add this many bytes of hex digits to each payload (0: an 80-byte pad); above about 2 kB a payload is stored out of line")
+	asyncResults := flag.Bool("async-results", false, "drainer.Config.AsyncResults (lease mode)")
 	flag.Parse()
 	ctx := context.Background()
 	db := *dsn
@@ -166,7 +167,7 @@ func main() {
 	if *mode == "lock" {
 		m = drainer.ClaimLock
 	}
-	dc := drainer.Config{Table: *q, ClaimMode: m, PollFallback: time.Second, BatchSize: *batch, ApplyConcurrency: *concurrency, RunLength: *run}
+	dc := drainer.Config{Table: *q, ClaimMode: m, PollFallback: time.Second, BatchSize: *batch, ApplyConcurrency: *concurrency, RunLength: *run, AsyncResults: *asyncResults && m == drainer.ClaimLease}
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	before := walCounters(ctx, pool)

@@ -6,6 +6,7 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+  PERFORM outbox._check_span(p_function, 'lease', p_lease);
   IF p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '1 day' THEN
     PERFORM outbox._invalid(p_function, pg_catalog.format(
       'lease must be greater than 0 and at most 1 day, got %s', COALESCE(p_lease::text, 'NULL')));

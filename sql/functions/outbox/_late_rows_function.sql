@@ -10,6 +10,11 @@
 -- place (CREATE OR REPLACE: a producer's commit step running it meanwhile keeps working; dropped
 -- and made again, it failed with "cache lookup failed for function"), and the queue's late-rows
 -- functions of other names (another table or column, an older seed) are dropped.
+-- The function plans its statement once per session (plan_cache_mode = force_generic_plan, with
+-- the commit step's own planner settings): left to choose, PostgreSQL planned it again on every
+-- call (its range of ids, as constants, looks cheaper than the generic plan's), about 250 µs of
+-- each late check beside running drainers (00039; docs/performance.md). The planner settings are
+-- pinned here, not taken from the caller, since the one plan is made under whatever is set then.
 -- Returns the statement to EXECUTE with $1..$5 = keys, our smallest id of each, our transaction's
 -- full id, our smallest id, the last id given out.
 CREATE OR REPLACE FUNCTION outbox._late_rows_function(p_q outbox.queues, p_replace boolean DEFAULT false)
@@ -55,7 +60,8 @@ BEGIN
     BEGIN
       EXECUTE pg_catalog.format(
         'CREATE OR REPLACE FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) RETURNS bigint[] LANGUAGE plpgsql STABLE
-         SET search_path = pg_catalog, pg_temp AS %L', v_name, 'BEGIN RETURN (' || v_sql || '); END');
+         SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+         SET enable_bitmapscan = off SET jit = off AS %L', v_name, 'BEGIN RETURN (' || v_sql || '); END');
       EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) FROM PUBLIC', v_name);
       EXECUTE pg_catalog.format('COMMENT ON FUNCTION outbox.%I(text[], bigint[], bigint, bigint, bigint) IS %L', v_name,
         'pgdrain: the late-rows statement of queue ' || p_q.queue_id || ' (outbox._late_rows; internal)');

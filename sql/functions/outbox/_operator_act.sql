@@ -11,6 +11,9 @@
 --   retry    pending and backing off, attempt_count = p_attempt_count: due now.
 --   dismiss  poisoned: never delivered, kept as history (sent_at is set, so nothing counts it as
 --            pending or poisoned; purge_sent removes it with the sent rows), last_error says so.
+-- poison and dismiss put their note in front of the row's last error, kept to 4000 characters in
+-- all (as outbox._record keeps an error): a row poisoned, requeued and poisoned again many times
+-- does not carry every earlier note.
 -- Returns the ids changed.
 CREATE OR REPLACE FUNCTION outbox._operator_act(p_q outbox.queues, p_action text, p_ids bigint[],
                                                 p_attempt_count integer, p_reason text)
@@ -52,9 +55,9 @@ BEGIN
       WHEN 'retry' THEN 't.attempt_count = $2 AND t.attempt_count < $3 AND t.next_attempt_at > pg_catalog.clock_timestamp()'
       ELSE 't.attempt_count >= $3' END,
     CASE p_action
-      WHEN 'poison' THEN 'attempt_count = $3, next_attempt_at = NULL, last_error = $4 || COALESCE('' (last error: '' || t.last_error || '')'', '''')'
+      WHEN 'poison' THEN 'attempt_count = $3, next_attempt_at = NULL, last_error = pg_catalog.left($4 || COALESCE('' (last error: '' || t.last_error || '')'', ''''), 4000)'
       WHEN 'retry' THEN 'next_attempt_at = NULL'
-      ELSE 'sent_at = pg_catalog.now(), next_attempt_at = NULL, last_error = $4 || COALESCE('' (last error: '' || t.last_error || '')'', '''')' END)
+      ELSE 'sent_at = pg_catalog.now(), next_attempt_at = NULL, last_error = pg_catalog.left($4 || COALESCE('' (last error: '' || t.last_error || '')'', ''''), 4000)' END)
     INTO v_ids, v_keys
     USING p_ids, p_attempt_count, p_q.max_attempts, v_note, p_q.queue, p_action, p_reason;
   IF v_ids IS NULL THEN

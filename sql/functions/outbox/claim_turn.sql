@@ -22,6 +22,7 @@ DECLARE
   v_pause_ms bigint;
   v_last bigint;
 BEGIN
+  PERFORM outbox._check_span('claim_turn', 'pause', pause);
   IF pause IS NULL OR pause <= interval '0' OR pause > interval '10 seconds' THEN
     PERFORM outbox._invalid('claim_turn', pg_catalog.format(
       'pause must be positive and at most 10 seconds, got %s', COALESCE(pause::text, 'NULL')));

@@ -80,6 +80,9 @@ BEGIN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'max_attempts must be between 1 and 1000, got %s', COALESCE(max_attempts::text, 'NULL')));
   END IF;
+  PERFORM outbox._check_span(fn, 'backoff_min', backoff_min);
+  PERFORM outbox._check_span(fn, 'backoff_max', backoff_max);
+  PERFORM outbox._check_span(fn, 'max_delay', max_delay);
   IF backoff_min IS NULL OR backoff_min <= interval '0' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'backoff_min must be greater than 0, got %s', COALESCE(backoff_min::text, 'NULL')));

@@ -25,6 +25,7 @@ DECLARE
   v_sequence regclass;
   v_mark bigint;
 BEGIN
+  PERFORM outbox._check_span('drainer_waits', 'wait', wait);
   IF wait IS NULL OR wait <= interval '0' OR wait > interval '1 day' THEN
     RAISE EXCEPTION 'drainer_waits: wait must be positive and at most 1 day, got %', COALESCE(wait::text, 'NULL')
       USING ERRCODE = '22023';

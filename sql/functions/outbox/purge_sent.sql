@@ -12,6 +12,7 @@ DECLARE
   v_q outbox.queues := outbox._queue(fn, queue);
   v_count bigint;
 BEGIN
+  PERFORM outbox._check_span(fn, 'older_than', older_than);
   IF older_than IS NULL OR older_than < interval '0' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'older_than must be 0 or more, got %s', COALESCE(older_than::text, 'NULL')));

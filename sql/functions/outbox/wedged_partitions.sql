@@ -15,6 +15,7 @@ BEGIN
   IF v_q.partition_column IS NULL THEN
     PERFORM outbox._invalid(fn, pg_catalog.format('queue %s has no partition column', v_q.queue));
   END IF;
+  PERFORM outbox._check_span(fn, 'older_than', older_than);
   IF older_than IS NULL OR older_than < interval '0' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'older_than must be 0 or more, got %s', COALESCE(older_than::text, 'NULL')));
