@@ -54,6 +54,9 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
+-- (enable_seqscan = off makes a plan that cannot avoid a scan cost about 1e10, past the JIT
+-- thresholds: it was compiled on every call, 0.15-1.6 s.)
+SET jit = off
 AS $$
 DECLARE
   v_note constant text := pg_catalog.format('%s by %s: %s',
@@ -421,6 +424,10 @@ BEGIN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'partition_column must not be a system column, got %L', partition_column));
   END IF;
+  IF v_schema IN ('outbox', 'alr', 'core') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'queue must be a table of an application''s schema, not of pgdrain''s own schema %s, got %s', v_schema, v_name));
+  END IF;
   IF v_schema = 'information_schema' OR v_schema LIKE 'pg\_%' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'queue must be a table of an application''s schema, not of the system schema %s, got %s', v_schema, v_name));
@@ -435,6 +442,9 @@ BEGIN
   IF backoff_min IS NULL OR backoff_min <= interval '0' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'backoff_min must be greater than 0, got %s', COALESCE(backoff_min::text, 'NULL')));
+  END IF;
+  IF backoff_min > interval '1 day' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('backoff_min must be at most 1 day, got %s', backoff_min));
   END IF;
   IF backoff_max IS NULL OR backoff_max < backoff_min OR backoff_max > interval '1 day' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -516,6 +526,21 @@ BEGIN
   ELSE
     IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) NOT IN ('r', 'p') THEN
       PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but is not a table', v_name));
+    END IF;
+    -- A partition is delivered through its partitioned table, and an inheritance parent's
+    -- statements read its children's rows too: claims would hand them out while their own heads,
+    -- triggers and indexes are not pgdrain's.
+    IF (SELECT c.relispartition FROM pg_catalog.pg_class c WHERE c.oid = v_rel) THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'queue %s is a partition of %s: register the partitioned table instead', v_name,
+        (SELECT i.inhparent::regclass FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_rel)));
+    END IF;
+    SELECT pg_catalog.string_agg(i.inhrelid::regclass::text, ', ' ORDER BY i.inhrelid) INTO v_other
+    FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = v_rel AND NOT c.relispartition;
+    IF v_other IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'queue %s must not have inheritance children (their rows would be claimed through it), got %s', v_name, v_other));
     END IF;
     -- Adopt: the columns the application already writes must be there with the right types.
     SELECT pg_catalog.string_agg(pg_catalog.format('%s %s', r.col, r.typ), ', ') INTO v_missing
@@ -752,6 +777,239 @@ BEGIN
      ORDER BY t.created_at
      LIMIT $4', v_q.table_oid::regclass, v_q.partition_column)
     USING v_q.queue_id, v_q.max_attempts, older_than, max_partitions;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The poisoned rows of a queue for an operator's page: newest first, at most max_rows (1..1000),
+-- below before_id when given (the next page). Read through the claim index (attempt_count at
+-- max_attempts among unsent rows), so a page never walks the pending backlog. Ordered by id alone:
+-- poisoned rows need not share one attempt_count (a max_attempts lowered since leaves rows above
+-- it), and ordered by (attempt_count, id) a page below before_id skipped the rows of a smaller
+-- count that came after it. The ids first (from the index), then their rows. payload_preview (the
+-- payload's first 200 characters) only for a caller whose login role may read the queue table's
+-- payload column; NULL otherwise (operators are not granted payloads, docs/security.md).
+CREATE OR REPLACE FUNCTION outbox.poisoned_rows(queue text, max_rows integer DEFAULT 50, before_id bigint DEFAULT NULL)
+RETURNS TABLE(id bigint, event_id uuid, event_type text, partition_key text, attempt_count integer,
+              last_error text, created_at timestamptz, payload_preview text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+-- (enable_seqscan = off makes a plan that cannot avoid a scan cost about 1e10, past the JIT
+-- thresholds: it was compiled on every call, 0.15-1.6 s.)
+SET jit = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+  fn constant text := 'poisoned_rows';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_payload boolean;
+BEGIN
+  IF max_rows IS NULL OR max_rows < 1 OR max_rows > 1000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('max_rows must be between 1 and 1000, got %s',
+                                                  COALESCE(max_rows::text, 'NULL')));
+  END IF;
+  v_payload := pg_catalog.has_column_privilege(session_user, v_q.table_oid, 'payload', 'SELECT');
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'SELECT t.id, %1$s, t.event_type, %2$s, t.attempt_count, t.last_error, t.created_at,
+            CASE WHEN $4 THEN pg_catalog.left(t.payload::text, 200) END
+     FROM %3$s t
+     WHERE t.id = ANY (ARRAY(SELECT p.id FROM %3$s p
+                             WHERE p.sent_at IS NULL AND p.attempt_count >= $1 AND ($2::bigint IS NULL OR p.id < $2)
+                             ORDER BY p.id DESC LIMIT $3))
+     ORDER BY t.id DESC',
+    outbox._event_id_of(v_q),
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
+    v_q.table_oid::regclass)
+    USING v_q.max_attempts, before_id, max_rows, v_payload;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
+-- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+-- (enable_seqscan = off makes a plan that cannot avoid a scan cost about 1e10, past the JIT
+-- thresholds: it was compiled on every call, 0.15-1.6 s.)
+SET jit = off
+AS $$
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_wakes w USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
+  DELETE FROM outbox.commit_notes n
+  WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
+  -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook (outbox._note_written).
+  UPDATE outbox.commit_hooks h
+  SET (table_oids, keys, ids) = (
+        SELECT pg_catalog.array_agg(u.table_oid ORDER BY u.n), pg_catalog.array_agg(u.k ORDER BY u.n),
+               pg_catalog.array_agg(u.id ORDER BY u.n)
+        FROM unnest(h.table_oids, h.keys, h.ids) WITH ORDINALITY AS u(table_oid, k, id, n)
+        WHERE u.table_oid <> TG_RELID)
+  WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND TG_RELID = ANY (h.table_oids);
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Validates the retry_at argument of apply_result(s) and settle_locked: a caller-chosen time for a
+-- row's next attempt (a peer's Retry-After), given only with the outcome 'transient', finite. NULL
+-- (the whole array, or one element) keeps the queue's exponential backoff.
+CREATE OR REPLACE FUNCTION outbox._check_retry_at(p_function text, p_ids bigint[], p_outcomes text[],
+                                                  p_retry_at timestamptz[])
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_bad integer;
+  v_where text;
+BEGIN
+  IF p_retry_at IS NULL THEN
+    RETURN;
+  END IF;
+  PERFORM outbox._check_one_dimension(p_function, 'retry_at', pg_catalog.array_ndims(p_retry_at));
+  IF pg_catalog.cardinality(p_retry_at) <> pg_catalog.cardinality(p_ids) THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'retry_at must be NULL or have as many elements as ids (%s), got %s',
+      pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_retry_at)));
+  END IF;
+  SELECT u.n INTO v_bad FROM unnest(p_retry_at, p_outcomes) WITH ORDINALITY AS u(at, outcome, n)
+  WHERE u.at IS NOT NULL AND u.outcome IS DISTINCT FROM 'transient' LIMIT 1;
+  IF FOUND THEN
+    -- apply_result takes one row: no element to name.
+    v_where := CASE WHEN p_function = 'apply_result' THEN '' ELSE pg_catalog.format(' (element %s)', v_bad) END;
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'retry_at must be NULL unless the outcome is ''transient''%s', v_where));
+  END IF;
+  SELECT u.n INTO v_bad FROM unnest(p_retry_at) WITH ORDINALITY AS u(at, n)
+  WHERE u.at IN ('infinity', '-infinity') LIMIT 1;
+  IF FOUND THEN
+    v_where := CASE WHEN p_function = 'apply_result' THEN '' ELSE pg_catalog.format(' (element %s)', v_bad) END;
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'retry_at must be a finite time%s', v_where));
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Records 'sent', 'transient' or 'permanent' for one leased row, only while lease_token still
+-- matches. false = the lease is no longer ours (expired and re-claimed, released, or already
+-- recorded): then nothing in the row changed. retry_at, with 'transient' only, is when the next
+-- attempt may start (a peer's Retry-After) instead of the queue's backoff.
+CREATE OR REPLACE FUNCTION outbox.apply_result(queue text, id bigint, lease_token uuid, outcome text,
+                                               error text DEFAULT NULL, retry_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  fn constant text := 'apply_result';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF apply_result.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF apply_result.lease_token IS NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_token must not be NULL');
+  END IF;
+  PERFORM outbox._check_outcomes(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[error]);
+  PERFORM outbox._check_retry_at(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[retry_at]);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, ARRAY[retry_at], false);
+  RETURN pg_catalog.cardinality(outbox._record(v_q, ARRAY[apply_result.id], ARRAY[apply_result.lease_token],
+                                               ARRAY[outcome], ARRAY[error], ARRAY[retry_at])) = 1;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The insert behind enqueue and enqueue_event (p_function names the caller in errors): validates
+-- the event and inserts it, returning its id (provisional until COMMIT on a partitioned queue, see
+-- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt,
+-- at most the queue's max_delay (it is the row's next_attempt_at; on a partitioned queue it holds back the key's later events
+-- too, which keep their order). headers (an object of strings) travel with the event to the sink.
+CREATE OR REPLACE FUNCTION outbox._enqueue(p_function text, p_queue text, p_event_type text, p_payload jsonb,
+                                           p_partition_key text, p_deliver_at timestamptz, p_headers jsonb,
+                                           p_event_id uuid)
+RETURNS TABLE(id bigint, event_id uuid)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue(p_function, p_queue);
+  v_key_column text := '';
+  v_key_value text := '';
+BEGIN
+  -- Blank: white space only (tabs, line breaks, no-break and zero-width spaces too).
+  IF p_event_type IS NULL OR p_event_type !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
+    PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
+  END IF;
+  IF p_payload IS NULL THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be NULL (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_payload) = 'null' THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be JSON null (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF p_deliver_at IN ('infinity', '-infinity') THEN
+    PERFORM outbox._invalid(p_function, 'deliver_at must be a finite time (NULL: deliver now)');
+  END IF;
+  PERFORM outbox._check_delay(p_function, 'deliver_at', v_q, ARRAY[p_deliver_at], false);
+  IF p_headers IS NOT NULL AND (pg_catalog.jsonb_typeof(p_headers) <> 'object'
+                                OR pg_catalog.jsonb_path_exists(p_headers, '$.* ? (@.type() != "string")')) THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'headers must be NULL or a JSON object whose values are strings, got %s', pg_catalog.left(p_headers::text, 200)));
+  END IF;
+  IF v_q.partition_column IS NULL THEN
+    IF p_partition_key IS NOT NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be NULL: queue %s has no partition column', v_q.queue));
+    END IF;
+  ELSE
+    IF p_partition_key IS NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must not be NULL: queue %s is partitioned by %s', v_q.queue, v_q.partition_column));
+    END IF;
+    IF pg_catalog.btrim(p_partition_key) = '' THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be a non-empty string, got %s', pg_catalog.quote_literal(p_partition_key)));
+    END IF;
+    v_key_column := pg_catalog.format(', %I', v_q.partition_column);
+    v_key_value := pg_catalog.format(', $6::%s', v_q.partition_type);
+  END IF;
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'INSERT INTO %s AS t (event_type, payload, next_attempt_at, headers, event_id%s)
+     VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.gen_random_uuid())%s)
+     RETURNING t.id, t.event_id',
+    v_q.table_oid::regclass, v_key_column, v_key_value)
+    USING p_event_type, p_payload, p_deliver_at, p_headers, p_event_id, p_partition_key;
 END;
 $$;
 -- +goose StatementEnd
@@ -1648,6 +1906,228 @@ BEGIN
      ORDER BY t.created_at
      LIMIT $4', v_q.table_oid::regclass, v_q.partition_column)
     USING v_q.queue_id, v_q.max_attempts, older_than, max_partitions;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The poisoned rows of a queue for an operator's page: newest first, at most max_rows (1..1000),
+-- below before_id when given (the next page). Read through the claim index (attempt_count at
+-- max_attempts among unsent rows), so a page never walks the pending backlog. Ordered by id alone:
+-- poisoned rows need not share one attempt_count (a max_attempts lowered since leaves rows above
+-- it), and ordered by (attempt_count, id) a page below before_id skipped the rows of a smaller
+-- count that came after it. The ids first (from the index), then their rows. payload_preview (the
+-- payload's first 200 characters) only for a caller whose login role may read the queue table's
+-- payload column; NULL otherwise (operators are not granted payloads, docs/security.md).
+CREATE OR REPLACE FUNCTION outbox.poisoned_rows(queue text, max_rows integer DEFAULT 50, before_id bigint DEFAULT NULL)
+RETURNS TABLE(id bigint, event_id uuid, event_type text, partition_key text, attempt_count integer,
+              last_error text, created_at timestamptz, payload_preview text)
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+  fn constant text := 'poisoned_rows';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_payload boolean;
+BEGIN
+  IF max_rows IS NULL OR max_rows < 1 OR max_rows > 1000 THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('max_rows must be between 1 and 1000, got %s',
+                                                  COALESCE(max_rows::text, 'NULL')));
+  END IF;
+  v_payload := pg_catalog.has_column_privilege(session_user, v_q.table_oid, 'payload', 'SELECT');
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'SELECT t.id, %1$s, t.event_type, %2$s, t.attempt_count, t.last_error, t.created_at,
+            CASE WHEN $4 THEN pg_catalog.left(t.payload::text, 200) END
+     FROM %3$s t
+     WHERE t.id = ANY (ARRAY(SELECT p.id FROM %3$s p
+                             WHERE p.sent_at IS NULL AND p.attempt_count >= $1 AND ($2::bigint IS NULL OR p.id < $2)
+                             ORDER BY p.id DESC LIMIT $3))
+     ORDER BY t.id DESC',
+    outbox._event_id_of(v_q),
+    CASE WHEN v_q.partition_column IS NULL THEN 'NULL::text'
+         ELSE pg_catalog.format('t.%I::text', v_q.partition_column) END,
+    v_q.table_oid::regclass)
+    USING v_q.max_attempts, before_id, max_rows, v_payload;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Statement-level AFTER TRUNCATE trigger (pgdrain_truncate) of every queue table: the rows are
+-- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
+-- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
+-- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
+-- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
+-- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
+-- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
+-- the trigger pointing elsewhere.
+CREATE OR REPLACE FUNCTION outbox.tg_queue__truncate()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+BEGIN
+  DELETE FROM outbox.partition_heads h USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND h.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_clocks c USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_wakes w USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
+  -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
+  -- reset the sequence here, so the base is then where it starts again).
+  UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
+  WHERE q.table_oid = TG_RELID;
+  DELETE FROM outbox.commit_notes n
+  WHERE n.xid = pg_catalog.pg_current_xact_id_if_assigned() AND n.table_oid = TG_RELID;
+  -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook (outbox._note_written).
+  UPDATE outbox.commit_hooks h
+  SET (table_oids, keys, ids) = (
+        SELECT pg_catalog.array_agg(u.table_oid ORDER BY u.n), pg_catalog.array_agg(u.k ORDER BY u.n),
+               pg_catalog.array_agg(u.id ORDER BY u.n)
+        FROM unnest(h.table_oids, h.keys, h.ids) WITH ORDINALITY AS u(table_oid, k, id, n)
+        WHERE u.table_oid <> TG_RELID)
+  WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND TG_RELID = ANY (h.table_oids);
+  RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Validates the retry_at argument of apply_result(s) and settle_locked: a caller-chosen time for a
+-- row's next attempt (a peer's Retry-After), given only with the outcome 'transient', finite. NULL
+-- (the whole array, or one element) keeps the queue's exponential backoff.
+CREATE OR REPLACE FUNCTION outbox._check_retry_at(p_function text, p_ids bigint[], p_outcomes text[],
+                                                  p_retry_at timestamptz[])
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_bad integer;
+BEGIN
+  IF p_retry_at IS NULL THEN
+    RETURN;
+  END IF;
+  PERFORM outbox._check_one_dimension(p_function, 'retry_at', pg_catalog.array_ndims(p_retry_at));
+  IF pg_catalog.cardinality(p_retry_at) <> pg_catalog.cardinality(p_ids) THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'retry_at must be NULL or have as many elements as ids (%s), got %s',
+      pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_retry_at)));
+  END IF;
+  SELECT u.n INTO v_bad FROM unnest(p_retry_at, p_outcomes) WITH ORDINALITY AS u(at, outcome, n)
+  WHERE u.at IS NOT NULL AND u.outcome IS DISTINCT FROM 'transient' LIMIT 1;
+  IF FOUND THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'retry_at must be NULL unless the outcome is ''transient'' (element %s)', v_bad));
+  END IF;
+  SELECT u.n INTO v_bad FROM unnest(p_retry_at) WITH ORDINALITY AS u(at, n)
+  WHERE u.at IN ('infinity', '-infinity') LIMIT 1;
+  IF FOUND THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'retry_at must be a finite time (element %s)', v_bad));
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Records 'sent', 'transient' or 'permanent' for one leased row, only while lease_token still
+-- matches. false = the lease is no longer ours (expired and re-claimed, released, or already
+-- recorded): then nothing in the row changed. retry_at, with 'transient' only, is when the next
+-- attempt may start (a peer's Retry-After) instead of the queue's backoff.
+CREATE OR REPLACE FUNCTION outbox.apply_result(queue text, id bigint, lease_token uuid, outcome text,
+                                               error text DEFAULT NULL, retry_at timestamptz DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  fn constant text := 'apply_result';
+  v_q outbox.queues := outbox._queue(fn, queue);
+BEGIN
+  IF apply_result.id IS NULL THEN
+    PERFORM outbox._invalid(fn, 'id must not be NULL');
+  END IF;
+  IF apply_result.lease_token IS NULL THEN
+    PERFORM outbox._invalid(fn, 'lease_token must not be NULL');
+  END IF;
+  PERFORM outbox._check_outcomes(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[error]);
+  PERFORM outbox._check_retry_at(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[retry_at]);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, ARRAY[retry_at], true);
+  RETURN pg_catalog.cardinality(outbox._record(v_q, ARRAY[apply_result.id], ARRAY[apply_result.lease_token],
+                                               ARRAY[outcome], ARRAY[error], ARRAY[retry_at])) = 1;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The insert behind enqueue and enqueue_event (p_function names the caller in errors): validates
+-- the event and inserts it, returning its id (provisional until COMMIT on a partitioned queue, see
+-- DESIGN "Identity and order of an event") and its event_id. deliver_at delays the first attempt,
+-- at most the queue's max_delay (it is the row's next_attempt_at; on a partitioned queue it holds back the key's later events
+-- too, which keep their order). headers (an object of strings) travel with the event to the sink.
+CREATE OR REPLACE FUNCTION outbox._enqueue(p_function text, p_queue text, p_event_type text, p_payload jsonb,
+                                           p_partition_key text, p_deliver_at timestamptz, p_headers jsonb,
+                                           p_event_id uuid)
+RETURNS TABLE(id bigint, event_id uuid)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_q outbox.queues := outbox._queue(p_function, p_queue);
+  v_key_column text := '';
+  v_key_value text := '';
+BEGIN
+  IF p_event_type IS NULL OR pg_catalog.btrim(p_event_type) = '' THEN
+    PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
+  END IF;
+  IF p_payload IS NULL THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be NULL (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF pg_catalog.jsonb_typeof(p_payload) = 'null' THEN
+    PERFORM outbox._invalid(p_function, 'payload must not be JSON null (use ''{}''::jsonb for an empty payload)');
+  END IF;
+  IF p_deliver_at IN ('infinity', '-infinity') THEN
+    PERFORM outbox._invalid(p_function, 'deliver_at must be a finite time (NULL: deliver now)');
+  END IF;
+  PERFORM outbox._check_delay(p_function, 'deliver_at', v_q, ARRAY[p_deliver_at], false);
+  IF p_headers IS NOT NULL AND (pg_catalog.jsonb_typeof(p_headers) <> 'object'
+                                OR pg_catalog.jsonb_path_exists(p_headers, '$.* ? (@.type() != "string")')) THEN
+    PERFORM outbox._invalid(p_function, pg_catalog.format(
+      'headers must be NULL or a JSON object whose values are strings, got %s', pg_catalog.left(p_headers::text, 200)));
+  END IF;
+  IF v_q.partition_column IS NULL THEN
+    IF p_partition_key IS NOT NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be NULL: queue %s has no partition column', v_q.queue));
+    END IF;
+  ELSE
+    IF p_partition_key IS NULL THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must not be NULL: queue %s is partitioned by %s', v_q.queue, v_q.partition_column));
+    END IF;
+    IF pg_catalog.btrim(p_partition_key) = '' THEN
+      PERFORM outbox._invalid(p_function, pg_catalog.format(
+        'partition_key must be a non-empty string, got %s', pg_catalog.quote_literal(p_partition_key)));
+    END IF;
+    v_key_column := pg_catalog.format(', %I', v_q.partition_column);
+    v_key_value := pg_catalog.format(', $6::%s', v_q.partition_type);
+  END IF;
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'INSERT INTO %s AS t (event_type, payload, next_attempt_at, headers, event_id%s)
+     VALUES ($1, $2, $3, $4, COALESCE($5, pg_catalog.gen_random_uuid())%s)
+     RETURNING t.id, t.event_id',
+    v_q.table_oid::regclass, v_key_column, v_key_value)
+    USING p_event_type, p_payload, p_deliver_at, p_headers, p_event_id, p_partition_key;
 END;
 $$;
 -- +goose StatementEnd

@@ -9,7 +9,7 @@ AS $$
 DECLARE
   v_id uuid;
 BEGIN
-  IF add_alert.name IS NULL OR pg_catalog.btrim(add_alert.name) = '' THEN
+  IF add_alert.name IS NULL OR add_alert.name !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
     PERFORM alr._invalid('add_alert', pg_catalog.format('name must be a non-empty text, got %s',
       COALESCE(pg_catalog.quote_literal(add_alert.name), 'NULL')));
   END IF;

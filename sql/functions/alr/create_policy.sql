@@ -16,7 +16,7 @@ DECLARE
   v_delay interval;
   v_key text;
 BEGIN
-  IF create_policy.name IS NULL OR pg_catalog.btrim(create_policy.name) = '' THEN
+  IF create_policy.name IS NULL OR create_policy.name !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
     PERFORM alr._invalid(fn, pg_catalog.format('name must be a non-empty text, got %s',
       COALESCE(pg_catalog.quote_literal(create_policy.name), 'NULL')));
   END IF;
@@ -48,13 +48,19 @@ BEGIN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].delay must be a non-negative interval, got %s',
         v_idx, COALESCE((v_step -> 'delay')::text, 'nothing')));
     END IF;
+    -- A delay of mixed signs ('1 mon -29 days') adds to the clock as another span than it compares
+    -- as; one over ten years would make start_escalation's next_at overflow (22008).
+    PERFORM alr._check_span(fn, pg_catalog.format('steps[%s].delay', v_idx), v_delay);
+    IF v_delay > interval '3650 days' THEN
+      PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].delay must be at most 3650 days, got %s', v_idx, v_delay));
+    END IF;
     IF pg_catalog.jsonb_typeof(v_step -> 'channel') IS DISTINCT FROM 'string'
-       OR pg_catalog.btrim(v_step ->> 'channel') = '' THEN
+       OR (v_step ->> 'channel') !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].channel must be a non-empty string, got %s',
         v_idx, COALESCE((v_step -> 'channel')::text, 'nothing')));
     END IF;
     IF pg_catalog.jsonb_typeof(v_step -> 'target') IS DISTINCT FROM 'string'
-       OR pg_catalog.btrim(v_step ->> 'target') = '' THEN
+       OR (v_step ->> 'target') !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].target must be a non-empty string, got %s',
         v_idx, COALESCE((v_step -> 'target')::text, 'nothing')));
     END IF;

@@ -16,6 +16,7 @@ BEGIN
     PERFORM alr._invalid(fn, pg_catalog.format('batch_size must be between 1 and 10000, got %s',
       COALESCE(take_due_steps.batch_size::text, 'NULL')));
   END IF;
+  PERFORM alr._check_span(fn, 'lease', take_due_steps.lease);
   IF take_due_steps.lease IS NULL OR take_due_steps.lease <= interval '0' OR take_due_steps.lease > interval '1 day' THEN
     PERFORM alr._invalid(fn, pg_catalog.format('lease must be greater than 0 and at most 1 day, got %s',
       COALESCE(take_due_steps.lease::text, 'NULL')));

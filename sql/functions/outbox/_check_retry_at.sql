@@ -10,6 +10,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_bad integer;
+  v_where text;
 BEGIN
   IF p_retry_at IS NULL THEN
     RETURN;
@@ -23,14 +24,17 @@ BEGIN
   SELECT u.n INTO v_bad FROM unnest(p_retry_at, p_outcomes) WITH ORDINALITY AS u(at, outcome, n)
   WHERE u.at IS NOT NULL AND u.outcome IS DISTINCT FROM 'transient' LIMIT 1;
   IF FOUND THEN
+    -- apply_result takes one row: no element to name.
+    v_where := CASE WHEN p_function = 'apply_result' THEN '' ELSE pg_catalog.format(' (element %s)', v_bad) END;
     PERFORM outbox._invalid(p_function, pg_catalog.format(
-      'retry_at must be NULL unless the outcome is ''transient'' (element %s)', v_bad));
+      'retry_at must be NULL unless the outcome is ''transient''%s', v_where));
   END IF;
   SELECT u.n INTO v_bad FROM unnest(p_retry_at) WITH ORDINALITY AS u(at, n)
   WHERE u.at IN ('infinity', '-infinity') LIMIT 1;
   IF FOUND THEN
+    v_where := CASE WHEN p_function = 'apply_result' THEN '' ELSE pg_catalog.format(' (element %s)', v_bad) END;
     PERFORM outbox._invalid(p_function, pg_catalog.format(
-      'retry_at must be a finite time (element %s)', v_bad));
+      'retry_at must be a finite time%s', v_where));
   END IF;
 END;
 $$;

@@ -16,7 +16,8 @@ DECLARE
   v_key_column text := '';
   v_key_value text := '';
 BEGIN
-  IF p_event_type IS NULL OR pg_catalog.btrim(p_event_type) = '' THEN
+  -- Blank: white space only (tabs, line breaks, no-break and zero-width spaces too).
+  IF p_event_type IS NULL OR p_event_type !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
     PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
   END IF;
   IF p_payload IS NULL THEN

@@ -21,7 +21,7 @@ BEGIN
   END IF;
   PERFORM outbox._check_outcomes(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[error]);
   PERFORM outbox._check_retry_at(fn, ARRAY[apply_result.id], ARRAY[outcome], ARRAY[retry_at]);
-  PERFORM outbox._check_delay(fn, 'retry_at', v_q, ARRAY[retry_at], true);
+  PERFORM outbox._check_delay(fn, 'retry_at', v_q, ARRAY[retry_at], false);
   RETURN pg_catalog.cardinality(outbox._record(v_q, ARRAY[apply_result.id], ARRAY[apply_result.lease_token],
                                                ARRAY[outcome], ARRAY[error], ARRAY[retry_at])) = 1;
 END;

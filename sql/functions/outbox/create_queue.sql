@@ -72,6 +72,10 @@ BEGIN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'partition_column must not be a system column, got %L', partition_column));
   END IF;
+  IF v_schema IN ('outbox', 'alr', 'core') THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format(
+      'queue must be a table of an application''s schema, not of pgdrain''s own schema %s, got %s', v_schema, v_name));
+  END IF;
   IF v_schema = 'information_schema' OR v_schema LIKE 'pg\_%' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'queue must be a table of an application''s schema, not of the system schema %s, got %s', v_schema, v_name));
@@ -86,6 +90,9 @@ BEGIN
   IF backoff_min IS NULL OR backoff_min <= interval '0' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'backoff_min must be greater than 0, got %s', COALESCE(backoff_min::text, 'NULL')));
+  END IF;
+  IF backoff_min > interval '1 day' THEN
+    PERFORM outbox._invalid(fn, pg_catalog.format('backoff_min must be at most 1 day, got %s', backoff_min));
   END IF;
   IF backoff_max IS NULL OR backoff_max < backoff_min OR backoff_max > interval '1 day' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -167,6 +174,21 @@ BEGIN
   ELSE
     IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = v_rel) NOT IN ('r', 'p') THEN
       PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but is not a table', v_name));
+    END IF;
+    -- A partition is delivered through its partitioned table, and an inheritance parent's
+    -- statements read its children's rows too: claims would hand them out while their own heads,
+    -- triggers and indexes are not pgdrain's.
+    IF (SELECT c.relispartition FROM pg_catalog.pg_class c WHERE c.oid = v_rel) THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'queue %s is a partition of %s: register the partitioned table instead', v_name,
+        (SELECT i.inhparent::regclass FROM pg_catalog.pg_inherits i WHERE i.inhrelid = v_rel)));
+    END IF;
+    SELECT pg_catalog.string_agg(i.inhrelid::regclass::text, ', ' ORDER BY i.inhrelid) INTO v_other
+    FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = v_rel AND NOT c.relispartition;
+    IF v_other IS NOT NULL THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format(
+        'queue %s must not have inheritance children (their rows would be claimed through it), got %s', v_name, v_other));
     END IF;
     -- Adopt: the columns the application already writes must be there with the right types.
     SELECT pg_catalog.string_agg(pg_catalog.format('%s %s', r.col, r.typ), ', ') INTO v_missing

@@ -1,7 +1,7 @@
 -- enqueue inserts one row (fresh: attempt 0, no lease) and returns its id; it requires a partition
 -- key exactly when the queue is partitioned, and every bad input raises and inserts nothing.
 BEGIN;
-SELECT plan(12);
+SELECT plan(13);
 
 SELECT test_helpers.new_queue('k') AS p \gset
 SELECT test_helpers.new_queue() AS u \gset
@@ -25,6 +25,8 @@ SELECT throws_ok(format('SELECT outbox.enqueue(%L, NULL, %L, %L)', :'p', '{}', '
   'enqueue: event_type must be a non-empty string', 'enqueue rejects a NULL event_type');
 SELECT throws_ok(format('SELECT outbox.enqueue(%L, %L, %L, %L)', :'p', '  ', '{}', 'x'), '22023',
   'enqueue: event_type must be a non-empty string', 'enqueue rejects a blank event_type');
+SELECT throws_ok(format('SELECT outbox.enqueue(%L, %L, %L, %L)', :'p', E'\t\n\u00a0', '{}', 'x'), '22023',
+  'enqueue: event_type must be a non-empty string', 'enqueue rejects an event_type of tabs, line breaks and no-break spaces');
 SELECT throws_ok(format('SELECT outbox.enqueue(%L, %L, NULL, %L)', :'p', 'e', 'x'), '22023',
   'enqueue: payload must not be NULL (use ''{}''::jsonb for an empty payload)', 'enqueue rejects a NULL payload');
 SELECT throws_ok($$SELECT outbox.enqueue('public.no_such_queue_t6', 'e', '{}')$$, '42P01',
