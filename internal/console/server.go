@@ -93,7 +93,13 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutting the console down: %w", err)
+		// Still open after the grace: a request that outlived it, or a browser's speculative
+		// connection that never sent one (net/http waits up to 5 seconds for its first request
+		// before it counts as idle). Being told to stop is not a failure: close them.
+		s.cfg.Logger.Warn("console shutdown: closing connections still open after the grace", "err", err)
+		if err := srv.Close(); err != nil {
+			return fmt.Errorf("shutting the console down: %w", err)
+		}
 	}
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving the console: %w", err)
