@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -69,17 +70,13 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 		r.d.logger.WarnContext(ctx, "apply still running past its deadline: the Applier ignores its context; its slot stays taken",
 			"id", j.event.ID, "event_type", j.event.Type, "deadline", timeout)
 	})
-	err := r.invoke(actx, j)
+	out := r.invoke(ctx, actx, j)
 	overrun.Stop()
-	j.disposition = dispositionOf(err)
-	j.retryAt = retryAtOf(err)
+	j.disposition, j.retryAt, j.errText = out.disposition, out.retryAt, out.text
 	if span != nil {
-		endSpan(span, j, err)
+		endSpan(span, j, out.err)
 	}
-	if err != nil {
-		// The text is the Applier's, often a peer's words: made recordable here, once for every
-		// Applier, sink and claim mode (a text PostgreSQL refuses would fail the batch's record).
-		j.errText = errtext.Recordable(err.Error(), errtext.MaxBytes)
+	if out.err != nil {
 		level := slog.LevelDebug
 		if j.disposition == DispositionPermanent && r.reg.permanentPolicy != RetryPermanent {
 			// The event will never be delivered unless someone requeues it: say so where it is seen.
@@ -91,20 +88,60 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 	}
 }
 
-// invoke decodes and applies, turning a decoding error or a panic into a permanent error.
-func (r *runner[T]) invoke(ctx context.Context, j *job) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = Permanent(fmt.Errorf("panic: %v", p))
+// applied is what one apply came to: the error (one whose methods are safe to call), and what
+// will be recorded for it.
+type applied struct {
+	err         error
+	disposition Disposition
+	retryAt     time.Time
+	text        string // recordable (errtext.Recordable), "" when sent
+}
+
+// invoke decodes and applies j on a goroutine of its own, and classifies the error there. What
+// would otherwise end the drainer's goroutine, or the process, becomes a permanent failure of this
+// row: a panic in the Decoder or the Applier, a panic in a method of the error it returned (a
+// typed nil pointer returned as an error, whose Error dereferences it), and runtime.Goexit
+// (t.FailNow in a test's Applier), which no recover stops but which ends only the goroutine it
+// runs on. ctx is Run's (for logs), actx the apply's.
+func (r *runner[T]) invoke(ctx, actx context.Context, j *job) applied {
+	result := make(chan applied, 1)
+	go func() {
+		finished := false
+		defer func() {
+			if finished {
+				return
+			}
+			p := recover()
+			cause := fmt.Errorf("panic: %v", p)
+			if p == nil {
+				cause = errors.New("the Applier called runtime.Goexit (t.FailNow, t.Fatal or log.Fatal's kin) instead of returning")
+			}
 			r.d.logger.ErrorContext(ctx, "apply panicked; recorded as permanent", "id", j.event.ID,
-				"event_type", j.event.Type, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				"event_type", j.event.Type, "panic", cause.Error(), "stack", string(debug.Stack()))
+			result <- classify(Permanent(cause))
+		}()
+		var err error
+		if payload, derr := r.d.decode(j.payload); derr != nil {
+			err = Permanent(fmt.Errorf("decoding payload: %w", derr))
+		} else {
+			err = r.d.apply(actx, j.event.Type, payload)
 		}
+		out := classify(err)
+		finished = true
+		result <- out
 	}()
-	payload, err := r.d.decode(j.payload)
-	if err != nil {
-		return Permanent(fmt.Errorf("decoding payload: %w", err))
+	return <-result
+}
+
+// classify reads err: its class, its retry time and its text, made recordable here, once for every
+// Applier, sink and claim mode (a text PostgreSQL refuses would fail the batch's record). It may
+// panic in err's own methods (see invoke).
+func classify(err error) applied {
+	if err == nil {
+		return applied{disposition: DispositionSent}
 	}
-	return r.d.apply(ctx, j.event.Type, payload)
+	return applied{err: err, disposition: dispositionOf(err), retryAt: retryAtOf(err),
+		text: errtext.Recordable(err.Error(), errtext.MaxBytes)}
 }
 
 // textArray is the errors argument of apply_results / settle_locked: NULL where the row was sent.

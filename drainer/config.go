@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -17,6 +18,16 @@ const (
 	MaxBatchSize = 10000
 	// DefaultPollFallback is how often the drainer claims even when no NOTIFY arrived.
 	DefaultPollFallback = 30 * time.Second
+	// MinPollFallback is the shortest PollFallback Validate accepts: the drainer never schedules
+	// its own wake-ups closer together (an idle drainer polling every nanosecond made thousands
+	// of claims a second).
+	MinPollFallback = minWakeDelay
+	// MinClaimTimeout is the shortest ClaimTimeout Validate accepts: below it no claim, ping or
+	// registration read can answer in time, and every attempt looks like a dead connection.
+	MinClaimTimeout = 100 * time.Millisecond
+	// MinWedgeWarnAfter is the shortest positive WedgeWarnAfter Validate accepts: each report
+	// reads the queue's oldest partitions (outbox.wedged_partitions).
+	MinWedgeWarnAfter = 100 * time.Millisecond
 	// DefaultMaxAttempts is the poison mark of a queue created with outbox.create_queue's defaults
 	// (max_attempts): the seed's 10.
 	DefaultMaxAttempts = 10
@@ -65,17 +76,28 @@ const (
 )
 
 // DefaultLease returns the lease used when Config.Lease is zero: twice the apply timeout plus
-// LeaseMargin, so a row that waited for a free apply slot rarely needs an extension.
+// LeaseMargin, so a row that waited for a free apply slot rarely needs an extension. A
+// non-positive applyTimeout takes its default (DefaultApplyTimeout); a result too long for a
+// Duration is the longest Duration (which Validate refuses, as it does any Lease over MaxLease).
 func DefaultLease(applyTimeout time.Duration) time.Duration {
-	return 2*cmp.Or(applyTimeout, DefaultApplyTimeout) + LeaseMargin
+	if applyTimeout <= 0 {
+		applyTimeout = DefaultApplyTimeout
+	}
+	if applyTimeout > (math.MaxInt64-LeaseMargin)/2 {
+		return math.MaxInt64
+	}
+	return 2*applyTimeout + LeaseMargin
 }
 
 // DefaultLockTransactionTimeout returns the bound used when Config.LockTransactionTimeout is zero:
 // the longest a lock-mode batch can take when every apply uses its full ApplyTimeout (the batch's
-// rows, ApplyConcurrency at a time) plus LeaseMargin for settle_locked and COMMIT. Zero arguments
-// take their defaults. With the defaults (32 rows one at a time, 5s each) it is 2m41s.
+// rows, ApplyConcurrency at a time) plus LeaseMargin for settle_locked and COMMIT. Zero or negative
+// arguments take their defaults; a result too long for a Duration is the longest Duration (which
+// Validate refuses, as it does any bound over MaxLease). With the defaults (32 rows one at a time,
+// 5s each) it is 2m41s.
 func DefaultLockTransactionTimeout(batchSize, applyConcurrency int, applyTimeout time.Duration) time.Duration {
-	c := Config{BatchSize: batchSize, ApplyConcurrency: applyConcurrency, ApplyTimeout: applyTimeout}.withDefaults()
+	c := Config{BatchSize: max(batchSize, 0), ApplyConcurrency: max(applyConcurrency, 0),
+		ApplyTimeout: max(applyTimeout, 0)}.withDefaults()
 	return c.lockTransactionFloor()
 }
 
@@ -156,7 +178,7 @@ type Config struct {
 	// many the drainer holds at most). Defaults to 32 (DefaultBatchSize).
 	BatchSize int
 	// PollFallback is how often the drainer claims even without a NOTIFY (a missed NOTIFY costs at
-	// most this long). Defaults to 30s (DefaultPollFallback).
+	// most this long). At least MinPollFallback (100ms). Defaults to 30s (DefaultPollFallback).
 	PollFallback time.Duration
 	// PollOnly turns LISTEN off: the drainer never waits for a NOTIFY and claims every
 	// PollFallback, besides its other wake-ups (the earliest backoff or lease end, room after a
@@ -193,7 +215,7 @@ type Config struct {
 	RunLength int
 	// WedgeWarnAfter, when positive on a partitioned queue with a WithWedgeObserver, makes the
 	// drainer report (at most once per WedgeWarnAfter) the oldest partitions whose oldest pending
-	// row is older than this. Defaults to 0: off, at zero cost.
+	// row is older than this; at least MinWedgeWarnAfter (100ms). Defaults to 0: off, at zero cost.
 	WedgeWarnAfter time.Duration
 	// Lease is how long a claimed row is this drainer's in lease mode. It must be longer than
 	// ApplyTimeout + LeaseMargin. Lease mode only. Defaults to 2*ApplyTimeout + LeaseMargin
@@ -223,15 +245,18 @@ type Config struct {
 	// LockTransactionTimeout, the repair pass by 2 minutes. A dial the pool goes on with in the
 	// background is bounded by the DSN's connect_timeout (pgxpool: 2 minutes when unset). Keep it above the slowest
 	// claim you expect under load: a claim cut short is retried, its rows leased meanwhile wait for
-	// their leases. It must be positive and at most Lease (lease mode) or LockTransactionTimeout
-	// (lock mode). Defaults to 10s (DefaultClaimTimeout), or that bound when it is shorter.
+	// their leases. It must be at least MinClaimTimeout (100ms) and at most Lease (lease mode) or
+	// LockTransactionTimeout (lock mode). Defaults to 10s (DefaultClaimTimeout), or that bound when
+	// it is shorter.
 	ClaimTimeout time.Duration
 	// RepairInterval is how often the drainer runs outbox.repair, which finds pending rows that no
 	// claim can reach because derived state (partition heads, their floors and parks) disagrees
 	// with the queue table, and fixes it. Each fix is logged at Warn and counted in
 	// pgdrain_repairs_total{queue,cause}; after one, the drainer claims at once. The SQL side lets
 	// one session at a time repair a queue, so replicas take turns. The first pass runs when Run
-	// starts. Negative turns the pass off; a positive value must be at least MinRepairInterval.
+	// starts. Each pass also re-reads the queue's registration and moves the drainer's LISTEN to
+	// the channel it names, when outbox.create_queue changed it while the drainer ran (logged at
+	// Info). Negative turns the pass off; a positive value must be at least MinRepairInterval.
 	// Defaults to 1m (DefaultRepairInterval).
 	RepairInterval time.Duration
 	// BusyPoll is how long after a claim that found rows the drainer keeps claiming on a timer
@@ -355,9 +380,13 @@ func (c Config) lockWaves() int {
 }
 
 // lockTransactionFloor is the shortest LockTransactionTimeout that gives every row of a batch its
-// full ApplyTimeout and leaves LeaseMargin for settling.
+// full ApplyTimeout and leaves LeaseMargin for settling (the longest Duration when that is longer).
 func (c Config) lockTransactionFloor() time.Duration {
-	return time.Duration(c.lockWaves())*c.ApplyTimeout + LeaseMargin
+	waves := time.Duration(c.lockWaves())
+	if c.ApplyTimeout > 0 && c.ApplyTimeout > (math.MaxInt64-LeaseMargin)/waves {
+		return math.MaxInt64
+	}
+	return waves*c.ApplyTimeout + LeaseMargin
 }
 
 // Validate reports every problem of c (after defaults), one line each, every line starting with
@@ -382,6 +411,8 @@ func (c Config) Validate() error {
 	}
 	if c.PollFallback <= 0 {
 		bad("PollFallback must be positive, got %s", c.PollFallback)
+	} else if c.PollFallback < MinPollFallback {
+		bad("PollFallback must be at least MinPollFallback (%s), got %s", MinPollFallback, c.PollFallback)
 	}
 	applyTimeoutOK := c.ApplyTimeout > 0 && c.ApplyTimeout <= MaxLease
 	switch {
@@ -395,6 +426,8 @@ func (c Config) Validate() error {
 	}
 	if c.WedgeWarnAfter < 0 {
 		bad("WedgeWarnAfter must be 0 (off) or positive, got %s", c.WedgeWarnAfter)
+	} else if c.WedgeWarnAfter > 0 && c.WedgeWarnAfter < MinWedgeWarnAfter {
+		bad("WedgeWarnAfter must be 0 (off) or at least MinWedgeWarnAfter (%s), got %s", MinWedgeWarnAfter, c.WedgeWarnAfter)
 	}
 	if c.ClaimMode != ClaimLock { // not used in lock mode
 		switch {
@@ -441,6 +474,8 @@ func (c Config) Validate() error {
 	switch bound, name := c.claimTimeoutBound(), "Lease"; {
 	case c.ClaimTimeout < 0:
 		bad("ClaimTimeout must be positive (or 0 for the default), got %s", c.ClaimTimeout)
+	case c.ClaimTimeout < MinClaimTimeout && c.ClaimTimeout < bound:
+		bad("ClaimTimeout must be at least MinClaimTimeout (%s) (or 0 for the default), got %s", MinClaimTimeout, c.ClaimTimeout)
 	case bound <= 0:
 		// Lease or LockTransactionTimeout is already reported.
 	case c.ClaimTimeout > bound:

@@ -25,7 +25,8 @@
 // stay open for the whole batch, and the next batch waits for the slowest apply of this one.
 // Config.LockTransactionTimeout bounds that transaction: each apply's deadline is at most
 // LeaseMargin before the bound, and at that point what returned is settled and committed, while a
-// row whose Applier ignores its context is left untouched (claimed and delivered again). Its
+// row whose Applier ignores its context is left untouched (claimed and delivered again once that
+// apply returns: it keeps its apply slot until then). Its
 // default, and its minimum, gives every row of a batch its full ApplyTimeout. Keep the role's
 // idle_in_transaction_session_timeout above it (Run warns when it is not): the server ends a
 // transaction idle for longer, nothing of the batch is recorded, and its rows are claimed again.
@@ -37,8 +38,12 @@
 // An apply never outlives its lease: its ctx deadline is min(ApplyTimeout, lease end -
 // LeaseMargin), and a result that still arrives late is refused by its token, counted
 // (pgdrain_outbox_lease_lost_total) and logged at debug level, never retried from here. A drainer
-// never applies one row twice at the same time: a row it claims again while its previous apply still
-// runs (the Applier ignored its context past the lease) waits for that apply to return. Order is
+// never applies one row twice at the same time, in either mode and across Runs of one Drainer: a
+// row it claims again while its previous apply still runs (the Applier ignored its context past
+// the lease, the lock-mode batch's LockTransactionTimeout or Run's shutdown) waits for that apply
+// to return (lease mode), or is left unsettled by the batch (lock mode); such an apply keeps its
+// apply slot until it returns, and a lock-mode drainer whose every slot is so held claims nothing
+// meanwhile. Order is
 // given only per partition key (the queue's partition_column, chosen at outbox.create_queue);
 // without one, rows of the same key can apply in any order, so leave it out only when the target
 // converges under any order.
@@ -46,7 +51,10 @@
 // # Errors
 //
 // An Applier error is transient (retried with backoff) unless wrapped with Permanent; a payload
-// that does not decode and a panic in the Applier are permanent. Under the queue's default
+// that does not decode and a panic in the Applier are permanent, and so are an error whose own
+// methods panic when the drainer reads it (a nil pointer of an error type returned as an error)
+// and an Applier that calls runtime.Goexit (t.FailNow): each Applier call runs on a goroutine of
+// its own, so nothing it does ends the drainer's. Under the queue's default
 // 'poison' policy a permanent failure poisons the row; on a partitioned queue a transient failure
 // never does, so the partition waits for its peer (watch it with WithWedgeObserver and the
 // pgdrain_outbox_oldest_pending_age_seconds gauge).

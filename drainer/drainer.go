@@ -20,7 +20,8 @@ import (
 // - LeaseMargin) (in lock mode: LeaseMargin before the batch's LockTransactionTimeout) and is not
 // cancelled by Run's ctx; an Applier that ignores it keeps its apply slot but not shutdown, and
 // its result is then dropped. A nil error records the row as sent; an error is transient unless
-// marked with Permanent. A panic is recovered and recorded as permanent.
+// marked with Permanent. A panic (also one in the returned error's methods) and runtime.Goexit are
+// recorded as permanent.
 type Applier[T any] func(ctx context.Context, eventType string, payload T) error
 
 // Decoder turns a row's jsonb payload into T. A decoding error is permanent: the payload will
@@ -117,6 +118,12 @@ type Drainer[T any] struct {
 	tracer        trace.Tracer // WithTracerProvider's; nil: no spans
 	txApply       TxApplier    // WithTxApplier's; nil: apply each row with apply
 	running       atomic.Bool
+	// inflight holds the rows whose apply runs, across Runs (an apply that ignores its context
+	// outlives its batch, its lease and its Run).
+	inflight *inFlight
+	// txOverrun is closed when a TxApplier call that its batch gave up on returns; nil when none
+	// runs. Only the running Run's lock loop touches it.
+	txOverrun chan struct{}
 }
 
 // New returns a Drainer for cfg.Table. It validates cfg but does not touch the database: Run
@@ -133,12 +140,13 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 		return nil, err
 	}
 	d := &Drainer[T]{
-		pool:   pool,
-		cfg:    cfg,
-		table:  canonicalTable(cfg.Table),
-		decode: decode,
-		apply:  apply,
-		logger: slog.Default(),
+		pool:     pool,
+		cfg:      cfg,
+		table:    canonicalTable(cfg.Table),
+		decode:   decode,
+		apply:    apply,
+		logger:   slog.Default(),
+		inflight: newInFlight(),
 	}
 	for _, o := range opts {
 		o(d)
@@ -184,7 +192,8 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 // has a deadline (ClaimTimeout for claims, next_due, result flushes and releases), so a dead
 // connection is abandoned; a lease-mode result flush that failed that way is retried while the
 // results' leases last. Other errors at start (authentication, a
-// missing queue) are returned. Database errors while draining are logged and retried. Every statement calls an outbox function
+// missing queue) are returned, and so is an error matching ctx's (errors.Is(err,
+// context.Canceled)) when ctx ends before the database let the drainer start. Database errors while draining are logged and retried. Every statement calls an outbox function
 // granted to pgdrain_worker, so that role is all the drainer's login role needs.
 func (d *Drainer[T]) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
@@ -212,9 +221,9 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 	r.warnIdleInTransactionTimeout(ctx)
 	ready := closedChan
 	if !r.cfg.PollOnly {
-		sub := d.subscribe(reg.channel, r.listenWake)
-		defer sub.close()
-		ready = sub.ready
+		r.sub = d.subscribe(reg.channel, r.listenWake)
+		defer r.sub.close()
+		ready = r.sub.ready
 	}
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -270,12 +279,19 @@ func (d *Drainer[T]) logIndexFindings(ctx context.Context) {
 	}
 }
 
+// stoppedBeforeStart is Run's error when its ctx ended before the database let it start (down,
+// failing over): it matches ctx's error (errors.Is(err, context.Canceled) for a stop), and says
+// what the last attempt met.
+func stoppedBeforeStart(ctx context.Context, last error) error {
+	return fmt.Errorf("stopped before the drainer could start: %w (last attempt: %w)", context.Cause(ctx), last)
+}
+
 // connect pings the database, checks that its outbox schema is at least OutboxMigrationNeeded
 // (outbox.version(); an older one is an error matching ErrSchemaTooOld) and reads the queue's
 // registration (outbox.queue_info), retrying with
 // backoff while the database is unavailable (see unavailable): a drainer that starts during a
-// failover waits for the new primary rather than failing. Any other error is returned at once, and
-// so is the last one when ctx ends first.
+// failover waits for the new primary rather than failing. Any other error is returned at once;
+// when ctx ends first, an error matching ctx's (stoppedBeforeStart).
 func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 	delay := errorDelayMin
 	bound := d.cfg.withDefaults().ClaimTimeout
@@ -302,7 +318,10 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 			return reg, nil
 		}
 		cancel()
-		if ctx.Err() != nil || unavailable(err) == "" {
+		if ctx.Err() != nil {
+			return registration{}, stoppedBeforeStart(ctx, err)
+		}
+		if unavailable(err) == "" {
 			return registration{}, err
 		}
 		d.logRetry(ctx, "starting failed; retrying", err, delay)
@@ -310,7 +329,7 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return registration{}, err
+			return registration{}, stoppedBeforeStart(ctx, err)
 		case <-t.C:
 		}
 		delay = min(2*delay, errorDelayMax)

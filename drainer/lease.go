@@ -36,15 +36,13 @@ type pipeline[T any] struct {
 	slotAvg  time.Duration  // running average of how long a row holds its slot (0 until one freed)
 	waiting  []*job         // claimed, not started, in claim order
 	running  int            // slots taken
-	applying map[int64]bool // ids of the rows in the slots
-	parked   map[int64]*job // claimed again while still in a slot (see dispatch)
+	parked   map[int64]*job // claimed again while an apply of the row still runs (see dispatch)
 	stopping bool           // Run's ctx ended: start nothing more
 	idle     chan struct{}  // closed when running drops to 0 while stopping
 }
 
 func newPipeline[T any](r *runner[T]) *pipeline[T] {
-	p := &pipeline[T]{r: r, freed: make(chan struct{}, 1), idle: make(chan struct{}),
-		applying: map[int64]bool{}, parked: map[int64]*job{}}
+	p := &pipeline[T]{r: r, freed: make(chan struct{}, 1), idle: make(chan struct{}), parked: map[int64]*job{}}
 	p.rec = newRecorder(r, p.busy)
 	return p
 }
@@ -221,23 +219,52 @@ func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	return kept, nil
 }
 
-// dispatch queues claimed rows and fills the free slots. A row whose previous apply is still in a
-// slot (its lease ended while an Applier ignored its context, and this drainer claimed it again)
-// is parked until that apply returns: a drainer never applies one row twice at the same time.
+// dispatch queues claimed rows and fills the free slots. A row whose previous apply still runs
+// (its lease ended while an Applier ignored its context, and this drainer claimed it again, in
+// this Run or after an earlier one) is parked until that apply returns: a drainer never applies
+// one row twice at the same time.
 func (p *pipeline[T]) dispatch(jobs []*job) {
 	if len(jobs) == 0 {
 		return
 	}
 	p.lock()
 	for _, j := range runs(jobs) {
-		if p.applying[j.event.ID] {
-			p.parked[j.event.ID] = j
+		if running := p.r.d.inflight.done(j.event.ID); running != nil {
+			p.park(j, running)
 			continue
 		}
 		p.waiting = append(p.waiting, j)
 	}
 	p.unlock()
 	p.fill()
+}
+
+// take marks j's row as applying, or parks j while an apply of the row runs. Called with p locked.
+func (p *pipeline[T]) take(j *job) bool {
+	for !p.r.d.inflight.begin(j.event.ID) {
+		if running := p.r.d.inflight.done(j.event.ID); running != nil {
+			p.park(j, running)
+			return false
+		}
+	}
+	return true
+}
+
+// park holds j until running (the end of the apply of its row that still runs) is closed, then
+// puts it first in line. Called with p locked.
+func (p *pipeline[T]) park(j *job, running <-chan struct{}) {
+	p.parked[j.event.ID] = j
+	go func() {
+		<-running
+		p.lock()
+		again := p.parked[j.event.ID]
+		if again != nil && !p.stopping {
+			delete(p.parked, j.event.ID)
+			p.waiting = append([]*job{again}, p.waiting...)
+		}
+		p.unlock()
+		p.fill()
+	}()
 }
 
 // fill starts waiting rows while slots are free.
@@ -249,12 +276,10 @@ func (p *pipeline[T]) fill() {
 		j := p.waiting[0]
 		p.waiting[0] = nil
 		p.waiting = p.waiting[1:]
-		if p.applying[j.event.ID] { // claimed again while waiting, and the first claim started
-			p.parked[j.event.ID] = j
+		if !p.take(j) { // claimed again while waiting, and the first claim started
 			continue
 		}
 		p.running++
-		p.applying[j.event.ID] = true
 		started = append(started, j)
 	}
 	if len(started) == 0 {
@@ -309,15 +334,11 @@ func (p *pipeline[T]) work(j *job, started time.Time) {
 	p.lock()
 	p.slotAvg = movingAverage(p.slotAvg, time.Since(started))
 	p.running--
-	delete(p.applying, j.event.ID)
-	if again := p.parked[j.event.ID]; again != nil {
-		delete(p.parked, j.event.ID)
-		p.waiting = append([]*job{again}, p.waiting...)
-	}
 	if p.stopping && p.running == 0 {
 		close(p.idle)
 	}
 	p.unlock()
+	p.r.d.inflight.end(j.event.ID) // a parked claim of the row goes first in line (see park)
 	p.fill()
 	p.rec.nudge() // the last apply running may have ended: flush without waiting
 	select {
@@ -327,21 +348,13 @@ func (p *pipeline[T]) work(j *job, started time.Time) {
 }
 
 // startApplying marks a row after the first of its run as in a slot, unless an earlier apply of
-// it still is (a drainer never applies one row twice at the same time).
+// it still runs (a drainer never applies one row twice at the same time).
 func (p *pipeline[T]) startApplying(j *job) bool {
-	p.lock()
-	defer p.unlock()
-	if p.applying[j.event.ID] {
-		return false
-	}
-	p.applying[j.event.ID] = true
-	return true
+	return p.r.d.inflight.begin(j.event.ID)
 }
 
 func (p *pipeline[T]) stopApplying(j *job) {
-	p.lock()
-	defer p.unlock()
-	delete(p.applying, j.event.ID)
+	p.r.d.inflight.end(j.event.ID)
 }
 
 // slotAverage is the running average of how long a row holds its slot, from its start to its

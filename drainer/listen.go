@@ -132,6 +132,24 @@ func (s *subscription) close() {
 	}
 }
 
+// current is the channel the subscription listens on.
+func (s *subscription) current() string {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	return s.channel
+}
+
+// retarget moves the subscription to channel (the queue's registration names another one now).
+func (s *subscription) retarget(channel string) {
+	l := s.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.channel != channel {
+		s.channel = channel
+		l.changed()
+	}
+}
+
 // changed marks the channel set as changed and interrupts the wait. l.mu must be held.
 func (l *listener) changed() {
 	l.dirty = true

@@ -37,18 +37,22 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 		defer cancel()
 		_ = tx.Rollback(rctx) // no-op after Commit
 	}()
-	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, r.cfg.claimSize(), r.cfg.RunLength)
+	size := r.cfg.claimSize()
+	if r.cfg.ApplyConcurrency > 1 { // a claim fills the free slots (see lockLoop)
+		size = max(min(size, r.cfg.ApplyConcurrency-r.d.inflight.count()), 1)
+	}
+	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, size, r.cfg.RunLength)
 	cancelClaim()
 	if err != nil {
 		return 0, err
 	}
-	r.claimed(start, jobs, r.cfg.claimSize())
+	r.claimed(start, jobs, size)
 	r.metrics.observeClaim(ClaimLock, time.Since(start))
 	for _, j := range jobs {
 		j.deadline = settleBy
 	}
 
-	done := r.applyLocked(ctx, jobs, settleBy)
+	done, skipped := r.applyLocked(ctx, jobs, settleBy)
 
 	// Settle and commit within the bound (at least LeaseMargin, when an overrun used it up).
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(txEnd, time.Now().Add(LeaseMargin)))
@@ -66,7 +70,9 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	for _, j := range settled {
 		r.metrics.recorded(j.disposition)
 	}
-	return len(jobs), nil
+	// Rows skipped because an apply of theirs still runs count as not found: claiming again at once
+	// would find them again, for as long as that apply runs.
+	return len(jobs) - skipped, nil
 }
 
 // settleLocked records the results of done in tx (outbox.settle_locked) and returns the jobs it
@@ -112,18 +118,21 @@ func later(a, b time.Time) time.Time {
 // applyLocked applies jobs with at most ApplyConcurrency at a time, in claim order (a partition's
 // run in one slot, in its order, up to its first row not sent), and returns
 // those whose apply returned in time to be settled. It stops starting applies at settleBy or when
-// ctx ends; it stops waiting at settleBy, or ApplyTimeout after ctx ended.
-func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.Time) []*job {
+// ctx ends; it stops waiting at settleBy, or ApplyTimeout after ctx ended. An apply given up on
+// keeps its slot until it returns (r.d.inflight), and its row, claimed again meanwhile, is not
+// applied again: it is skipped with the rest of its run, left unsettled (skipped counts them).
+func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.Time) (done []*job, skipped int) {
 	if len(jobs) == 0 {
-		return nil
+		return nil, 0
 	}
+	var skips atomic.Int64
 	finished := make(chan *job, len(jobs)) // never blocks, also for applies given up on
 	firsts := runs(jobs)
 	var next atomic.Int64
 	var stop atomic.Bool
 	applying := func() bool { return !stop.Load() && ctx.Err() == nil && time.Now().Before(settleBy) }
 	var wg sync.WaitGroup
-	workers := min(r.cfg.ApplyConcurrency, len(firsts))
+	workers := max(min(r.cfg.ApplyConcurrency-r.d.inflight.count(), len(firsts)), 1)
 	started := cohort.New(workers) // every worker's first row: applied together
 	for range workers {
 		wg.Go(func() {
@@ -144,7 +153,15 @@ func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.
 				// A run in its partition's order, up to its first row not sent: the rows after it
 				// stay unsettled, unlocked untouched by the COMMIT.
 				for j := firsts[i]; j != nil && (j == firsts[i] || applying()); j = j.next {
+					if !r.d.inflight.begin(j.event.ID) {
+						if j.cohort != nil {
+							j.cohort.Done() // never reaches the Applier
+						}
+						skips.Add(int64(len(j.rest())))
+						break
+					}
 					r.applyOne(ctx, j)
+					r.d.inflight.end(j.event.ID)
 					finished <- j
 					if j.disposition != DispositionSent {
 						break
@@ -162,7 +179,6 @@ func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.
 	defer bound.Stop()
 	var grace <-chan time.Time
 	cancelled := ctx.Done()
-	var done []*job
 	collect := func() []*job {
 		stop.Store(true)
 		for {
@@ -179,7 +195,7 @@ func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.
 		case j := <-finished:
 			done = append(done, j)
 		case <-allDone:
-			return collect()
+			return collect(), int(skips.Load())
 		case <-cancelled:
 			cancelled = nil
 			t := time.NewTimer(r.cfg.ApplyTimeout + shutdownSlack)
@@ -189,13 +205,13 @@ func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.
 			collect()
 			r.d.logger.WarnContext(ctx, "applies still running after ApplyTimeout at shutdown: they ignore their context; "+
 				"their rows are left unsettled and will be delivered again", "settled", len(done), "claimed", len(jobs))
-			return done
+			return done, int(skips.Load())
 		case <-bound.C:
 			collect()
 			r.d.logger.WarnContext(ctx, "lock-mode batch reached LockTransactionTimeout with applies still running: "+
 				"an Applier ignores its context; settling what returned, the rest is claimed again",
 				"settled", len(done), "claimed", len(jobs), "lock_transaction_timeout", r.cfg.LockTransactionTimeout)
-			return done
+			return done, int(skips.Load())
 		}
 	}
 }

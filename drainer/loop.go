@@ -27,6 +27,7 @@ type runner[T any] struct {
 	runCtx  context.Context // Run's ctx
 	metrics *metrics        // this Run's handle on its queue's series
 	waiting waiting         // whether producers know this drainer waits for a NOTIFY (waiting.go)
+	sub     *subscription   // its LISTEN (nil with PollOnly); follows the registration's channel
 	// lastFound is when a claim last found rows: the drainer busy-polls for BusyPoll after it.
 	lastFound time.Time
 	trickle   trickle // paces claims while rows trickle in (trickle.go)
@@ -66,6 +67,16 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 	for {
 		if ctx.Err() != nil {
 			return
+		}
+		if r.d.txApply == nil && r.d.inflight.count() >= r.cfg.ApplyConcurrency {
+			// Every apply slot is held by an apply that an earlier batch gave up on (it ignores its
+			// context): claim when one returns, not rows that nothing could apply.
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.d.inflight.freed:
+			}
+			continue
 		}
 		for d := r.paced(ctx); d > 0; d = r.paced(ctx) {
 			timer.Reset(d)

@@ -15,7 +15,8 @@ const repairTimeout = 2 * time.Minute
 // start. A cause not listed here is still counted when it occurs.
 var repairCauses = []string{"missing_head", "floor_above_row", "parked_past_due", "stale_notes"}
 
-// watchRepairs runs the repair pass at once and then every RepairInterval until ctx ends.
+// watchRepairs runs the repair pass at once and then every RepairInterval until ctx ends, each time
+// also following the queue's NOTIFY channel (followChannel).
 func (r *runner[T]) watchRepairs(ctx context.Context) {
 	t := time.NewTicker(r.cfg.RepairInterval)
 	defer t.Stop()
@@ -23,6 +24,7 @@ func (r *runner[T]) watchRepairs(ctx context.Context) {
 		if !r.repairOnce(ctx) {
 			return
 		}
+		r.followChannel(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -67,4 +69,26 @@ func (r *runner[T]) repairOnce(ctx context.Context) bool {
 		r.signal()
 	}
 	return true
+}
+
+// followChannel re-reads the queue's registration (outbox.queue_info) and moves the drainer's
+// LISTEN to the channel it names when outbox.create_queue changed it while the drainer ran: one
+// still listening on the old channel hears nothing, and claims new rows only every PollFallback.
+// A failed read changes nothing (claims report what is wrong).
+func (r *runner[T]) followChannel(ctx context.Context) {
+	if r.sub == nil {
+		return
+	}
+	cctx, cancel := r.bounded(ctx)
+	defer cancel()
+	reg, err := loadRegistration(cctx, r.d.pool, r.d.table)
+	if err != nil || reg.channel == "" {
+		return
+	}
+	if was := r.sub.current(); was != reg.channel {
+		r.d.logger.InfoContext(ctx, "the queue's NOTIFY channel changed (outbox.create_queue); listening on the new one",
+			"was", was, "now", reg.channel)
+		r.sub.retarget(reg.channel)
+		r.signal() // rows announced on the new channel before now were not heard
+	}
 }

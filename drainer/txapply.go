@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,9 +20,12 @@ import (
 // recorded), in claim order. A nil error records every row of batch as sent. An error rolls the
 // whole transaction back: nothing the TxApplier wrote stays, no row is recorded or counted as an
 // attempt, and the rows are claimed again after the drainer's error backoff (so an error never
-// poisons a row). ctx ends ApplyTimeout after the call, and at the latest LeaseMargin before the
-// transaction's LockTransactionTimeout; it is not cancelled by Run's ctx. tx must not be
-// committed, rolled back or used after the call returns.
+// poisons a row); so does a panic, which is logged at Error. ctx ends ApplyTimeout after the call,
+// and at the latest LeaseMargin before the transaction's LockTransactionTimeout; it is not
+// cancelled by Run's ctx. A call still running a second after its ctx ended is given up on: its
+// connection is closed under it (the server rolls the transaction back and unlocks its rows, which
+// are claimed again), no other batch is claimed until it returns, and Run does not wait for it
+// when it ends. tx must not be committed, rolled back or used after the call returns.
 type TxApplier func(ctx context.Context, tx pgx.Tx, batch []TxEvent) error
 
 // TxEvent is one claimed row as a TxApplier gets it.
@@ -54,6 +58,14 @@ var errTxApplierNeedsLock = errors.New("WithTxApplier needs ClaimMode ClaimLock:
 // txBatch is one transaction of lock mode with a TxApplier: BEGIN; then rounds of claim_locked,
 // the TxApplier and settle_locked (every row sent); COMMIT. Any failure rolls back all rounds.
 func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
+	if overrun := r.d.txOverrun; overrun != nil {
+		select {
+		case <-overrun:
+			r.d.txOverrun = nil
+		case <-ctx.Done():
+			return 0, nil
+		}
+	}
 	start := time.Now()
 	settleBy := start.Add(r.cfg.LockTransactionTimeout - LeaseMargin)
 	cctx, cancelBegin := r.bounded(ctx)
@@ -63,6 +75,9 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 		return 0, translate("claiming batch", err)
 	}
 	defer func() {
+		if r.d.txOverrun != nil { // tx is the overrunning TxApplier's, which rolls it back
+			return
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LeaseMargin)
 		defer cancel()
 		_ = tx.Rollback(rctx) // no-op after Commit
@@ -114,7 +129,7 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 		deadline = settleBy
 	}
 	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	err = r.d.txApply(actx, tx, batch)
+	err = r.callTxApplier(ctx, actx, tx, batch, deadline)
 	cancel()
 	if err != nil {
 		return len(jobs), fmt.Errorf("applying the batch in its transaction: %w", err)
@@ -129,4 +144,55 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 		return len(jobs), fmt.Errorf("settle_locked recorded %d of %d rows", settled, len(jobs))
 	}
 	return len(jobs), nil
+}
+
+// errTxApplierOverrun is txRound's error for a TxApplier call given up on (see callTxApplier).
+var errTxApplierOverrun = errors.New("the TxApplier ignored its context and was given up on a second after its deadline; " +
+	"its connection was closed, which rolled the transaction back")
+
+// callTxApplier runs the TxApplier on a goroutine of its own. A panic (or runtime.Goexit) becomes
+// the batch's error. A call still running overrunWarnAfter past its deadline is given up on: the
+// connection of tx is closed under it (the server then rolls the transaction back and unlocks its
+// rows), r.d.txOverrun is set until it returns (txBatch claims nothing meanwhile), and tx is the
+// goroutine's to roll back then, which returns the dead connection to the pool.
+func (r *runner[T]) callTxApplier(ctx, actx context.Context, tx pgx.Tx, batch []TxEvent, deadline time.Time) error {
+	result := make(chan error, 1)
+	go func() {
+		finished := false
+		defer func() {
+			if finished {
+				return
+			}
+			cause := fmt.Sprint(recover())
+			if cause == "<nil>" {
+				cause = "runtime.Goexit (t.FailNow, t.Fatal or log.Fatal's kin)"
+			}
+			r.d.logger.ErrorContext(ctx, "the TxApplier panicked; its batch is rolled back and claimed again",
+				"rows", len(batch), "panic", cause, "stack", string(debug.Stack()))
+			result <- fmt.Errorf("the TxApplier panicked: %s", cause)
+		}()
+		err := r.d.txApply(actx, tx, batch)
+		finished = true
+		result <- err
+	}()
+	overrunAt := time.NewTimer(time.Until(deadline) + overrunWarnAfter)
+	defer overrunAt.Stop()
+	select {
+	case err := <-result:
+		return err
+	case <-overrunAt.C:
+	}
+	r.d.logger.WarnContext(ctx, "the TxApplier is still running a second after its deadline: it ignores its context; "+
+		"closing its connection (its transaction is rolled back, its rows claimed again once it returns)", "rows", len(batch))
+	overrun := make(chan struct{})
+	r.d.txOverrun = overrun
+	_ = tx.Conn().PgConn().Conn().Close() // net.Conn: safe beside the TxApplier's own use of tx
+	go func() {
+		<-result
+		rctx, cancel := context.WithTimeout(context.Background(), LeaseMargin)
+		_ = tx.Rollback(rctx) // fails on the closed connection, which the pool then drops
+		cancel()
+		close(overrun)
+	}()
+	return errTxApplierOverrun
 }

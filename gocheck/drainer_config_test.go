@@ -65,6 +65,12 @@ func TestDrainer_Validate_RejectsEachBadConfig(t *testing.T) {
 		{"unknown claim mode", func(c *drainer.Config) { c.ClaimMode = 9 }, "ClaimMode", "ClaimLease or ClaimLock"},
 		{"async results in lock mode", func(c *drainer.Config) { c.ClaimMode, c.AsyncResults = drainer.ClaimLock, true }, "AsyncResults", "lease mode only"},
 		{"negative claim timeout", func(c *drainer.Config) { c.ClaimTimeout = -time.Second }, "ClaimTimeout", "positive"},
+		{"claim timeout too short to answer", func(c *drainer.Config) { c.ClaimTimeout = time.Microsecond }, "ClaimTimeout",
+			"at least MinClaimTimeout (100ms) (or 0 for the default), got 1µs"},
+		{"poll fallback of a nanosecond", func(c *drainer.Config) { c.PollFallback = time.Nanosecond }, "PollFallback",
+			"at least MinPollFallback (100ms), got 1ns"},
+		{"wedge threshold of a nanosecond", func(c *drainer.Config) { c.WedgeWarnAfter = time.Nanosecond }, "WedgeWarnAfter",
+			"0 (off) or at least MinWedgeWarnAfter (100ms), got 1ns"},
 		{"claim timeout longer than the lease", func(c *drainer.Config) { c.Lease, c.ClaimTimeout = 11*time.Second, 12*time.Second }, "ClaimTimeout", "at most Lease (11s)"},
 		{"claim timeout longer than the lock transaction", func(c *drainer.Config) {
 			c.ClaimMode, c.LockTransactionTimeout, c.ClaimTimeout = drainer.ClaimLock, 3*time.Minute, 4*time.Minute
@@ -83,6 +89,18 @@ func TestDrainer_Validate_RejectsEachBadConfig(t *testing.T) {
 			require.Error(t, err, "New refuses what Validate rejects")
 		})
 	}
+}
+
+// The public default helpers take a non-positive argument as its default and saturate instead of
+// overflowing (DefaultLease(math.MaxInt64) was about a second).
+func TestDrainer_DefaultHelpersNeitherOverflowNorGoNegative(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, drainer.DefaultLease(0), drainer.DefaultLease(-5))
+	require.Equal(t, 2*drainer.DefaultApplyTimeout+drainer.LeaseMargin, drainer.DefaultLease(-5))
+	require.Equal(t, time.Duration(math.MaxInt64), drainer.DefaultLease(math.MaxInt64))
+	require.Equal(t, drainer.DefaultLockTransactionTimeout(0, 0, 0), drainer.DefaultLockTransactionTimeout(-5, -5, -5))
+	require.Equal(t, 161*time.Second, drainer.DefaultLockTransactionTimeout(-5, -5, -5))
+	require.Equal(t, time.Duration(math.MaxInt64), drainer.DefaultLockTransactionTimeout(32, 1, math.MaxInt64))
 }
 
 // drPoolForValidation is a pool that is never used (pgxpool connects lazily): New validates

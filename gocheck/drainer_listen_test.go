@@ -210,3 +210,22 @@ func TestDrainer_Listen_ReconnectsAndWakesEveryDrainer(t *testing.T) {
 			func() bool { return q.sentIn(t) == 2 })
 	}
 }
+
+// create_queue may give a running queue another NOTIFY channel: the drainer follows it at its next
+// repair pass (it heard nothing until PollFallback before, 28.5 s in the report).
+func TestDrainer_Listen_FollowsAChannelChangedWhileItRuns(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{})
+	cfg := q.config(drainer.ClaimLease) // PollFallback: a minute
+	cfg.RepairInterval, cfg.BusyPoll, cfg.TrickleInterval = 200*time.Millisecond, -1, -1
+	d, _ := drNew(t, q.pool, cfg, func(context.Context, string, drEvent) error { return nil })
+	stop := drStart(t, d)
+	q.insert(t)
+	drWaitFor(t, 10*time.Second, "a row delivered on the first channel", func() bool { return q.sentIn(t) == 1 })
+	_, err := q.pool.Exec(context.Background(), `SELECT outbox.create_queue($1, channel => 'pgdrain_moved')`, q.table)
+	require.NoError(t, err)
+	time.Sleep(time.Second) // a few repair passes
+	q.insert(t)
+	drWaitFor(t, 5*time.Second, "a row delivered on the new channel, long before PollFallback", func() bool { return q.sentIn(t) == 2 })
+	require.NoError(t, stop())
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,8 +250,10 @@ type drSeen struct {
 func (s *drSeen) firstTime(seq int) bool { return !s.seen[seq].Swap(true) }
 
 // A lock-mode batch never outlives LockTransactionTimeout: with one Applier hanging (ignoring its
-// context), the batch commits what returned when the bound is reached, and the hung row, unlocked
-// untouched, is claimed again by the next batch and delivered. Run as pgdrain_worker.
+// context), the batch commits what returned when the bound is reached, and the hung row is left
+// unlocked and untouched. The hung apply keeps its slot until it returns (here the only one, so
+// nothing more is claimed meanwhile: a drainer never applies one row twice at the same time);
+// then the next batch delivers the hung row again and the rest. Run as pgdrain_worker.
 func TestDrainer_LockMode_BatchBoundedByLockTransactionTimeout(t *testing.T) {
 	t.Parallel()
 	q := drNewQueue(t, drQueueOpts{})
@@ -260,19 +263,23 @@ func TestDrainer_LockMode_BatchBoundedByLockTransactionTimeout(t *testing.T) {
 	}
 	worker := loginPool(t, q.db, "pgdrain_worker")
 	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 
 	cfg := q.config(drainer.ClaimLock)
 	cfg.BatchSize, cfg.ApplyTimeout = 4, 300*time.Millisecond
-	require.Equal(t, 4*300*time.Millisecond+drainer.LeaseMargin,
-		drainer.DefaultLockTransactionTimeout(cfg.BatchSize, cfg.ApplyConcurrency, cfg.ApplyTimeout))
-	var hungCalls atomic.Int32
+	bound := drainer.DefaultLockTransactionTimeout(cfg.BatchSize, cfg.ApplyConcurrency, cfg.ApplyTimeout)
+	require.Equal(t, 4*300*time.Millisecond+drainer.LeaseMargin, bound)
+	var hungCalls, hungRunning, hungAtOnce atomic.Int32
 	logger, buf := drCapture(t)
 	d, reg := drNew(t, worker, cfg, func(ctx context.Context, _ string, e drEvent) error {
-		if e.Op == "hung" && hungCalls.Add(1) == 1 {
-			select {
-			case <-release: // ignores ctx
-			case <-time.After(10 * time.Second):
+		if e.Op == "hung" {
+			if n := hungRunning.Add(1); n > hungAtOnce.Load() {
+				hungAtOnce.Store(n)
+			}
+			defer hungRunning.Add(-1)
+			if hungCalls.Add(1) == 1 {
+				<-release // ignores ctx
 			}
 		}
 		return nil
@@ -280,16 +287,22 @@ func TestDrainer_LockMode_BatchBoundedByLockTransactionTimeout(t *testing.T) {
 	began := time.Now()
 	drStart(t, d)
 	// The hung apply holds the only slot, so the first batch settles nothing; at its bound it
-	// commits, and the next batch delivers all four rows.
-	drWaitFor(t, 10*time.Second, "every row sent", func() bool { return q.sent(t) == 4 })
-	bound := drainer.DefaultLockTransactionTimeout(cfg.BatchSize, cfg.ApplyConcurrency, cfg.ApplyTimeout)
+	// commits, unlocking every row untouched.
+	drWaitFor(t, bound+time.Second, "the first batch ended at its bound", func() bool {
+		return strings.Contains(buf.String(), "lock-mode batch reached LockTransactionTimeout")
+	})
 	require.Less(t, time.Since(began), bound+time.Second, "the first batch ended at its bound, not when the hung apply returned")
-	require.EqualValues(t, 2, hungCalls.Load(), "the hung row was delivered again by the next batch")
+	time.Sleep(bound) // another bound's worth: no second batch while the slot is held
+	require.Zero(t, q.sent(t), "nothing claimed while the only apply slot is held by the hung apply")
+	require.EqualValues(t, 1, hungCalls.Load(), "the hung row was not applied again while its apply ran")
 	require.EqualValues(t, 0, q.count(t, `SELECT attempt_count FROM public.events WHERE id = $1`, hung),
 		"the hung row was left untouched (no attempt counted)")
+	releaseOnce.Do(func() { close(release) })
+	drWaitFor(t, 10*time.Second, "every row sent", func() bool { return q.sent(t) == 4 })
+	require.EqualValues(t, 2, hungCalls.Load(), "the hung row was delivered again by the next batch")
+	require.EqualValues(t, 1, hungAtOnce.Load(), "never two applies of the hung row at once")
 	// The counters move just after the COMMIT that the test saw: wait for them.
 	drWaitFor(t, 10*time.Second, "4 results counted", func() bool { return drResults(t, reg, "sent") == 4.0 })
-	require.Contains(t, buf.String(), "lock-mode batch reached LockTransactionTimeout")
 	drNoPrivilegeErrors(t, buf.String())
 }
 
