@@ -4,6 +4,12 @@
 -- none, an empty head pointed at the row and woken, a floor lowered to the row. Notes of a head
 -- that is still held stay for a later claim; a bounded number per call, oldest first.
 -- Returns the keys it applied, for the caller to refresh.
+-- Never waits for another claim: a head that another open transaction is making (a lock-mode batch
+-- that applied a note of the key keeps its new head uncommitted for the whole batch) would hold
+-- this insert on its index entry until that batch ends, and every claim of the queue behind it,
+-- and two batches each making a head the other wants deadlocked. The insert gives up after
+-- lock_timeout instead, in a block of its own (entered only when notes make heads), then key by
+-- key, and the notes of a head it could not make stay for a later claim.
 CREATE OR REPLACE FUNCTION outbox._apply_wakes(p_q outbox.queues)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -13,12 +19,14 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET plan_cache_mode = force_generic_plan
 SET jit = off
+SET lock_timeout = '1ms'
 AS $$
 DECLARE
   v_notes tid[];
   v_keys text[];
   v_lows bigint[];
-  v_done text[];
+  v_fixed text[];
+  v_made text[];
 BEGIN
   SELECT pg_catalog.array_agg(w.ctid) INTO v_notes
   FROM (SELECT x.ctid FROM outbox.partition_wakes x WHERE x.queue_id = p_q.queue_id
@@ -43,22 +51,47 @@ BEGIN
         floor_id = LEAST(h.floor_id, u.lo)
     FROM unnest(v_keys, v_lows) AS u(k, lo)
     WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k AND u.k IN (SELECT held.partition_key FROM held)
-    RETURNING h.partition_key),
-  made AS (
-    INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
-    -- Floor 0: notes of the key beyond this call's may hold smaller ids.
-    SELECT p_q.queue_id, u.k, u.lo, 0
-    FROM unnest(v_keys, v_lows) AS u(k, lo)
-    WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
-                      WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)
-    ORDER BY u.k
-    ON CONFLICT (queue_id, partition_key) DO NOTHING
     RETURNING h.partition_key)
-  SELECT pg_catalog.array_agg(k) INTO v_done
-  FROM (SELECT fixed.partition_key AS k FROM fixed UNION ALL SELECT made.partition_key FROM made) d;
+  SELECT pg_catalog.array_agg(fixed.partition_key) INTO v_fixed FROM fixed;
 
+  IF EXISTS (SELECT 1 FROM unnest(v_keys) AS u(k)
+             WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                               WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)) THEN
+    BEGIN
+      WITH made AS (
+        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+        -- Floor 0: notes of the key beyond this call's may hold smaller ids.
+        SELECT p_q.queue_id, u.k, u.lo, 0
+        FROM unnest(v_keys, v_lows) AS u(k, lo)
+        WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                          WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)
+        ORDER BY u.k
+        ON CONFLICT (queue_id, partition_key) DO NOTHING
+        RETURNING h.partition_key)
+      SELECT pg_catalog.array_agg(made.partition_key) INTO v_made FROM made;
+    EXCEPTION WHEN lock_not_available THEN
+      -- One key by one, so that the head another transaction is making holds back only its key.
+      v_made := NULL;
+      FOR i IN 1..pg_catalog.cardinality(v_keys) LOOP
+        BEGIN
+          INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+          SELECT p_q.queue_id, v_keys[i], v_lows[i], 0
+          WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                            WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_keys[i])
+          ON CONFLICT (queue_id, partition_key) DO NOTHING;
+          IF FOUND THEN
+            v_made := v_made || v_keys[i];
+          END IF;
+        EXCEPTION WHEN lock_not_available THEN
+          NULL;
+        END;
+      END LOOP;
+    END;
+  END IF;
+
+  v_fixed := v_fixed || v_made;
   DELETE FROM outbox.partition_wakes w
-  WHERE w.ctid = ANY (v_notes) AND w.partition_key = ANY (v_done);
-  RETURN v_done;
+  WHERE w.ctid = ANY (v_notes) AND w.partition_key = ANY (v_fixed);
+  RETURN v_fixed;
 END;
 $$;

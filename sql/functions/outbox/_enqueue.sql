@@ -16,8 +16,7 @@ DECLARE
   v_key_column text := '';
   v_key_value text := '';
 BEGIN
-  -- Blank: white space only (tabs, line breaks, no-break and zero-width spaces too).
-  IF p_event_type IS NULL OR p_event_type !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
+  IF p_event_type IS NULL OR outbox._is_blank(p_event_type) THEN
     PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
   END IF;
   IF p_payload IS NULL THEN

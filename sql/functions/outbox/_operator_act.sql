@@ -69,8 +69,20 @@ BEGIN
   RAISE LOG 'pgdrain: % % row(s) % of queue %: %', session_user,
     CASE p_action WHEN 'poison' THEN 'poisoned' WHEN 'dismiss' THEN 'dismissed' ELSE 'retried' END,
     v_ids, p_q.queue, COALESCE(p_reason, '(no reason given)');
+  IF p_action = 'poison' THEN
+    PERFORM outbox._keep_poisoned(p_q, v_ids);
+  END IF;
   IF p_q.partition_column IS NOT NULL AND p_action <> 'dismiss' THEN
-    PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
+    -- Heads another transaction holds (a lock-mode batch delivering the key's head row) are
+    -- skipped, never waited for: that batch moves its head when it settles, and a claim that finds
+    -- a head at a row no longer deliverable refreshes it.
+    SELECT pg_catalog.array_agg(k) INTO v_keys
+    FROM pg_catalog.unnest(pg_catalog.array_remove(v_keys, NULL)) AS k
+    WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads h WHERE h.queue_id = p_q.queue_id AND h.partition_key = k)
+       OR k IN (SELECT h.partition_key FROM outbox.partition_heads h
+                WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_keys)
+                FOR NO KEY UPDATE SKIP LOCKED);
+    PERFORM outbox._refresh_heads(p_q, v_keys);
   END IF;
   IF p_action = 'retry' OR p_q.partition_column IS NOT NULL AND p_action = 'poison' THEN
     -- Claimable now: the row itself, or the row behind a skipped head.

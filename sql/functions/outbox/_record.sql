@@ -10,6 +10,8 @@
 -- not a deadline: it stays now(), the time of the transaction that made the row sent. A sent row's
 -- last_error is cleared (its attempt_count still says how many attempts failed before): a delivered
 -- row showing an old error read as a failure (issue 32).
+-- Rows it poisons are kept poisoned if create_queue raises max_attempts before this commits
+-- (outbox._keep_poisoned).
 -- An error is kept to its first 4000 characters (the Go drainer sends at most 4000 bytes; other
 -- clients sent whole error pages, megabytes read back by every stats and console call).
 -- p_retry_at (NULL, or aligned with p_ids; NULL elements = backoff) sets a transient row's next
@@ -43,6 +45,7 @@ AS $$
 DECLARE
   v_done bigint[];
   v_keys text[];
+  v_poisoned bigint[];
   v_cap integer := CASE WHEN p_q.partition_column IS NULL THEN p_q.max_attempts ELSE p_q.max_attempts - 1 END;
   v_clock timestamptz := pg_catalog.clock_timestamp();
 BEGIN
@@ -67,8 +70,10 @@ BEGIN
          lease_token = NULL
        FROM input i
        WHERE t.id = i.id AND t.sent_at IS NULL AND ($2 IS NULL OR t.lease_token = i.token)%5$s
-       RETURNING t.id, %2$s AS key)
-     SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key) FROM upd',
+       RETURNING t.id, %2$s AS key, t.attempt_count >= $6 AS poisoned)
+     SELECT pg_catalog.array_agg(upd.id), pg_catalog.array_agg(DISTINCT upd.key),
+            pg_catalog.array_agg(upd.id) FILTER (WHERE upd.poisoned)
+     FROM upd',
     p_q.table_oid::regclass,
     CASE WHEN p_q.partition_column IS NULL THEN 'NULL::text'
          ELSE pg_catalog.format('t.%I::text', p_q.partition_column) END,
@@ -92,11 +97,14 @@ BEGIN
          AND NOT EXISTS (SELECT 1 FROM refused f WHERE f.key = t.%I::text AND f.id < t.id)', p_q.partition_column)
          ELSE '' END),
     'bigint[], uuid[], text[], text[], text, integer, integer, interval, interval, timestamptz, timestamptz[]',
-    'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
-    INTO v_done, v_keys
+    'TABLE(pgdrain_ids bigint[], pgdrain_keys text[], pgdrain_poisoned bigint[])')
+    INTO v_done, v_keys, v_poisoned
     USING p_ids, p_tokens, p_outcomes, p_errors, p_q.permanent_policy, p_q.max_attempts, v_cap,
           p_q.backoff_min, p_q.backoff_max, v_clock, p_retry_at;
 
+  IF v_poisoned IS NOT NULL THEN
+    PERFORM outbox._keep_poisoned(p_q, v_poisoned);
+  END IF;
   IF p_q.partition_column IS NOT NULL AND v_keys IS NOT NULL THEN
     PERFORM outbox._refresh_heads(p_q, pg_catalog.array_remove(v_keys, NULL));
   END IF;

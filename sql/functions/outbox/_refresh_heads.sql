@@ -9,6 +9,12 @@
 -- rows never lose their head; one that finds the head locked by us leaves a wake note, applied by
 -- a later claim. When the head is busy an empty head (head_id NULL) is parked for a second and
 -- looked at again by a later claim.
+-- A head whose version this transaction wrote (a lock-mode batch that moved it in an earlier call,
+-- or made it) is not locked either: a producer's FOR KEY SHARE SKIP LOCKED, which does not conflict
+-- with the move, follows the head's update chain to its newest version and waits, whatever SKIP
+-- LOCKED says, for a FOR UPDATE lock or a deletion found there, until the batch ends (issue 29).
+-- It is pointed at what we found like a busy one, but an empty one is not parked: the first claim
+-- after our commit deletes it, or moves it to a row a producer committed meanwhile.
 -- Only READ COMMITTED gives the second look a newer snapshot: under REPEATABLE READ or SERIALIZABLE
 -- every key counts as busy, so a head is never deleted nor a floor raised from an old snapshot.
 -- A head moved on to a row with every row below it (from the floor) sent takes that row's id as its
@@ -70,6 +76,7 @@ DECLARE
   v_stale text[];
   v_locked text[];
   v_busy text[];
+  v_own text[];
   v_now timestamptz := pg_catalog.clock_timestamp();
   v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
 BEGIN
@@ -123,12 +130,16 @@ BEGIN
   END IF;
 
   IF v_read_committed THEN
+    SELECT pg_catalog.array_agg(h.partition_key) INTO v_own
+    FROM outbox.partition_heads h
+    WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_tidy) AND outbox._written_here(h.xmin);
     -- A partition with no head row has nothing a producer relies on (one that makes its head
     -- meanwhile waits for our insert, then leaves a wake note): it counts as locked.
     SELECT pg_catalog.array_agg(k) INTO v_locked
     FROM pg_catalog.unnest(v_tidy) AS k
     WHERE k IN (SELECT h.partition_key FROM outbox.partition_heads h
                 WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_tidy)
+                  AND h.partition_key <> ALL (COALESCE(v_own, '{}'))
                 FOR UPDATE SKIP LOCKED)
        OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads h
                       WHERE h.queue_id = p_q.queue_id AND h.partition_key = k);
@@ -139,19 +150,19 @@ BEGIN
 
   -- Head busy (a producer is committing rows of the partition, or another claim holds it): point
   -- the head at what we found, the floor stays; an empty head is parked for a second and looked at
-  -- again by a later claim.
+  -- again by a later claim (one of our own versions is not parked, see above).
   IF v_busy IS NOT NULL THEN
     EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
       'WITH next AS (%s)
        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
        SELECT $3, next.key, next.id, COALESCE(next.attempt_count, 0),
-              CASE WHEN next.id IS NULL THEN $4 + interval ''1 second'' ELSE next.parked END
+              CASE WHEN next.id IS NULL AND next.key <> ALL ($5) THEN $4 + interval ''1 second'' ELSE next.parked END
        FROM next WHERE next.id IS NOT NULL OR next.has_head
        ON CONFLICT (queue_id, partition_key) DO UPDATE
          SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
              parked_until = EXCLUDED.parked_until', v_next),
-      'text[], integer, integer, timestamptz', 'void')
-      USING v_busy, p_q.max_attempts, p_q.queue_id, v_now;
+      'text[], integer, integer, timestamptz, text[]', 'void')
+      USING v_busy, p_q.max_attempts, p_q.queue_id, v_now, COALESCE(v_own, '{}');
   END IF;
   IF v_locked IS NULL THEN
     RETURN;

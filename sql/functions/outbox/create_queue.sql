@@ -268,17 +268,6 @@ BEGIN
     DELETE FROM outbox.partition_wakes w WHERE w.queue_id = v_old.queue_id;
   END IF;
 
-  -- A larger max_attempts does not make poisoned rows deliverable again: on a partitioned queue they
-  -- would come back in front of what followed them in their keys (a 'register' after the
-  -- 'unregister' delivered past it). They stay poisoned, at the new limit, until requeue_poisoned
-  -- moves them to the tail of their keys. Read through the claim index (attempt_count, id).
-  IF NOT v_new_table AND create_queue.max_attempts > v_old.max_attempts THEN
-    EXECUTE pg_catalog.format(
-      'UPDATE %s t SET attempt_count = $1, next_attempt_at = NULL
-       WHERE t.sent_at IS NULL AND t.attempt_count >= $2 AND t.attempt_count < $1', v_rel)
-      USING create_queue.max_attempts, v_old.max_attempts;
-  END IF;
-
   -- clock_base: every id the sequence gave out so far counts as committed for per-key commit order
   -- (sessions with a cached sequence may still hand out smaller ones; their rows are then late).
   INSERT INTO outbox.queues AS q (queue, table_oid, partition_column, partition_type, max_attempts,
@@ -294,6 +283,21 @@ BEGIN
         id_sequence = EXCLUDED.id_sequence, max_delay = EXCLUDED.max_delay,
         clock_base = CASE WHEN q.table_oid = EXCLUDED.table_oid THEN q.clock_base ELSE EXCLUDED.clock_base END
   RETURNING q.queue_id INTO v_queue_id;
+
+  -- A larger max_attempts does not make poisoned rows deliverable again: on a partitioned queue they
+  -- would come back in front of what followed them in their keys (a 'register' after the
+  -- 'unregister' delivered past it). They stay poisoned, at the new limit, until requeue_poisoned
+  -- moves them to the tail of their keys. Read through the claim index (attempt_count, id).
+  -- After the registration is written (its row locked until we commit): a transaction that
+  -- poisoned rows at the old limit and is still open holds that row FOR SHARE
+  -- (outbox._keep_poisoned), so the write above waited for it to commit and this statement sees
+  -- its rows; one that poisons from now on waits for us, then lifts its rows itself.
+  IF NOT v_new_table AND create_queue.max_attempts > v_old.max_attempts THEN
+    EXECUTE pg_catalog.format(
+      'UPDATE %s t SET attempt_count = $1, next_attempt_at = NULL
+       WHERE t.sent_at IS NULL AND t.attempt_count >= $2 AND t.attempt_count < $1', v_rel)
+      USING create_queue.max_attempts, v_old.max_attempts;
+  END IF;
 
   -- The two required indexes, unless an equivalent one (any name) is already there.
   IF v_col IS NOT NULL AND NOT EXISTS (

@@ -34,6 +34,7 @@ DECLARE
   fn constant text := 'repair';
   v_q outbox.queues := outbox._queue(fn, queue);
   v_now timestamptz := pg_catalog.clock_timestamp();
+  v_noted text[] := '{}';
   r record;
 BEGIN
   IF dry_run IS NULL THEN
@@ -44,6 +45,18 @@ BEGIN
      -- Not built yet (after a crash): the next claim rebuilds every head anyway.
      OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id) THEN
     RETURN;
+  END IF;
+
+  -- Keys this very transaction wrote whose commit step has not run yet (a requeue_poisoned or a
+  -- producer before the repair, in one transaction): that step makes or moves their heads, as a
+  -- claim in the same transaction does first (outbox._claim). Not problems.
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    SELECT COALESCE(pg_catalog.array_agg(u.k), '{}') INTO v_noted
+    FROM (SELECT x.k FROM outbox.commit_notes n CROSS JOIN LATERAL pg_catalog.unnest(n.keys) AS x(k)
+          WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = v_q.table_oid
+          UNION
+          SELECT x.k FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids, h.keys) AS x(table_oid, k)
+          WHERE h.xid = pg_catalog.pg_current_xact_id() AND x.table_oid = v_q.table_oid) u;
   END IF;
 
   -- Every per-key lookup is a LATERAL probe of an index (OFFSET 0 keeps it one: the planner must not
@@ -79,11 +92,11 @@ BEGIN
          SELECT EXISTS (SELECT 1 FROM outbox.partition_wakes w
                         WHERE w.queue_id = $1 AND w.partition_key = keys.k::text) AS noted
          OFFSET 0) n
-       WHERE keys.k IS NOT NULL AND NOT n.noted) s
+       WHERE keys.k IS NOT NULL AND NOT n.noted AND keys.k::text <> ALL ($4)) s
      WHERE s.cause IS NOT NULL
      ORDER BY s.key',
     v_q.table_oid::regclass, v_q.partition_column)
-    USING v_q.queue_id, v_q.max_attempts, v_now
+    USING v_q.queue_id, v_q.max_attempts, v_now, v_noted
   LOOP
     IF NOT dry_run THEN
       IF r.cause = 'missing_head' THEN
