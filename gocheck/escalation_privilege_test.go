@@ -152,6 +152,7 @@ func TestEscalation_RolesCanNotReachWhatIsNotTheirs(t *testing.T) {
 		`SELECT alr._invalid('f', 'm')`,
 		`SELECT alr._not_found('f', 'a', 'w', gen_random_uuid())`,
 		fmt.Sprintf(`SELECT alr._escalation_known('f', '%s', gen_random_uuid())`, ladder),
+		`SELECT alr._is_blank(' ')`,
 	}
 	worker := []string{
 		`SELECT * FROM alr.take_due_steps()`,
@@ -271,6 +272,7 @@ func TestEscalation_EveryAlrFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"alr._not_found(text,text,text,uuid)":         {false, []string{}},
 		"alr._escalation_known(text,uuid,uuid)":       {false, []string{}},
 		"alr._check_span(text,text,interval)":         {false, []string{}},
+		"alr._is_blank(text)":                         {false, []string{}},
 	}, got)
 }
 

@@ -20,7 +20,7 @@ BEGIN
     PERFORM alr._invalid(fn, 'alert_id must not be NULL, got NULL');
   END IF;
   IF acknowledge_alert.note IS NOT NULL
-     AND (acknowledge_alert.note !~ '[^[:space:]\u00a0\u200b\ufeff]' OR pg_catalog.length(acknowledge_alert.note) > 1000) THEN
+     AND (alr._is_blank(acknowledge_alert.note) OR pg_catalog.length(acknowledge_alert.note) > 1000) THEN
     PERFORM alr._invalid(fn, pg_catalog.format(
       'note must be NULL or a non-blank text of at most 1000 characters, got %s',
       CASE WHEN pg_catalog.length(acknowledge_alert.note) > 1000

@@ -1,5 +1,6 @@
 -- Convenience: a new firing alert named `name`; returns its id. A plain INSERT INTO alr.alerts
--- (name) is equally valid: state defaults to 'firing'.
+-- (name) is equally valid: state defaults to 'firing'. The name is the message's text: not blank
+-- (alr._is_blank), at most 1000 characters.
 CREATE OR REPLACE FUNCTION alr.add_alert(name text)
 RETURNS uuid
 LANGUAGE plpgsql
@@ -9,7 +10,12 @@ AS $$
 DECLARE
   v_id uuid;
 BEGIN
-  IF add_alert.name IS NULL OR add_alert.name !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
+  -- The length first: a blank name over the cap is not echoed whole in the error.
+  IF pg_catalog.length(add_alert.name) > 1000 THEN
+    PERFORM alr._invalid('add_alert', pg_catalog.format('name must be at most 1000 characters, got %s characters',
+      pg_catalog.length(add_alert.name)));
+  END IF;
+  IF add_alert.name IS NULL OR alr._is_blank(add_alert.name) THEN
     PERFORM alr._invalid('add_alert', pg_catalog.format('name must be a non-empty text, got %s',
       COALESCE(pg_catalog.quote_literal(add_alert.name), 'NULL')));
   END IF;

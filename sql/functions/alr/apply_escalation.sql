@@ -1,8 +1,10 @@
 -- Records that the step is being delivered ("record, then deliver": the caller delivers only after
 -- true): advances step_idx and sets next_at from the next step's delay, or stops the ladder after
--- its last step; clears lease and token. Only when lease_token still matches AND the ladder runs
--- AND its alert is still firing; otherwise returns false and changes nothing at all — not next_at,
--- not step_idx, not leased_until (a late instance must not break the current holder's lease).
+-- its last step; clears lease and token, keeping the token as the step's element of applied_tokens:
+-- the one token record_delivery accepts, once, for this step. Only when lease_token still matches
+-- AND the ladder runs AND its alert is still firing; otherwise returns false and changes nothing at
+-- all — not next_at, not step_idx, not leased_until (a late instance must not break the current
+-- holder's lease).
 CREATE OR REPLACE FUNCTION alr.apply_escalation(escalation_id uuid, lease_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -30,7 +32,8 @@ BEGIN
       stopped_at = CASE WHEN v_last THEN pg_catalog.now() END,
       stop_reason = CASE WHEN v_last THEN 'completed' END,
       leased_until = NULL,
-      lease_token = NULL
+      lease_token = NULL,
+      applied_tokens[v_step_idx + 1] = apply_escalation.lease_token
   FROM alr.alerts a
   WHERE e.id = apply_escalation.escalation_id
     AND e.lease_token = apply_escalation.lease_token

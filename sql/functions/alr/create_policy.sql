@@ -1,6 +1,8 @@
 -- Creates an escalation policy from a JSON array of steps, each exactly
 -- {"delay": "<interval>", "channel": "<name>", "target": "<address>"}; returns its id. Everything is
--- validated before anything is written, so a rejected policy leaves no trace.
+-- validated before anything is written, so a rejected policy leaves no trace. A name or a channel is
+-- at most 200 characters (a channel is a metric label), a target at most 1000; none may be blank
+-- (alr._is_blank: Unicode white space and zero-width characters too).
 CREATE OR REPLACE FUNCTION alr.create_policy(name text, steps jsonb)
 RETURNS uuid
 LANGUAGE plpgsql
@@ -16,7 +18,12 @@ DECLARE
   v_delay interval;
   v_key text;
 BEGIN
-  IF create_policy.name IS NULL OR create_policy.name !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
+  -- The length first: a blank name over the cap is not echoed whole in the error.
+  IF pg_catalog.length(create_policy.name) > 200 THEN
+    PERFORM alr._invalid(fn, pg_catalog.format('name must be at most 200 characters, got %s characters',
+      pg_catalog.length(create_policy.name)));
+  END IF;
+  IF create_policy.name IS NULL OR alr._is_blank(create_policy.name) THEN
     PERFORM alr._invalid(fn, pg_catalog.format('name must be a non-empty text, got %s',
       COALESCE(pg_catalog.quote_literal(create_policy.name), 'NULL')));
   END IF;
@@ -54,13 +61,21 @@ BEGIN
     IF v_delay > interval '3650 days' THEN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].delay must be at most 3650 days, got %s', v_idx, v_delay));
     END IF;
+    IF pg_catalog.jsonb_typeof(v_step -> 'channel') = 'string' AND pg_catalog.length(v_step ->> 'channel') > 200 THEN
+      PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].channel must be at most 200 characters, got %s characters',
+        v_idx, pg_catalog.length(v_step ->> 'channel')));
+    END IF;
     IF pg_catalog.jsonb_typeof(v_step -> 'channel') IS DISTINCT FROM 'string'
-       OR (v_step ->> 'channel') !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
+       OR alr._is_blank(v_step ->> 'channel') THEN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].channel must be a non-empty string, got %s',
         v_idx, COALESCE((v_step -> 'channel')::text, 'nothing')));
     END IF;
+    IF pg_catalog.jsonb_typeof(v_step -> 'target') = 'string' AND pg_catalog.length(v_step ->> 'target') > 1000 THEN
+      PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].target must be at most 1000 characters, got %s characters',
+        v_idx, pg_catalog.length(v_step ->> 'target')));
+    END IF;
     IF pg_catalog.jsonb_typeof(v_step -> 'target') IS DISTINCT FROM 'string'
-       OR (v_step ->> 'target') !~ '[^[:space:]\u00a0\u200b\ufeff]' THEN
+       OR alr._is_blank(v_step ->> 'target') THEN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].target must be a non-empty string, got %s',
         v_idx, COALESCE((v_step -> 'target')::text, 'nothing')));
     END IF;

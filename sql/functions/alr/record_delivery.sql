@@ -1,7 +1,11 @@
--- Journals one delivery of a step that apply_escalation recorded (step_idx must already be behind
--- the ladder's current step), with error NULL for success. channel, target and alert are read from
--- the ladder, not trusted from the caller. Returns the journal row's id. The error is kept to its
--- first 4000 characters (a channel's whole error page could be megabytes).
+-- Journals one delivery of a step that apply_escalation recorded, with error NULL for success,
+-- fenced by the token: only the take whose apply_escalation recorded the step (lease_token =
+-- the step's element of applied_tokens) journals it, and only once (the element is cleared in the
+-- same statement, under the ladder's row lock, so two calls at once can not both pass). Returns the
+-- journal row's id, or NULL when refused (another token, or the step is journaled already): a
+-- refused call changes nothing. channel, target and alert are read from the ladder, not trusted
+-- from the caller. The error is kept to its first 4000 characters (a channel's whole error page
+-- could be megabytes).
 CREATE OR REPLACE FUNCTION alr.record_delivery(escalation_id uuid, step_idx integer, lease_token uuid,
                                                error text DEFAULT NULL)
 RETURNS bigint
@@ -28,8 +32,16 @@ BEGIN
   IF record_delivery.step_idx IS NULL OR record_delivery.step_idx < 0
      OR record_delivery.step_idx >= v_e.step_idx THEN
     PERFORM alr._invalid(fn, pg_catalog.format(
-      'step_idx must be a step apply_escalation already recorded (0 to %s), got %s',
-      v_e.step_idx - 1, COALESCE(record_delivery.step_idx::text, 'NULL')));
+      'step_idx must be a step apply_escalation already recorded (%s), got %s',
+      CASE WHEN v_e.step_idx = 0 THEN 'none yet' ELSE pg_catalog.format('0 to %s', v_e.step_idx - 1) END,
+      COALESCE(record_delivery.step_idx::text, 'NULL')));
+  END IF;
+  UPDATE alr.alert_escalations e
+  SET applied_tokens[record_delivery.step_idx + 1] = NULL
+  WHERE e.id = record_delivery.escalation_id
+    AND e.applied_tokens[record_delivery.step_idx + 1] = record_delivery.lease_token;
+  IF NOT FOUND THEN
+    RETURN NULL;
   END IF;
   SELECT * INTO STRICT v_s FROM alr.escalation_steps s
   WHERE s.policy_id = v_e.policy_id AND s.step_idx = record_delivery.step_idx;

@@ -1,7 +1,8 @@
 -- Starts the policy's ladder for a firing alert: step 0 becomes due after its delay. Idempotent:
 -- while a ladder of this alert and policy is running, returns that ladder's id (a unique partial
--- index settles concurrent starts). An acknowledged alert is refused like a resolved one: someone is
--- on it, and a new ladder would page again.
+-- index settles concurrent starts; a ladder that completes meanwhile is not returned, a new one is
+-- started). An acknowledged alert is refused like a resolved one: someone is on it, and a new
+-- ladder would page again.
 CREATE OR REPLACE FUNCTION alr.start_escalation(alert_id uuid, policy_id uuid)
 RETURNS uuid
 LANGUAGE plpgsql
@@ -39,15 +40,21 @@ BEGIN
     PERFORM alr._not_found(fn, 'policy_id', 'policy', start_escalation.policy_id);
   END IF;
 
-  INSERT INTO alr.alert_escalations AS e (id, alert_id, policy_id, step_idx, next_at)
-  VALUES (core.new_id(), start_escalation.alert_id, start_escalation.policy_id, 0, pg_catalog.now() + v_delay)
-  ON CONFLICT (alert_id, policy_id) WHERE stopped_at IS NULL DO NOTHING
-  RETURNING e.id INTO v_id;
-  IF v_id IS NULL THEN
-    SELECT e.id INTO STRICT v_id FROM alr.alert_escalations e
+  -- Insert, or read the running ladder the insert conflicted with. Each statement has its own
+  -- snapshot: that ladder may stop between the two (apply_escalation recording its last step; the
+  -- alert's lock keeps resolve_alert and acknowledge_alert out), and then there is none to return
+  -- and a new one may be started: try again. Each round needs another ladder to stop meanwhile.
+  LOOP
+    INSERT INTO alr.alert_escalations AS e (id, alert_id, policy_id, step_idx, next_at)
+    VALUES (core.new_id(), start_escalation.alert_id, start_escalation.policy_id, 0, pg_catalog.now() + v_delay)
+    ON CONFLICT (alert_id, policy_id) WHERE stopped_at IS NULL DO NOTHING
+    RETURNING e.id INTO v_id;
+    EXIT WHEN v_id IS NOT NULL;
+    SELECT e.id INTO v_id FROM alr.alert_escalations e
     WHERE e.alert_id = start_escalation.alert_id AND e.policy_id = start_escalation.policy_id
       AND e.stopped_at IS NULL;
-  END IF;
+    EXIT WHEN v_id IS NOT NULL;
+  END LOOP;
   RETURN v_id;
 END;
 $$;

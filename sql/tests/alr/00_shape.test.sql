@@ -55,7 +55,7 @@ FROM unnest(ARRAY['alerts', 'escalation_policies', 'escalation_steps', 'alert_es
 -- 1: the ladder's columns
 SELECT columns_are('alr', 'alert_escalations',
   ARRAY['id', 'alert_id', 'policy_id', 'step_idx', 'next_at', 'stopped_at', 'stop_reason', 'leased_until',
-        'lease_token', 'created_at'],
+        'lease_token', 'created_at', 'applied_tokens'],
   'alr.alert_escalations has exactly the ladder''s columns');
 -- 8 x column types
 SELECT col_type_is('alr', 'alert_escalations', c, t, format('alr.alert_escalations.%s is %s', c, t))
