@@ -45,8 +45,9 @@ type Config struct {
 	// Tick is the pause between takes when the last take was not full. Must be positive.
 	// Defaults to 1s (DefaultTick).
 	Tick time.Duration
-	// StepTimeout bounds each delivery, so one hanging channel delays a batch by at most this much.
-	// Must be positive. Defaults to 10s (DefaultStepTimeout).
+	// StepTimeout bounds each delivery, so one hanging channel delays a batch by at most this much
+	// (plus OverrunGrace for a Notifier that ignores its context; see Notifier). Must be positive.
+	// Defaults to 10s (DefaultStepTimeout).
 	StepTimeout time.Duration
 	// DBTimeout bounds each SQL call. Must be positive. Defaults to 5s (DefaultDBTimeout).
 	DBTimeout time.Duration
@@ -56,7 +57,8 @@ type Config struct {
 	// pgdrain_escalation_steps_total{outcome} and pgdrain_escalation_unserved_steps_total{channel}
 	// (steps given back because no Notifier serves their channel), and
 	// pgdrain_escalation_unserved_channels (channels the policies use that no Notifier serves, as of
-	// the last check). Defaults to nil: counted, not exported.
+	// the last check), and pgdrain_escalation_overrunning_deliveries (Notifier calls given up on
+	// that still run; see Notifier). Defaults to nil: counted, not exported.
 	Registerer prometheus.Registerer
 }
 

@@ -6,12 +6,14 @@
 // each step, in order:
 //
 //  0. checks that a Notifier serves the step's channel; if none does, the step is not recorded: it
-//     is given back with alr.release_step (the ladder does not advance), logged with the channel
-//     and counted, so a configuration error delays a page instead of losing it;
+//     is given back with alr.release_step (the ladder does not advance; it stays leased while the
+//     engine takes past it, so unserved steps never starve the others: Engine.RunOnce), logged
+//     with the channel and counted, so a configuration error delays a page instead of losing it;
 //  1. calls alr.apply_escalation(escalation_id, lease_token), which records the step (advances the
 //     ladder) only if the token is still the one in the row, the ladder runs and the alert fires;
 //  2. only when that returned true, delivers the step through the Notifier of its channel, with the
-//     engine's per-step timeout;
+//     engine's per-step timeout, on a goroutine of its own: a Notifier that panics, ends its
+//     goroutine or ignores its timeout costs only its step (a failed delivery), never the engine;
 //  3. journals the delivery in alr.delivery_journal (one row per real delivery).
 //
 // "Record, then deliver" gives at most one delivery per step: a batch slower than its lease (one

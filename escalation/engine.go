@@ -20,8 +20,8 @@ import (
 )
 
 const (
-	// maxHeld bounds how many unserved steps one RunOnce keeps leased while it takes again (see
-	// RunOnce).
+	// maxHeld bounds how many unserved steps one RunOnce takes and keeps leased while it takes
+	// again; past it they are carried to the next call (see RunOnce).
 	maxHeld = MaxBatchSize
 	// unservedLogEvery is how often a channel's unserved steps are logged at Error; in between
 	// they are logged at Debug (the metric counts every one). A configuration error is taken
@@ -38,7 +38,9 @@ const ApplicationName = "pgdrain-escalate"
 
 // Engine takes due escalation steps and delivers each at most once: record (apply_escalation with
 // the step's token), then deliver, then journal. Several engines may run against one database.
-// A step whose channel no Notifier serves is never recorded: it is given back unapplied.
+// A step whose channel no Notifier serves is never recorded: it is given back unapplied. A
+// Notifier that panics, ends its goroutine or ignores its context costs only the step it was
+// delivering (see Notifier).
 type Engine struct {
 	pool      *pgxpool.Pool
 	notifiers map[string]Notifier
@@ -48,6 +50,7 @@ type Engine struct {
 
 	mu             sync.Mutex
 	unservedLogged map[string]time.Time // channel -> when its unserved steps were last logged at Error
+	carried        []Step               // unserved steps kept leased from one runOnce to the next
 
 	health health // for Health
 
@@ -60,7 +63,9 @@ type TickResult struct {
 	Taken int
 	// Delivered is how many steps were recorded and delivered without error.
 	Delivered int
-	// Failed is how many steps were recorded but whose delivery failed (journaled as failed).
+	// Failed is how many steps were recorded but whose delivery failed (journaled as failed): the
+	// Notifier returned an error, panicked, called runtime.Goexit, or was still running OverrunGrace
+	// after StepTimeout (given up on: the outcome is unknown, the step is not delivered again).
 	Failed int
 	// NotOurs is how many steps apply_escalation refused: the token no longer matched (the lease
 	// expired and another engine retook the step), the ladder stopped or the alert resolved.
@@ -69,8 +74,10 @@ type TickResult struct {
 	// Released is how many steps were given back unapplied because the engine was stopped.
 	Released int
 	// Unserved is how many steps no Notifier serves (their channel has none). They were not
-	// applied — the ladder did not advance — and were given back with alr.release_step, so an
-	// engine that serves the channel (or this one, once configured) delivers them.
+	// applied — the ladder did not advance — and are given back with alr.release_step, so an
+	// engine that serves the channel (or this one, once configured) delivers them: at once when
+	// the takes reached the end of the due steps, otherwise at the end of a later call, or when
+	// their lease runs out (see RunOnce).
 	Unserved int
 	// Errors is how many steps hit an SQL error; they stay leased until the lease runs out.
 	Errors int
@@ -123,8 +130,9 @@ func New(pool *pgxpool.Pool, notifiers map[string]Notifier, cfg Config) (*Engine
 }
 
 // Run takes and delivers until ctx is cancelled, then returns nil after the step in hand is
-// finished and the unapplied rest of its batch is released. A full batch is followed at once by
-// the next take; otherwise the engine waits Tick.
+// finished and the unapplied rest of its batch is released: at most StepTimeout plus OverrunGrace
+// after that step's delivery began, since a Notifier that ignores its context is given up on
+// (Notifier). A full batch is followed at once by the next take; otherwise the engine waits Tick.
 //
 // At start Run checks that the database's alr schema is at migration AlrMigrationNeeded or later
 // (alr.version(): an older schema, or none, is an error matching ErrSchemaTooOld that says which
@@ -159,6 +167,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.log.Warn("escalation channel has no notifier: its steps will be given back unapplied until one serves it",
 			"channel", u.Channel, "policies", u.Policies, "running_ladders", u.RunningLadders)
 	}
+	defer func() { e.release(e.takeCarried(), outcomeUnserved) }()
 	errDelay := time.Duration(0)
 	for {
 		res, full, err := e.runOnce(ctx)
@@ -274,10 +283,17 @@ func (e *Engine) UnservedChannels(ctx context.Context) ([]ChannelUse, error) {
 // Steps are checked before anything is recorded: a step whose channel no Notifier serves is not
 // applied (the ladder does not advance, nothing is lost), it is given back with alr.release_step,
 // logged with its channel (at Error the first time and at most once a minute per channel, at Debug
-// in between) and counted (TickResult.Unserved, pgdrain_escalation_unserved_steps_total{channel}). So that such steps can not starve the others
-// (they keep their next_at, so every take would return them first), a full take that contained
-// unserved steps keeps them leased and takes again, up to MaxBatchSize held steps; they are
-// given back when RunOnce returns.
+// in between) and counted (TickResult.Unserved, pgdrain_escalation_unserved_steps_total{channel}).
+//
+// Unserved steps never starve the others, however many are due: they keep their next_at, so a take
+// that finds them free returns them first, and take_due_steps passes over a step only while it is
+// leased. So a full take that contained unserved steps keeps them leased and takes again. Once
+// a take is not full (every due step was taken) all of them are given back, in one round trip,
+// before its served steps are delivered. A RunOnce that took MaxBatchSize of them, or whose last
+// take was full of served steps, returns and carries the ones it holds to the next call (Run makes
+// it at once), so the next takes go past them; Run gives back the carried ones when it stops.
+// Meanwhile an engine that serves their channel gets them when this one gives them back, and at
+// the latest when their lease runs out, as after a crash.
 //
 // Until the check has passed once (in Run or an earlier RunOnce), RunOnce checks the alr schema as
 // Run does: an older schema, or none, is an error matching ErrSchemaTooOld, returned before
@@ -290,17 +306,25 @@ func (e *Engine) RunOnce(ctx context.Context) (TickResult, error) {
 	return res, err
 }
 
-// runOnce is RunOnce; full reports whether the last take was full of steps this engine serves, so
-// that Run takes again at once.
+// runOnce is RunOnce; full reports that Run should take again at once: the last take was full.
 func (e *Engine) runOnce(ctx context.Context) (res TickResult, full bool, err error) {
-	var held []Step // unserved steps kept leased while this call takes again
-	defer func() { e.release(held, outcomeUnserved) }()
+	held := e.takeCarried() // unserved steps kept leased so that the takes go past them
+	heldHere := 0           // how many of them this call took
+	carry := false
+	defer func() {
+		if carry {
+			e.carry(held)
+		} else {
+			e.release(held, outcomeUnserved)
+		}
+	}()
 	for {
 		steps, err := e.take(ctx)
 		if err != nil {
 			return res, false, err
 		}
 		res.Taken += len(steps)
+		full := len(steps) == e.cfg.BatchSize
 		var serve, unserved []Step
 		for _, s := range steps {
 			if _, ok := e.notifiers[s.Channel]; ok {
@@ -311,11 +335,13 @@ func (e *Engine) runOnce(ctx context.Context) (res TickResult, full bool, err er
 		}
 		res.Unserved += len(unserved)
 		e.reportUnserved(unserved)
-		again := len(steps) == e.cfg.BatchSize && len(unserved) > 0 && len(held)+len(unserved) <= maxHeld
-		if again {
-			held = append(held, unserved...)
-		} else {
-			e.release(unserved, outcomeUnserved) // before delivering: another engine may serve them
+		held = append(held, unserved...)
+		heldHere += len(unserved)
+		if !full {
+			// Every due step was taken: give the held ones back before delivering, since another
+			// engine may serve them.
+			e.release(held, outcomeUnserved)
+			held = nil
 		}
 		for i, s := range serve {
 			if ctx.Err() != nil {
@@ -324,10 +350,37 @@ func (e *Engine) runOnce(ctx context.Context) (res TickResult, full bool, err er
 			}
 			e.settle(ctx, s, &res)
 		}
-		if !again || ctx.Err() != nil {
-			return res, len(steps) == e.cfg.BatchSize && len(unserved) == 0, nil
+		switch {
+		case ctx.Err() != nil || !full:
+			return res, false, nil
+		case len(unserved) == 0 || heldHere >= maxHeld:
+			carry = true
+			return res, true, nil
 		}
 	}
+}
+
+// takeCarried returns the unserved steps an earlier runOnce kept leased (see RunOnce), less those
+// whose lease has run out, and forgets them.
+func (e *Engine) takeCarried() []Step {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	var live []Step
+	for _, s := range e.carried {
+		if s.LeasedUntil.After(now) {
+			live = append(live, s)
+		}
+	}
+	e.carried = nil
+	return live
+}
+
+// carry keeps unserved steps leased for the next runOnce.
+func (e *Engine) carry(steps []Step) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.carried = append(e.carried, steps...)
 }
 
 // reportUnserved counts steps no Notifier serves and logs them, one line per channel: at Error the
@@ -378,7 +431,9 @@ func (e *Engine) take(ctx context.Context) ([]Step, error) {
 
 // settle records one step and, only if the record was ours, delivers and journals it. The caller
 // has checked that a Notifier serves the step's channel. Once the apply is sent, the step is
-// finished even if ctx is cancelled: a recorded step must be delivered.
+// finished even if ctx is cancelled: a recorded step must be delivered. A Notifier that panics,
+// ends its goroutine or ignores its context costs only this step (deliver): it is journaled as a
+// failed delivery, and settle returns at most StepTimeout plus OverrunGrace after delivering began.
 func (e *Engine) settle(ctx context.Context, s Step, res *TickResult) {
 	log := e.log.With("escalation_id", s.EscalationID, "step_idx", s.StepIdx, "channel", s.Channel)
 	detached := context.WithoutCancel(ctx)
@@ -403,17 +458,17 @@ func (e *Engine) settle(ctx context.Context, s Step, res *TickResult) {
 		log.Info("escalation step not recorded: lease retaken, ladder stopped or alert resolved; not delivering")
 		return
 	}
-	derr := e.deliver(detached, s)
-	if derr != nil {
+	d := e.deliver(detached, log, s)
+	if d.failed {
 		res.Failed++
 		e.metrics.steps.WithLabelValues(outcomeFailed).Inc()
-		log.Warn("escalation step delivery failed", "target", s.Target, "err", derr)
+		log.Warn("escalation step delivery failed", "target", s.Target, "err", errtext.Recordable(d.text, errtext.LogBytes))
 	} else {
 		res.Delivered++
 		e.metrics.steps.WithLabelValues(outcomeDelivered).Inc()
 		log.Info("escalation step delivered", "target", s.Target)
 	}
-	if err := e.journalRetrying(ctx, log, s, derr); err != nil {
+	if err := e.journalRetrying(ctx, log, s, d); err != nil {
 		e.logStepError(log, "journaling escalation step delivery failed; the step was delivered, its journal row is missing", err)
 	}
 }
@@ -434,14 +489,21 @@ func (e *Engine) applyRetrying(ctx context.Context, log *slog.Logger, s Step) (a
 	}
 }
 
-// journalRetrying journals the delivery of s, retrying like applyRetrying, but only failures that
-// left nothing behind: a journal row is not fenced by the token, so an insert whose commit may have
-// happened is not repeated (one journal row per delivery).
-func (e *Engine) journalRetrying(ctx context.Context, log *slog.Logger, s Step, deliveryErr error) error {
+// journalRetrying journals the delivery of s, retrying like applyRetrying: the journal is fenced by
+// the token that recorded the step (alr 00010), which it takes once, so a repeat of an insert whose
+// commit happened is refused and leaves one journal row per delivery. A refusal of the first
+// attempt (a step recorded before the upgrade, whose token was not kept) is logged.
+func (e *Engine) journalRetrying(ctx context.Context, log *slog.Logger, s Step, d delivery) error {
 	delay := time.Duration(0)
-	for {
-		err := e.journal(context.WithoutCancel(ctx), s, deliveryErr)
-		if err == nil || !sentNothing(err) || !e.retryStep(ctx, log, s, "journaling escalation step delivery", err, &delay) {
+	for attempt := 1; ; attempt++ {
+		journaled, err := e.journal(context.WithoutCancel(ctx), s, d)
+		if err == nil {
+			if !journaled && attempt == 1 {
+				log.Warn("the journal refused the step's token (a step recorded before alr migration 00010?): no journal row for this delivery")
+			}
+			return nil
+		}
+		if !e.retryStep(ctx, log, s, "journaling escalation step delivery", err, &delay) {
 			return err
 		}
 	}
@@ -502,57 +564,90 @@ func (e *Engine) apply(ctx context.Context, s Step) (bool, error) {
 	return applied, nil
 }
 
-func (e *Engine) deliver(ctx context.Context, s Step) error {
-	n, ok := e.notifiers[s.Channel]
-	if !ok { // checked before apply; kept so a future caller can not deliver to nil
-		return fmt.Errorf("%w %q", ErrNoNotifier, s.Channel)
-	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.StepTimeout)
-	defer cancel()
-	return n.Notify(ctx, s)
-}
-
-func (e *Engine) journal(ctx context.Context, s Step, deliveryErr error) error {
+// journal records delivery d of s (alr.record_delivery): error NULL when delivered, otherwise
+// d's text, already made recordable by deliver (a channel's error may carry anything its peer said;
+// a text PostgreSQL refuses would cost the delivery its journal row).
+// journal records the delivery of s (alr.record_delivery); false when the journal refused the
+// token (NULL: it journaled this step already, or never kept its token).
+func (e *Engine) journal(ctx context.Context, s Step, d delivery) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.DBTimeout)
 	defer cancel()
 	var errText *string
-	if deliveryErr != nil {
-		// A channel's error may carry anything its peer said; a text PostgreSQL refuses would
-		// cost the delivery its journal row.
-		t := errtext.Recordable(deliveryErr.Error(), errtext.MaxBytes)
-		errText = &t
+	if d.failed {
+		errText = &d.text
 	}
-	if _, err := e.pool.Exec(ctx, sqlRecordDelivery, s.EscalationID, s.StepIdx, s.LeaseToken, errText); err != nil {
-		return fmt.Errorf("recording delivery: %w", err)
+	var id *int64
+	if err := e.pool.QueryRow(ctx, sqlRecordDelivery, s.EscalationID, s.StepIdx, s.LeaseToken, errText).Scan(&id); err != nil {
+		return false, fmt.Errorf("recording delivery: %w", err)
 	}
-	return nil
+	return id != nil, nil
 }
 
 // release gives unapplied steps back so another engine takes them at once instead of after the
 // lease; returns how many were still ours. outcome is what they are counted as: released (the
-// engine is stopping) or unserved (already counted by reportUnserved).
+// engine is stopping) or unserved (already counted by reportUnserved). All of them go in one round
+// trip, a pipeline ending in one Sync and so one implicit transaction: when the server refuses one
+// (its ladder was deleted), none is released, and they are given back one at a time instead.
 func (e *Engine) release(steps []Step, outcome string) int {
 	if len(steps) == 0 {
 		return 0
 	}
-	n := 0
-	for _, s := range steps {
-		var released bool
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DBTimeout)
-		err := e.pool.QueryRow(ctx, sqlRelease, s.EscalationID, s.LeaseToken).Scan(&released)
-		cancel()
-		if err != nil {
-			e.logStepError(e.log.With("escalation_id", s.EscalationID), "releasing escalation step failed; it is taken again when its lease ends", err)
-			continue
+	n, err := e.releaseBatch(steps)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			e.logStepError(e.log.With("steps", len(steps), "first_escalation_id", steps[0].EscalationID),
+				"releasing escalation steps failed; they are taken again when their lease ends", err)
+			return 0
 		}
-		if released {
-			n++
+		n = 0
+		for _, s := range steps {
+			var released bool
+			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DBTimeout)
+			err := e.pool.QueryRow(ctx, sqlRelease, s.EscalationID, s.LeaseToken).Scan(&released)
+			cancel()
+			if err != nil {
+				e.logStepError(e.log.With("escalation_id", s.EscalationID), "releasing escalation step failed; it is taken again when its lease ends", err)
+				continue
+			}
+			if released {
+				n++
+			}
 		}
 	}
 	if outcome == outcomeReleased {
 		e.metrics.steps.WithLabelValues(outcomeReleased).Add(float64(n))
 	}
 	return n
+}
+
+// releaseBatch releases steps in one round trip (see release); on an error nothing was released.
+func (e *Engine) releaseBatch(steps []Step) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DBTimeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, s := range steps {
+		b.Queue(sqlRelease, s.EscalationID, s.LeaseToken)
+	}
+	results := e.pool.SendBatch(ctx, b)
+	n := 0
+	var err error
+	for range steps {
+		var released bool
+		if err = results.QueryRow().Scan(&released); err != nil {
+			break
+		}
+		if released {
+			n++
+		}
+	}
+	if cerr := results.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("releasing escalation steps: %w", err)
+	}
+	return n, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

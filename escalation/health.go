@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
@@ -11,8 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// healthPingTimeout bounds the database ping of one health check.
-const healthPingTimeout = 2 * time.Second
+const (
+	// healthPingTimeout bounds the database ping of one health check.
+	healthPingTimeout = 2 * time.Second
+	// maxOverrunsReported bounds Health.Overrunning (the gauge
+	// pgdrain_escalation_overrunning_deliveries counts every one).
+	maxOverrunsReported = 10
+)
 
 // Engine states, as Health reports them.
 const (
@@ -24,7 +30,8 @@ const (
 
 // Health is the engine's state as its health endpoint reports it.
 type Health struct {
-	// OK is true while Run runs past its start and the database answers a ping.
+	// OK is true while Run runs past its start, the database answers a ping and no delivery
+	// overruns (Overrunning is empty).
 	OK bool `json:"ok"`
 	// State is "idle" (Run not called), "starting" (waiting for the database at start),
 	// "running" or "stopped".
@@ -35,14 +42,31 @@ type Health struct {
 	LastTake *time.Time `json:"last_take,omitempty"`
 	// Error is why the last take failed, if it did (cleared by the next one that succeeds).
 	Error string `json:"error,omitempty"`
+	// Overrunning lists the deliveries the engine gave up on because their Notifier ignores its
+	// context (still running OverrunGrace after StepTimeout) and that have not returned yet,
+	// oldest first, at most ten (pgdrain_escalation_overrunning_deliveries counts them all).
+	Overrunning []Overrun `json:"overrunning,omitempty"`
+}
+
+// Overrun is a delivery the engine gave up on that is still running: its Notifier ignores its
+// context.
+type Overrun struct {
+	// Channel is the channel whose Notifier does not return.
+	Channel string `json:"channel"`
+	// Step is the step being delivered (Step.IdempotencyKey).
+	Step string `json:"step"`
+	// Started is when the call began.
+	Started time.Time `json:"started"`
 }
 
 // health is what Run records for Health.
 type health struct {
-	mu       sync.Mutex
-	state    string
-	lastTake time.Time
-	err      error
+	mu          sync.Mutex
+	state       string
+	lastTake    time.Time
+	err         error
+	overruns    map[uint64]Overrun // deliveries given up on and still running, by a number of their own
+	lastOverrun uint64
 }
 
 func (h *health) setState(s string) {
@@ -61,6 +85,25 @@ func (h *health) took(at time.Time, err error) {
 	}
 }
 
+// overrunStarted records a delivery given up on that still runs and returns its number;
+// overrunEnded forgets it once the call returns.
+func (h *health) overrunStarted(o Overrun) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.overruns == nil {
+		h.overruns = map[uint64]Overrun{}
+	}
+	h.lastOverrun++
+	h.overruns[h.lastOverrun] = o
+	return h.lastOverrun
+}
+
+func (h *health) overrunEnded(id uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.overruns, id)
+}
+
 // Health pings the database and reports the engine's state.
 func (e *Engine) Health(ctx context.Context) Health {
 	e.health.mu.Lock()
@@ -72,7 +115,15 @@ func (e *Engine) Health(ctx context.Context) Health {
 	if e.health.err != nil {
 		h.Error = e.health.err.Error()
 	}
+	for _, o := range e.health.overruns {
+		o.Started = o.Started.UTC()
+		h.Overrunning = append(h.Overrunning, o)
+	}
 	e.health.mu.Unlock()
+	sort.Slice(h.Overrunning, func(i, j int) bool { return h.Overrunning[i].Started.Before(h.Overrunning[j].Started) })
+	if len(h.Overrunning) > maxOverrunsReported {
+		h.Overrunning = h.Overrunning[:maxOverrunsReported]
+	}
 	if h.State == "" {
 		h.State = stateIdle
 	}
@@ -81,13 +132,13 @@ func (e *Engine) Health(ctx context.Context) Health {
 	if err := e.pool.Ping(pctx); err != nil {
 		h.Database = err.Error()
 	}
-	h.OK = h.State == stateRunning && h.Database == "ok"
+	h.OK = h.State == stateRunning && h.Database == "ok" && len(h.Overrunning) == 0
 	return h
 }
 
 // Handler serves GET /metrics (Prometheus text format, from gatherer) and GET /healthz (Health as
-// JSON: 200 when OK, 503 otherwise: while the engine starts, after it stopped, and while its
-// database does not answer).
+// JSON: 200 when OK, 503 otherwise: while the engine starts, after it stopped, while its
+// database does not answer, and while a Notifier it gave up on still runs).
 func (e *Engine) Handler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))

@@ -17,6 +17,7 @@ type metrics struct {
 	steps            *prometheus.CounterVec
 	unservedSteps    *prometheus.CounterVec
 	unservedChannels prometheus.Gauge
+	overrunning      prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -36,6 +37,11 @@ func newMetrics() *metrics {
 			Name: "pgdrain_escalation_unserved_channels",
 			Help: "Channels used by escalation policies that no notifier of this engine serves, as of its start.",
 		}),
+		overrunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pgdrain_escalation_overrunning_deliveries",
+			Help: "Deliveries this engine gave up on because their notifier ignores its context (still running " +
+				"a second past StepTimeout), and that have not returned yet. Each holds a goroutine; any needs a person.",
+		}),
 	}
 	for _, o := range []string{outcomeDelivered, outcomeFailed, outcomeNotOurs, outcomeReleased, outcomeUnserved, outcomeError} {
 		m.steps.WithLabelValues(o)
@@ -48,6 +54,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.steps.Describe(ch)
 	m.unservedSteps.Describe(ch)
 	m.unservedChannels.Describe(ch)
+	m.overrunning.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -55,4 +62,5 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.steps.Collect(ch)
 	m.unservedSteps.Collect(ch)
 	m.unservedChannels.Collect(ch)
+	m.overrunning.Collect(ch)
 }

@@ -5,6 +5,14 @@ import "context"
 // Notifier delivers one escalation step to a person. It must honour ctx (the engine's per-step
 // timeout); an error is journaled as a failed delivery and not retried — the step was already
 // recorded, and the ladder's next step is the retry.
+//
+// The engine calls Notify on a goroutine of its own and reads the error's text there, so a
+// Notifier that misbehaves costs only its step, journaled as a failed delivery that says what
+// happened: a panic (also one in the error's Error, such as a nil pointer returned as an error),
+// or runtime.Goexit (t.FailNow in a test). One that ignores ctx is given up on OverrunGrace after
+// StepTimeout and left running: its step is journaled as failed with its outcome unknown (at most
+// one delivery per step: it is not delivered again), the engine goes on with the rest of the batch,
+// and Health is not OK until the call returns (Health.Overrunning); its late outcome is only logged.
 type Notifier interface {
 	Notify(ctx context.Context, s Step) error
 }
