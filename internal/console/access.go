@@ -100,7 +100,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (string, b
 		}
 	}
 	if s.cfg.Token != "" {
-		if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && secretEqual(b, s.cfg.Token) == 1 {
+		if b, ok := bearer(r.Header.Get("Authorization")); ok && secretEqual(b, s.cfg.Token) == 1 {
 			return "token", true
 		}
 		if c, err := r.Cookie(authCookie); err == nil && s.validAuthCookie(c.Value, time.Now()) {
@@ -122,6 +122,16 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (string, b
 	}
 	http.Error(w, "authentication required: basic auth, or the token (open /?token=... once, or send Authorization: Bearer ...)", http.StatusUnauthorized)
 	return "", false
+}
+
+// bearer returns the credentials of an "Authorization: Bearer T" header. The scheme is
+// case-insensitive (RFC 7235: "bearer T" is the same) and one or more spaces follow it.
+func bearer(header string) (string, bool) {
+	scheme, credentials, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(credentials, " "), true
 }
 
 // authCookieValue is "<expiry, unix seconds>.<HMAC of the token and the expiry>": the cookie proves

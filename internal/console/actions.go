@@ -2,7 +2,9 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -186,6 +188,11 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 	case all:
 		what = "every poisoned row of " + queue
 	case key != "":
+		if reg.PartitionColumn == nil || reg.PartitionType == nil {
+			s.message(w, r, http.StatusBadRequest, "Queue without keys",
+				fmt.Sprintf("key: %s is not partitioned, so its rows have no key: requeue by id, or every poisoned row (all=yes)", queue), back)
+			return
+		}
 		// Through the operator's login, the one that acts: docs/security.md grants it the columns
 		// this reads; the reader's login needs nothing of the queue table.
 		found, err := poisonedIDsOfKey(ctx, s.cfg.Operator, reg, key)
@@ -204,13 +211,10 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 		}
 		list, what = found, fmt.Sprintf("the %d poisoned row(s) of key %q", len(found), key)
 	default:
-		for _, v := range ids {
-			id, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || id < 1 {
-				s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("id: must be a positive integer, got %q", v), back)
-				return
-			}
-			list = append(list, id)
+		var bad string
+		if list, bad = distinctIDs(ids); bad != "" {
+			s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("id: must be a positive integer, got %q", bad), back)
+			return
 		}
 		what = "poisoned row(s) " + joinIDs(list)
 	}
@@ -352,6 +356,16 @@ func quoteIdent(name string) string {
 	return pgx.Identifier{name}.Sanitize()
 }
 
+// alertFailed answers a failed read of the alert an action names: 404 when no alert has that id
+// (a client's mistake, or an alert gone since the page was shown), else as failed.
+func (s *Server) alertFailed(w http.ResponseWriter, r *http.Request, back, alert string, err error) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.message(w, r, http.StatusNotFound, "No such alert", fmt.Sprintf("alert: no alert with id %s", alert), back)
+		return
+	}
+	s.failed(w, r, back, err, "alert", alert)
+}
+
 var uuidText = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
@@ -366,7 +380,7 @@ func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
 	if r.PostFormValue("confirm") != "yes" {
 		name, state, err := readAlert(ctx, s.cfg.Reader, alert)
 		if err != nil {
-			s.failed(w, r, back, err, "alert", alert)
+			s.alertFailed(w, r, back, alert, err)
 			return
 		}
 		s.confirm(w, r, "Resolve the alert?", confirmBody{
@@ -379,7 +393,7 @@ func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
 	}
 	name, stateBefore, runningBefore, err := alertState(ctx, s.cfg.Operator, alert)
 	if err != nil {
-		s.failed(w, r, back, err, "alert", alert)
+		s.alertFailed(w, r, back, alert, err)
 		return
 	}
 	if err := resolveAlert(ctx, s.cfg.Operator, alert); err != nil {
@@ -403,6 +417,24 @@ func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
 		o.Text = fmt.Sprintf("alert %q (%s) was already %s with no running ladder: nothing was resolved.", name, alert, stateAfter)
 	}
 	s.done(w, r, back, o, "alert", alert, "state_before", stateBefore, "running_ladders_stopped", runningBefore-runningAfter)
+}
+
+// distinctIDs parses the row ids of a form, each once in the order first given (an id given twice
+// is one row: the outcome counts rows, not fields), or returns the first value that is not a
+// positive integer.
+func distinctIDs(values []string) (ids []int64, bad string) {
+	seen := make(map[int64]bool, len(values))
+	for _, v := range values {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || id < 1 {
+			return nil, v
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, ""
 }
 
 func joinIDs(ids []int64) string {
@@ -439,13 +471,15 @@ func (s *Server) rowActionForm(w http.ResponseWriter, r *http.Request) (reg queu
 		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %q", r.PostFormValue("id")), back)
 		return reg, back, 0, 0, false
 	}
-	a, err := strconv.Atoi(r.PostFormValue("attempts"))
+	// attempt_count is an integer (int4) column: a count beyond it is no row's.
+	a, err := strconv.ParseInt(r.PostFormValue("attempts"), 10, 32)
 	if err != nil || a < 0 {
 		s.message(w, r, http.StatusBadRequest, "Bad attempt count",
-			fmt.Sprintf("attempts: must be the row's attempt count as the page showed it (0 or more), got %q", r.PostFormValue("attempts")), back)
+			fmt.Sprintf("attempts: must be the row's attempt count as the page showed it, an integer from 0 to %d, got %q",
+				math.MaxInt32, r.PostFormValue("attempts")), back)
 		return reg, back, 0, 0, false
 	}
-	return reg, back, id, a, true
+	return reg, back, id, int(a), true
 }
 
 // checkReason refuses a reason that is too long, or blank when required; ok is false after it
@@ -565,17 +599,13 @@ func (s *Server) dismissAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	queue := reg.Name
-	var ids []int64
-	for _, v := range r.PostForm["id"] {
-		id, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || id < 1 {
-			s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("id: must be a positive integer, got %q", v), back)
-			return
-		}
-		ids = append(ids, id)
+	ids, bad := distinctIDs(r.PostForm["id"])
+	if bad != "" {
+		s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("id: must be a positive integer, got %q", bad), back)
+		return
 	}
 	if len(ids) == 0 || len(ids) > listLimit {
-		s.message(w, r, http.StatusBadRequest, "Nothing to dismiss", fmt.Sprintf("id: give between 1 and %d poisoned row ids, got %d", listLimit, len(ids)), back)
+		s.message(w, r, http.StatusBadRequest, "Nothing to dismiss", fmt.Sprintf("id: give between 1 and %d distinct poisoned row ids, got %d", listLimit, len(ids)), back)
 		return
 	}
 	fields := []field{{"queue", queue}}
@@ -632,7 +662,7 @@ func (s *Server) acknowledgeAction(w http.ResponseWriter, r *http.Request) {
 	if r.PostFormValue("confirm") != "yes" {
 		name, state, err := readAlert(ctx, s.cfg.Reader, alert)
 		if err != nil {
-			s.failed(w, r, back, err, "alert", alert)
+			s.alertFailed(w, r, back, alert, err)
 			return
 		}
 		s.confirm(w, r, "Acknowledge the alert?", confirmBody{
@@ -650,7 +680,7 @@ func (s *Server) acknowledgeAction(w http.ResponseWriter, r *http.Request) {
 	}
 	name, _, runningBefore, err := alertState(ctx, s.cfg.Operator, alert)
 	if err != nil {
-		s.failed(w, r, back, err, "alert", alert)
+		s.alertFailed(w, r, back, alert, err)
 		return
 	}
 	acked, err := acknowledgeAlert(ctx, s.cfg.Operator, alert, consoleReason(typed, r))

@@ -23,18 +23,24 @@ const maxFormBytes = 64 << 10
 // (another site, but also another port of the same host, which SameSite cookies do not tell apart).
 var crossOrigin = http.NewCrossOriginProtection()
 
-// csrf gives every browser a random cookie (SameSite=Strict, HttpOnly) and every form a token
-// derived from it with the server's key. A POST is checked before anything reads its body: it must
-// come from this origin (Sec-Fetch-Site/Origin, when the browser sends them), carry the cookie and
-// the matching token in its address (?csrf=, as the forms send it) or the X-Pgdrain-Csrf header,
-// and only then is its body read: a URL-encoded form of at most 64 KiB (415 for any other type, so
-// a multipart body is never parsed). Another site can make a browser POST here but can neither
-// read the token from a page nor send the strict cookie.
+// csrf gives every browser a random cookie (SameSite=Strict, HttpOnly) signed with the server's
+// key, and every form a token derived from it with that key. A POST is checked before anything
+// reads its body: it must come from this origin (Sec-Fetch-Site/Origin, when the browser sends
+// them), carry the cookie and the matching token in its address (?csrf=, as the forms send it) or
+// the X-Pgdrain-Csrf header, and only then is its body read: a URL-encoded form of at most 64 KiB
+// (415 for any other type, so a multipart body is never parsed). Another site can make a browser
+// POST here but can neither read the token from a page nor send the strict cookie.
+//
+// Cookies do not isolate ports: a page on another port of this host can set a cookie of the same
+// name, and with a longer path (Path=/actions, Path=/queues) the browser sends it before the
+// console's own. So every cookie of the name counts, not only the first: a page's forms carry the
+// token of the first cookie the console signed, and a POST passes when any cookie it carries
+// matches its token. A tossed cookie can thus neither block an action nor stand for the console's.
 func (s *Server) csrf(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := r.Cookie(csrfCookie)
+		cookies := csrfCookies(r)
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if err := s.checkCSRF(r, c); err != nil {
+			if err := s.checkCSRF(r, cookies); err != nil {
 				s.cfg.Logger.Warn("console action refused: missing or wrong CSRF token", "who", who(r), "remote", r.RemoteAddr,
 					"path", r.URL.Path, "reason", err.Error())
 				http.Error(w, "missing or wrong CSRF token: reload the page and try again", http.StatusForbidden)
@@ -54,13 +60,18 @@ func (s *Server) csrf(h http.Handler) http.Handler {
 				return
 			}
 		}
-		var value string
-		if err == nil && len(c.Value) == 32 {
-			value = c.Value
-		} else {
+		value := ""
+		for _, c := range cookies {
+			if s.signedCSRFCookie(c) {
+				value = c
+				break
+			}
+		}
+		if value == "" {
 			b := make([]byte, 16)
 			_, _ = rand.Read(b)
-			value = hex.EncodeToString(b)
+			nonce := hex.EncodeToString(b)
+			value = nonce + s.mac("csrf-cookie", nonce)[:csrfNonceLen]
 			http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: value, Path: "/", HttpOnly: true,
 				Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 		}
@@ -68,22 +79,52 @@ func (s *Server) csrf(h http.Handler) http.Handler {
 	})
 }
 
-// checkCSRF looks only at the request's headers and address, never at its body.
-func (s *Server) checkCSRF(r *http.Request, c *http.Cookie) error {
+// csrfNonceLen is the length of both halves of the CSRF cookie: 32 hex digits of randomness, then
+// the first 32 hex digits of their HMAC under the server's key.
+const csrfNonceLen = 32
+
+// csrfCookies returns the values of every cookie named csrfCookie, in the order the browser sent
+// them (r.Cookie would return only the first).
+func csrfCookies(r *http.Request) []string {
+	var values []string
+	for _, c := range r.Cookies() {
+		if c.Name == csrfCookie {
+			values = append(values, c.Value)
+		}
+	}
+	return values
+}
+
+// signedCSRFCookie reports whether v is a CSRF cookie this process minted.
+func (s *Server) signedCSRFCookie(v string) bool {
+	if len(v) != 2*csrfNonceLen {
+		return false
+	}
+	return hmac.Equal([]byte(v[csrfNonceLen:]), []byte(s.mac("csrf-cookie", v[:csrfNonceLen])[:csrfNonceLen]))
+}
+
+// checkCSRF looks only at the request's headers and address, never at its body: the origin, then
+// the token against every CSRF cookie the request carries.
+func (s *Server) checkCSRF(r *http.Request, cookies []string) error {
 	if err := crossOrigin.Check(r); err != nil {
 		return err
 	}
-	if c == nil {
+	if len(cookies) == 0 {
 		return errors.New("no CSRF cookie")
 	}
 	token := r.Header.Get(csrfHeader)
 	if token == "" {
 		token = r.URL.Query().Get("csrf")
 	}
-	if token == "" || !hmac.Equal([]byte(token), []byte(s.mac("csrf", c.Value))) {
-		return errors.New("no CSRF token, or not the one of this cookie")
+	if token == "" {
+		return errors.New("no CSRF token")
 	}
-	return nil
+	for _, c := range cookies {
+		if hmac.Equal([]byte(token), []byte(s.mac("csrf", c))) {
+			return nil
+		}
+	}
+	return errors.New("a CSRF token, but not the one of any CSRF cookie sent")
 }
 
 // csrfToken is the token the forms of this response carry.

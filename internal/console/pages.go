@@ -10,20 +10,22 @@ import (
 const queryTimeout = 10 * time.Second
 
 type queuesBody struct {
-	Queues    []QueueView
+	Queues []QueueView
+	// SampledAt is when the newest figures shown were read.
 	SampledAt time.Time
-	Err       string
+	// Stale says which figures are not live, since when and why (none: all are).
+	Stale []string
 	// Attention names the queues with a problem ("" when none has one).
 	Attention   string
 	WedgedAfter time.Duration
+	// ReadDeadline is how long the sampler waits for one pass's reads.
+	ReadDeadline time.Duration
 }
 
 func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
-	views, at, err := s.sampler.overview()
-	b := queuesBody{Queues: views, SampledAt: at, Attention: attention(views), WedgedAfter: s.cfg.WedgedAfter}
-	if err != nil {
-		b.Err = describe(err)
-	}
+	views, st := s.sampler.overview()
+	b := queuesBody{Queues: views, SampledAt: st.At, Stale: st.Stale, Attention: attention(views),
+		WedgedAfter: s.cfg.WedgedAfter, ReadDeadline: s.sampler.timeout}
 	s.render(w, r, http.StatusOK, "queues", pageData{Title: "Queues", Nav: "queues", Live: true, Body: b})
 }
 

@@ -26,7 +26,11 @@ const maxProblemsOfAKind = 3
 func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time.Time) []Problem {
 	var out []Problem
 	if v.Err != "" {
-		out = append(out, Problem{"error", "could not be read: " + v.Err})
+		since := ""
+		if !v.FailingSince.IsZero() {
+			since = fmt.Sprintf(" since %s (%s)", timetext.Format(v.FailingSince), fromNow(v.FailingSince, now))
+		}
+		out = append(out, Problem{"error", "could not be read" + since + ": " + v.Err})
 	}
 	if v.WedgedErr != "" {
 		out = append(out, Problem{"error", "its wedged partitions could not be read: " + v.WedgedErr})

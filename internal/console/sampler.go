@@ -2,12 +2,15 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
 
 // sample is one reading of a queue: its gauges, the table's cumulative insert counter and how
@@ -24,6 +27,8 @@ type series struct {
 	reg     queueReg
 	samples []sample // oldest first, at most History old
 	err     error    // the last sampling error, cleared by the next success
+	// failingSince is when the reads that keep failing (err) began to fail; zero after a success.
+	failingSince time.Time
 	// wedged are the partitions wedged for longer than wedgedAfter as of the last reading (read
 	// only when the oldest pending row is that old: a queue without one has none), and wedgedErr
 	// why they could not be read.
@@ -41,32 +46,79 @@ type reading struct {
 
 // sampler reads every queue's gauges once per Refresh for all viewers: the pages never call
 // outbox.stats themselves, so their number does not multiply its cost.
+//
+// Every read ends: a pass (the registry, then each queue) has a deadline (timeout), so a table held
+// by a lock or a connection lost without a word costs that queue its figures for a while, never the
+// sampler. The queues are read side by side (at most parallel at once, so that the pages keep
+// connections of the pool) and each reading is kept as it arrives; a pass does not wait for a queue
+// whose read from an earlier pass still runs. A queue's figures carry the time they were read, and
+// a failing read says since when (failingSince), so the pages can tell live figures from old ones.
 type sampler struct {
 	db          *pgxpool.Pool
 	history     time.Duration
 	wedgedAfter time.Duration
+	interval    time.Duration // Refresh
+	timeout     time.Duration // the deadline of one pass
+	slots       chan struct{} // one per queue read running
 
-	mu      sync.RWMutex
-	queues  []string // registry order
-	series  map[string]*series
-	listErr error
-	at      time.Time
+	mu       sync.RWMutex
+	queues   []string // registry order
+	series   map[string]*series
+	inFlight map[string]bool // queues whose read still runs
+	listErr  error
+	// at is when the registry was last read; listFailingSince when its reads that keep failing
+	// began to fail (zero after a success).
+	at               time.Time
+	listFailingSince time.Time
+	// passAt is when the last pass began.
+	passAt time.Time
 }
 
-func newSampler(db *pgxpool.Pool, history, wedgedAfter time.Duration) *sampler {
-	return &sampler{db: db, history: history, wedgedAfter: wedgedAfter, series: map[string]*series{}}
+// sampleTimeout is the shortest deadline of a sampler pass: as long as a page's reads may take
+// (queryTimeout), or Refresh when that is longer.
+const sampleTimeout = queryTimeout
+
+func newSampler(db *pgxpool.Pool, refresh, history, wedgedAfter time.Duration) *sampler {
+	parallel := 1
+	if db != nil {
+		parallel = max(1, int(db.Config().MaxConns)/2)
+	}
+	return &sampler{db: db, history: history, wedgedAfter: wedgedAfter, interval: refresh,
+		timeout: max(refresh, sampleTimeout), slots: make(chan struct{}, parallel),
+		series: map[string]*series{}, inFlight: map[string]bool{}}
+}
+
+// staleAfter is how old a queue's figures may be before the pages say they are not live: a read
+// may take up to the pass's deadline and starts at most a Refresh after the last one ended.
+func (s *sampler) staleAfter() time.Duration { return 2*s.interval + s.timeout }
+
+// readFailed says why a read failed, in a sentence: a read that ran out of time names the
+// deadline and the likely causes rather than only "context deadline exceeded".
+func (s *sampler) readFailed(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer within %s (a lock held on the table, or a lost connection?): %w", human(s.timeout), err)
+	}
+	return err
 }
 
 // read reads one queue: outbox.stats and the insert counter, and on a partitioned queue whose
 // oldest pending row is older than wedgedAfter its wedged partitions (outbox.wedged_partitions, at
 // most listLimit), whose successors stats counts as ready although no claim can take them.
 func (s *sampler) read(ctx context.Context, q queueReg) reading {
+	start := time.Now()
 	st, ins, err := readStats(ctx, s.db, q)
 	r := reading{sample: sample{at: time.Now(), stats: st, inserted: ins}, err: err}
-	if err != nil || q.PartitionColumn == nil || st.OldestPendingAge == nil || *st.OldestPendingAge < s.wedgedAfter {
+	if err != nil {
+		r.sample.at, r.err = start, s.readFailed(err) // a failure dates from when the read began
+		return r
+	}
+	if q.PartitionColumn == nil || st.OldestPendingAge == nil || *st.OldestPendingAge < s.wedgedAfter {
 		return r
 	}
 	r.wedged, r.wedgedErr = readWedged(ctx, s.db, q.Name, s.wedgedAfter)
+	if r.wedgedErr != nil {
+		r.wedgedErr = s.readFailed(r.wedgedErr)
+	}
 	for _, w := range r.wedged {
 		r.sample.blocked += max(0, w.Pending-1)
 	}
@@ -74,12 +126,17 @@ func (s *sampler) read(ctx context.Context, q queueReg) reading {
 	return r
 }
 
-// keep records a reading in sr, dropping samples older than History.
+// keep records a reading in sr, dropping samples older than History. A failed reading keeps the
+// figures read before and notes since when reading fails.
 func (s *sampler) keep(sr *series, r reading) {
 	sr.err = r.err
 	if r.err != nil {
+		if sr.failingSince.IsZero() {
+			sr.failingSince = r.sample.at
+		}
 		return
 	}
+	sr.failingSince = time.Time{}
 	sr.wedged, sr.wedgedErr = r.wedged, r.wedgedErr
 	sr.samples = append(sr.samples, r.sample)
 	cut := 0
@@ -89,7 +146,8 @@ func (s *sampler) keep(sr *series, r reading) {
 	sr.samples = append([]sample(nil), sr.samples[cut:]...)
 }
 
-// refresh reads one queue again now, so that the page an action redirects to shows what it changed.
+// refresh reads one queue again now, so that the page an action redirects to shows what it
+// changed (within the pass's deadline, like any read of the sampler).
 func (s *sampler) refresh(ctx context.Context, name string) {
 	s.mu.RLock()
 	sr, ok := s.series[name]
@@ -101,47 +159,89 @@ func (s *sampler) refresh(ctx context.Context, name string) {
 	if !ok {
 		return
 	}
-	r := s.read(ctx, reg)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	s.store(reg, s.read(ctx, reg))
+}
+
+// store keeps a reading of q, unless q was dropped (or its name given to another table) meanwhile.
+func (s *sampler) store(q queueReg, r reading) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur, ok := s.series[name]; ok && cur.reg.TableOID == reg.TableOID {
+	if cur, ok := s.series[q.Name]; ok && cur.reg.TableOID == q.TableOID {
 		s.keep(cur, r)
 	}
 }
 
-// sampleOnce reads the registry and the gauges of every queue. A queue whose stats fail keeps its
-// history and shows the error; a failing registry read keeps everything and shows that error.
-func (s *sampler) sampleOnce(ctx context.Context) {
+// sampleOnce is one pass that waits for its reads: the registry, then every queue's gauges, all
+// within the pass's deadline.
+func (s *sampler) sampleOnce(ctx context.Context) { s.pass(ctx).Wait() }
+
+// pass reads the registry, then starts a read of every queue whose read from an earlier pass has
+// ended, and returns what to wait on for them. A queue whose gauges fail keeps its history and
+// shows the error; a failing registry read keeps everything (and its time) and shows that error.
+func (s *sampler) pass(ctx context.Context) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	s.mu.Lock()
+	s.passAt = start
+	s.mu.Unlock()
 	regs, err := listQueues(ctx, s.db)
 	if err != nil {
+		cancel()
 		s.mu.Lock()
-		s.listErr, s.at = err, time.Now()
+		s.listErr = s.readFailed(err)
+		if s.listFailingSince.IsZero() {
+			s.listFailingSince = start
+		}
 		s.mu.Unlock()
-		return
-	}
-	readings := make([]reading, len(regs))
-	for i, q := range regs {
-		readings[i] = s.read(ctx, q)
+		return &wg
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.listErr, s.at = nil, time.Now()
+	s.listErr, s.listFailingSince, s.at = nil, time.Time{}, time.Now()
 	next := make(map[string]*series, len(regs))
 	s.queues = s.queues[:0]
-	for i, q := range regs {
+	var todo []queueReg
+	for _, q := range regs {
 		sr := s.series[q.Name]
 		if sr == nil || sr.reg.TableOID != q.TableOID {
 			sr = &series{} // a new queue, or the same name on another table: start afresh
 		}
 		sr.reg = q
-		s.keep(sr, readings[i])
 		next[q.Name] = sr
 		s.queues = append(s.queues, q.Name)
+		if !s.inFlight[q.Name] {
+			s.inFlight[q.Name] = true
+			todo = append(todo, q)
+		}
 	}
 	s.series = next
+	s.mu.Unlock()
+	for _, q := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r reading
+			select {
+			case s.slots <- struct{}{}:
+				r = s.read(ctx, q)
+				<-s.slots
+			case <-ctx.Done():
+				r = reading{sample: sample{at: start}, err: s.readFailed(fmt.Errorf("waiting for the other queues' reads: %w", ctx.Err()))}
+			}
+			s.store(q, r)
+			s.mu.Lock()
+			delete(s.inFlight, q.Name)
+			s.mu.Unlock()
+		}()
+	}
+	go func() { wg.Wait(); cancel() }()
+	return &wg
 }
 
-// run samples every interval until ctx ends.
+// run starts a pass every interval until ctx ends. It waits for a pass's registry read but not for
+// its queues: a slow queue holds up neither the others nor the next pass.
 func (s *sampler) run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -150,7 +250,7 @@ func (s *sampler) run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.sampleOnce(ctx)
+			s.pass(ctx)
 		}
 	}
 }
@@ -254,6 +354,11 @@ type QueueView struct {
 	WedgedErr string
 	// Problems are what a person should look at, most urgent first; none for a healthy queue.
 	Problems []Problem
+	// FailingSince is when the reads of this queue that keep failing (Err) began to fail.
+	FailingSince time.Time
+	// Stale, when set, says why the figures shown are not live: reading them fails (since when,
+	// and why), or none was read for longer than a read may take.
+	Stale string
 }
 
 func (s *sampler) view(name string) (QueueView, queueReg, bool) {
@@ -282,16 +387,55 @@ func (s *sampler) view(name string) (QueueView, queueReg, bool) {
 			v.WedgedErr = describe(sr.wedgedErr)
 		}
 	}
-	v.Problems = problems(v, sr.samples, s.wedgedAfter, time.Now())
+	now := time.Now()
+	if sr.err != nil {
+		v.FailingSince = sr.failingSince
+	}
+	v.Stale = staleText(v, s.staleAfter(), now)
+	v.Problems = problems(v, sr.samples, s.wedgedAfter, now)
 	return v, sr.reg, true
 }
 
-// overview returns every queue's view in registry order, the time of the last pass and the
-// registry error of that pass, if any.
-func (s *sampler) overview() ([]QueueView, time.Time, error) {
+// staleText says why a queue's figures are not live, or "" when they are.
+func staleText(v QueueView, staleAfter time.Duration, now time.Time) string {
+	var figures string
+	switch {
+	case v.HasStats && (v.Err != "" || now.Sub(v.SampledAt) > staleAfter):
+		figures = fmt.Sprintf("figures from %s (%s)", timetext.Format(v.SampledAt), fromNow(v.SampledAt, now))
+	case v.Err != "":
+		figures = "no figures yet"
+	default:
+		return ""
+	}
+	if v.Err == "" {
+		return figures + ", none read since"
+	}
+	return fmt.Sprintf("%s; reading them fails since %s (%s): %s", figures, timetext.Format(v.FailingSince),
+		fromNow(v.FailingSince, now), v.Err)
+}
+
+// overviewState is what the overview says about the sampler besides the queues' views.
+type overviewState struct {
+	// At is when the newest figures shown were read (zero: none yet).
+	At time.Time
+	// ListErr is why the registry (outbox.queues) could not be read, since ListFailingSince; the
+	// queues and figures shown are then those of the last pass that read it.
+	ListErr          error
+	ListFailingSince time.Time
+	// Stale lists the sentences of the overview's notice that figures are not live (none: all are).
+	Stale []string
+}
+
+// maxStaleQueues is how many queues with old figures the overview's notice names before "and N more".
+const maxStaleQueues = 5
+
+// overview returns every queue's view in registry order and what the page says about the sampler.
+func (s *sampler) overview() ([]QueueView, overviewState) {
+	now := time.Now()
 	s.mu.RLock()
 	names := append([]string(nil), s.queues...)
-	at, err := s.at, s.listErr
+	st := overviewState{ListErr: s.listErr, ListFailingSince: s.listFailingSince}
+	passAt := s.passAt
 	s.mu.RUnlock()
 	views := make([]QueueView, 0, len(names))
 	for _, n := range names {
@@ -299,5 +443,24 @@ func (s *sampler) overview() ([]QueueView, time.Time, error) {
 			views = append(views, v)
 		}
 	}
-	return views, at, err
+	if st.ListErr != nil {
+		st.Stale = append(st.Stale, fmt.Sprintf("The queues (outbox.queues) could not be read since %s (%s): %s. Every figure below is from before.",
+			timetext.Format(st.ListFailingSince), fromNow(st.ListFailingSince, now), describe(st.ListErr)))
+	} else if !passAt.IsZero() && now.Sub(passAt) > s.staleAfter() {
+		st.Stale = append(st.Stale, fmt.Sprintf("The sampler has not started a pass since %s (%s).", timetext.Format(passAt), fromNow(passAt, now)))
+	}
+	var stale []string
+	for _, v := range views {
+		if v.SampledAt.After(st.At) {
+			st.At = v.SampledAt
+		}
+		if v.Stale != "" {
+			stale = append(stale, v.Name+": "+v.Stale+".")
+		}
+	}
+	if len(stale) > maxStaleQueues {
+		stale = append(stale[:maxStaleQueues], fmt.Sprintf("and %d more queue(s): see their rows.", len(stale)-maxStaleQueues))
+	}
+	st.Stale = append(st.Stale, stale...)
+	return views, st
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -31,7 +33,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, key: make([]byte, 32), sampler: newSampler(cfg.Reader, cfg.History, cfg.WedgedAfter)}
+	s := &Server{cfg: cfg, key: make([]byte, 32), sampler: newSampler(cfg.Reader, cfg.Refresh, cfg.History, cfg.WedgedAfter)}
 	_, _ = rand.Read(s.key)
 	p, err := loadPages()
 	if err != nil {
@@ -40,7 +42,7 @@ func New(cfg Config) (*Server, error) {
 	s.pages = p
 
 	mux := http.NewServeMux()
-	mux.Handle("GET /static/", http.FileServerFS(staticFS))
+	mux.Handle("GET /static/", filesOnly(staticFS))
 	mux.HandleFunc("GET /{$}", s.queuesPage)
 	mux.HandleFunc("GET /queues/{queue}", s.queuePage)
 	mux.HandleFunc("GET /escalations", s.escalationsPage)
@@ -54,6 +56,19 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /actions/acknowledge", s.acknowledgeAction)
 	s.handler = s.access(s.readOnly(s.csrf(mux)))
 	return s, nil
+}
+
+// filesOnly serves the files of fsys and 404 for anything else: a directory gets no listing.
+func filesOnly(fsys fs.FS) http.Handler {
+	files := http.FileServerFS(fsys)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
+		if info, err := fs.Stat(fsys, name); err != nil || !info.Mode().IsRegular() || strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 }
 
 // schemaCheckTimeout bounds CheckSchema's one query.

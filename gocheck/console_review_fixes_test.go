@@ -1,0 +1,213 @@
+package gocheck
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/internal/console"
+)
+
+// queueFigure reads one figure of a queue's row on the overview ("" when the row has none).
+func queueFigure(page, queue, label string) string {
+	m := regexp.MustCompile(`(?s)<tr data-queue="` + regexp.QuoteMeta(queue) + `"[^>]*>.*?data-label="` +
+		regexp.QuoteMeta(label) + `">([^<]*)<`).FindStringSubmatch(page)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// One queue whose table is held by an ACCESS EXCLUSIVE lock (a migration, a VACUUM FULL) holds up
+// no other queue's figures: they stay live, the held queue's read ends at the pass's deadline, and
+// the overview says which figures are not live, since when and why. Once the lock is gone its
+// figures are live again and the notice goes.
+func TestConsole_AQueueHeldByALockFreezesNoOtherQueueAndTheOverviewSaysSo(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `SELECT outbox.create_queue('public.plain')`)
+	require.NoError(t, err)
+
+	srv, err := console.New(console.Config{Reader: b.reader, Operator: b.operator, Refresh: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return within 30s of its context ending")
+		}
+	})
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &consoleClient{t: t, base: "http://" + ln.Addr().String(), srv: srv,
+		http: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
+	overview := func() string {
+		code, page := c.get("/")
+		require.Equal(t, http.StatusOK, code, page)
+		return page
+	}
+	eventually := func(within time.Duration, what string, ok func(page string) bool) string {
+		t.Helper()
+		var page string
+		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+			if page = overview(); ok(page) {
+				return page
+			}
+		}
+		t.Fatalf("not within %s: %s; the overview:\n%s", within, what, page)
+		return ""
+	}
+	eventually(10*time.Second, "both queues have figures", func(p string) bool {
+		return queueFigure(p, "public.plain", "pending") == "0" && queueFigure(p, "public.events", "pending") != ""
+	})
+	eventsPending := queueFigure(overview(), "public.events", "pending")
+
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `LOCK TABLE public.events IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	heldAt := time.Now()
+	_, err = b.db.Pool.Exec(ctx, `SELECT outbox.enqueue('public.plain', 'report', jsonb_build_object('n', g)) FROM generate_series(1, 3) g`)
+	require.NoError(t, err)
+
+	// The other queue's figures move on at once (the held one's read waits for the lock meanwhile).
+	eventually(5*time.Second, "public.plain's new rows while public.events is held", func(p string) bool {
+		return queueFigure(p, "public.plain", "pending") == "3"
+	})
+	// Within the pass's deadline (10s) and a refresh, the overview says public.events' figures are
+	// not live, since when and why; they are still the old ones.
+	page := eventually(20*time.Second, "a notice naming public.events", func(p string) bool {
+		m := regexp.MustCompile(`(?s)<div class="attention" id="stale">.*?</div>`).FindString(p)
+		return strings.Contains(m, "public.events") && strings.Contains(m, "since")
+	})
+	stale := regexp.MustCompile(`(?s)<div class="attention" id="stale">.*?</div>`).FindString(page)
+	require.NotContains(t, stale, "public.plain", "only the held queue is named")
+	require.Contains(t, stale, "within 10s", "why: %s", stale)
+	require.Equal(t, eventsPending, queueFigure(page, "public.events", "pending"))
+	require.Less(t, time.Since(heldAt), 20*time.Second)
+	// A read the console gives up on is cancelled on the server too (pgx sends a cancel request):
+	// after two deadlines, at most the read in flight waits for the lock, not one more per pass.
+	time.Sleep(time.Until(heldAt.Add(22 * time.Second)))
+	var waiting int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE usename = $1 AND wait_event_type = 'Lock'`, b.readerLogin).Scan(&waiting))
+	require.LessOrEqual(t, waiting, 1, "backends of the reader's login queued behind the lock")
+
+	// The lock gone, the held queue is read again and the notice goes.
+	require.NoError(t, tx.Rollback(ctx))
+	eventually(15*time.Second, "the notice gone once the lock is", func(p string) bool {
+		return !strings.Contains(p, `id="stale"`)
+	})
+}
+
+// A client's mistake is a 400 (404 for an alert that does not exist) with a sentence naming the
+// field and the rule, never a 500 with an internal text: an attempt count out of int4's range, an
+// unknown alert id, "requeue all of a key" on a queue without keys.
+func TestConsole_ClientMistakesAre400WithTheFieldAndTheRule(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	_, err := b.db.Pool.Exec(context.Background(), `SELECT outbox.create_queue('public.plain')`)
+	require.NoError(t, err)
+	log := &syncBuffer{}
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, log)
+	token := c.csrf("/queues/public.events")
+
+	t.Run("attempts out of range", func(t *testing.T) {
+		c.t = t
+		for _, path := range []string{"/actions/skip", "/actions/retry"} {
+			for _, confirm := range []string{"", "yes"} {
+				code, page := c.post(path, url.Values{"queue": {b.queue}, "id": {"1"}, "attempts": {"2147483648"},
+					"reason": {"x"}, "confirm": {confirm}, "csrf": {token}})
+				require.Equal(t, http.StatusBadRequest, code, "%s confirm=%q: %s", path, confirm, page)
+				require.Contains(t, page, "attempts: must be", path)
+				require.Contains(t, page, "2147483647", path)
+			}
+		}
+	})
+
+	t.Run("unknown alert", func(t *testing.T) {
+		c.t = t
+		unknown := "0b7c3c55-1a6e-4f6e-9d2a-2d7c1f0e4a11"
+		for _, path := range []string{"/actions/resolve", "/actions/acknowledge"} {
+			for _, confirm := range []string{"", "yes"} {
+				code, page := c.post(path, url.Values{"alert": {unknown}, "confirm": {confirm}, "csrf": {token}})
+				require.Equal(t, http.StatusNotFound, code, "%s confirm=%q: %s", path, confirm, page)
+				require.Contains(t, page, "alert: no alert with id "+unknown, path)
+				require.NotContains(t, page, "no rows in result set", path)
+			}
+		}
+	})
+	t.Run("key of an unpartitioned queue", func(t *testing.T) {
+		c.t = t
+		for _, confirm := range []string{"", "yes"} {
+			code, page := c.post("/actions/requeue", url.Values{"queue": {"public.plain"}, "key": {"abc"}, "confirm": {confirm}, "csrf": {token}})
+			require.Equal(t, http.StatusBadRequest, code, page)
+			require.Contains(t, page, "key: public.plain is not partitioned", page)
+			require.NotContains(t, page, "has no partition column")
+		}
+	})
+	c.t = t
+	require.NotContains(t, log.String(), "console action failed", "a client's mistake is not a failed action")
+}
+
+// An id given twice is one row: the confirmation lists it once, and the outcome reports on the
+// distinct ids (not "1 of the 2 rows asked for were not poisoned any more").
+func TestConsole_AnIDGivenTwiceIsOneRow(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, &syncBuffer{})
+	token := c.csrf("/queues/public.events")
+	outcome := func() string {
+		code, page := c.get("/queues/public.events")
+		require.Equal(t, http.StatusOK, code, page)
+		m := regexp.MustCompile(`(?s)<div class="flash [^"]+" role="status" id="outcome">.*?</div>`).FindString(page)
+		require.NotEmpty(t, m, "no outcome")
+		return m
+	}
+
+	t.Run("outcomes", func(t *testing.T) {
+		c.t = t
+		code, _ := c.post("/actions/requeue", url.Values{"queue": {b.queue}, "id": {"7", "7"}, "confirm": {"yes"}, "csrf": {token}})
+		require.Equal(t, http.StatusSeeOther, code)
+		o := outcome()
+		require.Contains(t, o, "<strong>Done:</strong> requeued 1 poisoned row(s) of public.events (poisoned row(s) 7)")
+		require.NotContains(t, o, "were not poisoned any more")
+
+		code, _ = c.post("/actions/dismiss", url.Values{"queue": {b.queue}, "id": {"3", "3"}, "confirm": {"yes"},
+			"reason": {"never deliverable"}, "csrf": {token}})
+		require.Equal(t, http.StatusSeeOther, code)
+		o = outcome()
+		require.Contains(t, o, "<strong>Done:</strong> dismissed 1 poisoned row(s) of public.events (3)")
+		require.NotContains(t, o, "were not poisoned any more")
+	})
+	t.Run("confirmations", func(t *testing.T) {
+		c.t = t
+		code, page := c.post("/actions/requeue", url.Values{"queue": {b.queue}, "id": {"7", "7"}, "csrf": {token}})
+		require.Equal(t, http.StatusOK, code, page)
+		require.Contains(t, page, "requeue poisoned row(s) 7.")
+		require.Equal(t, 1, strings.Count(page, `name="id" value="7"`), "the confirmation repeats each id once")
+		code, page = c.post("/actions/dismiss", url.Values{"queue": {b.queue}, "id": {"3", "3"}, "csrf": {token}})
+		require.Equal(t, http.StatusOK, code, page)
+		require.Contains(t, page, "dismiss poisoned row(s) 3 for good")
+		require.Equal(t, 1, strings.Count(page, `name="id" value="3"`), "the confirmation repeats each id once")
+	})
+}
