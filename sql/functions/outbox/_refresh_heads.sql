@@ -76,7 +76,11 @@ DECLARE
   v_stale text[];
   v_locked text[];
   v_busy text[];
+  -- Tidy keys whose head version this transaction wrote, from the xmin the pass read: a version
+  -- of ours stays the newest until we end (no one else can write it meanwhile), and one of another
+  -- transaction can not become ours, so no second read of the heads is needed.
   v_own text[];
+  v_own_pass text[];
   v_now timestamptz := pg_catalog.clock_timestamp();
   v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
 BEGIN
@@ -117,11 +121,15 @@ BEGIN
               pg_catalog.array_agg(next.key ORDER BY next.key) FILTER (
                 WHERE next.id IS NOT NULL AND NOT next.tidy
                   AND next.key NOT IN (SELECT moved.partition_key FROM moved)
-                  AND next.key NOT IN (SELECT made.partition_key FROM made))
+                  AND next.key NOT IN (SELECT made.partition_key FROM made)),
+              pg_catalog.array_agg(next.key) FILTER (
+                WHERE $5 AND next.tidy AND next.has_head AND outbox._written_here(next.seen))
        FROM next', v_next),
-      'text[], integer, integer, timestamptz, boolean', 'TABLE(pgdrain_tidy text[], pgdrain_stale text[])')
-      INTO v_tidy_pass, v_stale USING v_keys, p_q.max_attempts, p_q.queue_id, v_now, v_read_committed;
+      'text[], integer, integer, timestamptz, boolean',
+      'TABLE(pgdrain_tidy text[], pgdrain_stale text[], pgdrain_own text[])')
+      INTO v_tidy_pass, v_stale, v_own_pass USING v_keys, p_q.max_attempts, p_q.queue_id, v_now, v_read_committed;
     v_tidy := v_tidy || v_tidy_pass;
+    v_own := v_own || v_own_pass;
     EXIT WHEN v_stale IS NULL OR NOT v_read_committed;
     v_keys := v_stale;
   END LOOP;
@@ -130,9 +138,6 @@ BEGIN
   END IF;
 
   IF v_read_committed THEN
-    SELECT pg_catalog.array_agg(h.partition_key) INTO v_own
-    FROM outbox.partition_heads h
-    WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_tidy) AND outbox._written_here(h.xmin);
     -- A partition with no head row has nothing a producer relies on (one that makes its head
     -- meanwhile waits for our insert, then leaves a wake note): it counts as locked.
     SELECT pg_catalog.array_agg(k) INTO v_locked
