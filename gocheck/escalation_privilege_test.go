@@ -153,6 +153,7 @@ func TestEscalation_RolesCanNotReachWhatIsNotTheirs(t *testing.T) {
 		`SELECT alr._not_found('f', 'a', 'w', gen_random_uuid())`,
 		fmt.Sprintf(`SELECT alr._escalation_known('f', '%s', gen_random_uuid())`, ladder),
 		`SELECT alr._is_blank(' ')`,
+		`SELECT alr._shown('[]'::jsonb)`,
 	}
 	worker := []string{
 		`SELECT * FROM alr.take_due_steps()`,
@@ -273,6 +274,7 @@ func TestEscalation_EveryAlrFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"alr._escalation_known(text,uuid,uuid)":       {false, []string{}},
 		"alr._check_span(text,text,interval)":         {false, []string{}},
 		"alr._is_blank(text)":                         {false, []string{}},
+		"alr._shown(jsonb)":                           {false, []string{}},
 	}, got)
 }
 

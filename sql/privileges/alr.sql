@@ -50,7 +50,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON alr.alerts, alr.escalation_policies, alr.escalation_steps, alr.alert_escalations,
   alr.delivery_journal TO pgdrain_operator;
 
--- The _ helpers (_invalid, _not_found, _escalation_known, _check_span, _is_blank) stay INVOKER and
+-- The _ helpers (_invalid, _not_found, _escalation_known, _check_span, _is_blank, _shown) stay INVOKER and
 -- are granted to nobody (the REVOKE above): only the functions above, running as the owner, call them.
 
 -- Operators resolve an alert from the console; readers see the ladders (no payloads live here).

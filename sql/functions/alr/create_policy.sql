@@ -30,12 +30,12 @@ BEGIN
   IF steps IS NULL OR pg_catalog.jsonb_typeof(steps) <> 'array' OR pg_catalog.jsonb_array_length(steps) = 0
      OR pg_catalog.jsonb_array_length(steps) > 100 THEN
     PERFORM alr._invalid(fn, pg_catalog.format('steps must be a JSON array of 1 to 100 steps, got %s',
-      COALESCE(steps::text, 'NULL')));
+      COALESCE(alr._shown(steps), 'NULL')));
   END IF;
   FOR v_step IN SELECT s.value FROM pg_catalog.jsonb_array_elements(steps) WITH ORDINALITY AS s(value, n) ORDER BY s.n LOOP
     IF pg_catalog.jsonb_typeof(v_step) <> 'object' THEN
       PERFORM alr._invalid(fn, pg_catalog.format(
-        'steps[%s] must be an object {"delay", "channel", "target"}, got %s', v_idx, v_step));
+        'steps[%s] must be an object {"delay", "channel", "target"}, got %s', v_idx, alr._shown(v_step)));
     END IF;
     FOR v_key IN SELECT k FROM pg_catalog.jsonb_object_keys(v_step) AS k ORDER BY k LOOP
       IF v_key NOT IN ('delay', 'channel', 'target') THEN
@@ -53,7 +53,7 @@ BEGIN
     END IF;
     IF v_delay IS NULL OR v_delay < interval '0' THEN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].delay must be a non-negative interval, got %s',
-        v_idx, COALESCE((v_step -> 'delay')::text, 'nothing')));
+        v_idx, COALESCE(alr._shown(v_step -> 'delay'), 'nothing')));
     END IF;
     -- A delay of mixed signs ('1 mon -29 days') adds to the clock as another span than it compares
     -- as; one over ten years would make start_escalation's next_at overflow (22008).
@@ -68,7 +68,7 @@ BEGIN
     IF pg_catalog.jsonb_typeof(v_step -> 'channel') IS DISTINCT FROM 'string'
        OR alr._is_blank(v_step ->> 'channel') THEN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].channel must be a non-empty string, got %s',
-        v_idx, COALESCE((v_step -> 'channel')::text, 'nothing')));
+        v_idx, COALESCE(alr._shown(v_step -> 'channel'), 'nothing')));
     END IF;
     IF pg_catalog.jsonb_typeof(v_step -> 'target') = 'string' AND pg_catalog.length(v_step ->> 'target') > 1000 THEN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].target must be at most 1000 characters, got %s characters',
@@ -77,7 +77,7 @@ BEGIN
     IF pg_catalog.jsonb_typeof(v_step -> 'target') IS DISTINCT FROM 'string'
        OR alr._is_blank(v_step ->> 'target') THEN
       PERFORM alr._invalid(fn, pg_catalog.format('steps[%s].target must be a non-empty string, got %s',
-        v_idx, COALESCE((v_step -> 'target')::text, 'nothing')));
+        v_idx, COALESCE(alr._shown(v_step -> 'target'), 'nothing')));
     END IF;
     v_delays := v_delays || v_delay;
     v_idx := v_idx + 1;

@@ -2,7 +2,7 @@
 -- (a non-negative interval), channel and target (non-empty strings), no unknown keys. Each error is
 -- SQLSTATE 22023 naming the argument (and the step); a rejected policy leaves no trace.
 BEGIN;
-SELECT plan(16);
+SELECT plan(18);
 \ir ../_fixtures.sql
 
 INSERT INTO state_before SELECT pg_temp.alr_state();
@@ -18,7 +18,14 @@ SELECT throws_ok($$SELECT alr.create_policy('p', '[]')$$, '22023',
 SELECT throws_ok($$SELECT alr.create_policy('p', '{"delay":"0s"}')$$, '22023',
                  'create_policy: steps must be a JSON array of 1 to 100 steps, got {"delay": "0s"}', 'an object is not an array');
 SELECT throws_ok($$SELECT alr.create_policy('p', (SELECT jsonb_agg('{"delay":"0s","channel":"c","target":"t"}'::jsonb) FROM generate_series(1, 101)))$$,
-                 '22023', NULL, 'more than 100 steps are rejected');
+                 '22023', 'create_policy: steps must be a JSON array of 1 to 100 steps, got an array of 101 elements',
+                 'more than 100 steps are rejected, counted rather than echoed');
+SELECT throws_ok($$SELECT alr.create_policy('p', jsonb_build_object('delay', repeat('x', 5000)))$$, '22023',
+                 'create_policy: steps must be a JSON array of 1 to 100 steps, got {"delay": "' || repeat('x', 189) || '... (5013 characters)',
+                 'a long argument is echoed by its first 200 characters and its length');
+SELECT throws_ok($$SELECT alr.create_policy('p', jsonb_build_array(jsonb_build_object('delay', repeat('9', 500), 'channel', 'c', 'target', 't')))$$, '22023',
+                 'create_policy: steps[0].delay must be a non-negative interval, got "' || repeat('9', 199) || '... (502 characters)',
+                 'a long step value is echoed shortened');
 SELECT throws_ok($$SELECT alr.create_policy('p', '["0s"]')$$, '22023',
                  'create_policy: steps[0] must be an object {"delay", "channel", "target"}, got "0s"', 'a step must be an object');
 SELECT throws_ok($$SELECT alr.create_policy('p', '[{"delay":"0s","channel":"telegram","target":"@x"},{"delay":"soon","channel":"sms","target":"+1"}]')$$,
