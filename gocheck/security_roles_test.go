@@ -173,6 +173,7 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"outbox.tg_queue__commit()":                                                           "definer -",
 		"outbox.tg_queue__truncate()":                                                         "definer -",
 		"outbox.tg_queue__snapshot_producer()":                                                "invoker -",
+		"outbox.tg_queue__key_fixed()":                                                        "invoker -",
 		"outbox.queue_info(text)":                                                             "definer operator,reader,worker",
 		"outbox.next_due(text)":                                                               "definer operator,reader,worker",
 		"outbox.repair(text,boolean)":                                                         "definer operator,worker",

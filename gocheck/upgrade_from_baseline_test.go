@@ -356,6 +356,14 @@ func TestUpgrade_FromBaselineWithDataInFlight(t *testing.T) {
 		FROM pg_proc p WHERE p.pronamespace IN ('outbox'::regnamespace, 'alr'::regnamespace, 'core'::regnamespace)`).Scan(&generated, &unpinned))
 	require.Positive(t, generated, "the baseline made functions of its own before the upgrade")
 	require.Empty(t, unpinned, "every function searches pg_catalog, then pg_temp")
+	// Partitioned queues registered before 00042 got its key-fixed trigger.
+	var withoutKeyFixed []string
+	require.NoError(t, owner.QueryRow(ctx, `
+		SELECT COALESCE(array_agg(q.queue), '{}') FROM outbox.queues q
+		WHERE q.partition_column IS NOT NULL
+		  AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = q.table_oid AND t.tgname = 'pgdrain_key_fixed')`).
+		Scan(&withoutKeyFixed))
+	require.Empty(t, withoutKeyFixed, "every partitioned queue refuses a change of an unsent row's key after the upgrade")
 
 	// After the upgrade: the old worker settles one leased group with its tokens; the step leased
 	// before it is recorded with its token.

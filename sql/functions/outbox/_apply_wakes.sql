@@ -40,6 +40,11 @@ BEGIN
         WHERE w.ctid = ANY (v_notes) GROUP BY 1) s;
 
   -- Heads we can lock now (or that do not exist: made here) take the note; the others wait.
+  -- SKIP LOCKED does not keep the lock from waiting on a head that a transaction that committed
+  -- after this statement's snapshot moved and another holds now ("while locking updated version of
+  -- tuple"): the lock_timeout ends that wait, and these notes then wait for a later claim (the error
+  -- escaped the claim, which failed with 55P03). A block entered only by claims with notes.
+  BEGIN
   WITH held AS (
     SELECT h.partition_key FROM outbox.partition_heads h
     WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_keys)
@@ -53,6 +58,9 @@ BEGIN
     WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k AND u.k IN (SELECT held.partition_key FROM held)
     RETURNING h.partition_key)
   SELECT pg_catalog.array_agg(fixed.partition_key) INTO v_fixed FROM fixed;
+  EXCEPTION WHEN lock_not_available THEN
+    v_fixed := NULL;
+  END;
 
   IF EXISTS (SELECT 1 FROM unnest(v_keys) AS u(k)
              WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x

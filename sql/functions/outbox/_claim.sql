@@ -127,7 +127,12 @@ BEGIN
     RETURN COALESCE(v_all, '{}');
   END IF;
 
-  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+  -- Heads not built (after a crash): the first claim rebuilds them. Another claim's transaction
+  -- rebuilding them now holds the rebuild lock until it ends, a whole lock-mode batch: not waited
+  -- for. This claim takes what the heads there are offer (each is checked against the FIFO rule from
+  -- its floor, so a partial set is only incomplete), and the rebuilder's commit wakes the drainers.
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
+     AND pg_catalog.pg_try_advisory_xact_lock(1885823232 + p_q.queue_id, -1) THEN
     PERFORM outbox._restore_heads(p_q);
   END IF;
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same

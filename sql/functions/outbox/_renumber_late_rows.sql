@@ -57,6 +57,23 @@ BEGIN
   WHILE v_first <= v_clock LOOP
     v_first := pg_catalog.nextval(p_sequence);
   END LOOP;
+  -- An id GENERATED ALWAYS takes only DEFAULT: the identity draws the new ids, one row after the
+  -- other (outbox._ids_by_default), after the value above (dropped), so each is above the clocks.
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+             WHERE a.attrelid = p_q.table_oid AND a.attname = 'id' AND a.attidentity = 'a') THEN
+    v_ids := outbox._ids_by_default(p_q.table_oid, v_ids);
+    RETURN QUERY EXECUTE pg_catalog.format(
+      'WITH spans AS (
+         SELECT t.%2$I::text AS k, t.id AS lo, t.id AS hi, true AS moved FROM %1$s t WHERE t.id = ANY ($1)
+         UNION ALL
+         SELECT u.k, u.lo, u.hi, false FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(k, lo, hi))
+       SELECT b.k, COALESCE(pg_catalog.min(b.lo) FILTER (WHERE b.moved), pg_catalog.min(b.lo)),
+              COALESCE(pg_catalog.max(b.hi) FILTER (WHERE b.moved), pg_catalog.max(b.hi))
+       FROM spans b GROUP BY b.k',
+      p_q.table_oid::regclass, p_q.partition_column)
+      USING v_ids, p_keys, p_los, p_his;
+    RETURN;
+  END IF;
   -- New ids drawn in the rows' order (the CTE is not inlined, nextval being volatile, and yields
   -- in ordinality order), each above every late key's clock.
   RETURN QUERY EXECUTE pg_catalog.format(

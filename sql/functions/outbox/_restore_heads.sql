@@ -2,7 +2,9 @@
 -- emptied the unlogged heads tables, or recomputes them (_rebuild_heads): every partition with
 -- pending rows gets its head again, searched from floor 0.
 -- Heads producers made since then are kept (upsert). Runs once per queue: the first claim takes
--- the queue's rebuild lock, looks again, and rebuilds; concurrent claims wait for it.
+-- the queue's rebuild lock, looks again, and rebuilds; concurrent claims do not wait for it
+-- (outbox._claim tries the lock), other callers (_rebuild_heads) do. A rebuild NOTIFYs the queue's
+-- channel: drainers whose claims found the heads incomplete meanwhile claim again at its commit.
 CREATE OR REPLACE FUNCTION outbox._restore_heads(p_q outbox.queues)
 RETURNS void
 LANGUAGE plpgsql
@@ -28,5 +30,8 @@ BEGIN
   UPDATE outbox.partition_heads h SET floor_id = 0 WHERE h.queue_id = p_q.queue_id;
   PERFORM outbox._refresh_heads(p_q, v_keys);
   INSERT INTO outbox.partition_heads_built (queue_id) VALUES (p_q.queue_id) ON CONFLICT DO NOTHING;
+  IF v_keys IS NOT NULL AND pg_catalog.current_setting('pgdrain.notify', true) IS DISTINCT FROM 'off' THEN
+    PERFORM pg_catalog.pg_notify(p_q.channel, p_q.queue);
+  END IF;
 END;
 $$;

@@ -324,9 +324,11 @@ BEGIN
   -- replaced in place (outbox._install_heads_trigger). Dropped only when there: DROP TRIGGER locks
   -- the table even when there is nothing to drop.
   IF v_col IS NULL THEN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = v_rel AND t.tgname IN ('pgdrain_heads', 'pgdrain_snapshot')) THEN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+               WHERE t.tgrelid = v_rel AND t.tgname IN ('pgdrain_heads', 'pgdrain_snapshot', 'pgdrain_key_fixed')) THEN
       EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_heads ON %s', v_rel);
       EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_snapshot ON %s', v_rel);
+      EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_key_fixed ON %s', v_rel);
     END IF;
     EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS outbox.%I()', 'tg_queue__heads_q' || v_queue_id);
   END IF;

@@ -20,6 +20,7 @@ DECLARE
   v_keys text[];
   v_mins bigint[];
   v_maxs bigint[];
+  v_new bigint[];
 BEGIN
   PERFORM outbox._check_one_dimension(fn, 'ids', pg_catalog.array_ndims(ids));
   IF ids IS NOT NULL AND pg_catalog.array_position(ids, NULL) IS NOT NULL THEN
@@ -55,6 +56,28 @@ BEGIN
   IF v_q.partition_column IS NOT NULL AND pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(outbox._snapshot_lock_class(), v_q.queue_id);
   END IF;
+  -- An id GENERATED ALWAYS takes only DEFAULT: the rows are reset here with their ids, then given
+  -- new ones from the identity in their order (outbox._ids_by_default).
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+             WHERE a.attrelid = v_q.table_oid AND a.attname = 'id' AND a.attidentity = 'a') THEN
+    EXECUTE pg_catalog.format(
+      'WITH upd AS (
+         UPDATE %1$s t SET attempt_count = 0, next_attempt_at = NULL, leased_until = NULL,
+                           lease_token = NULL, event_id = %2$s
+         WHERE t.id = ANY ($1) AND t.sent_at IS NULL AND t.attempt_count >= $2
+         RETURNING t.id)
+       SELECT pg_catalog.array_agg(upd.id ORDER BY upd.id) FROM upd',
+      v_q.table_oid::regclass, outbox._event_id_of(v_q))
+      INTO v_old USING v_old, v_q.max_attempts;
+    v_new := outbox._ids_by_default(v_q.table_oid, v_old);
+    EXECUTE pg_catalog.format(
+      'SELECT pg_catalog.array_agg(k ORDER BY k), pg_catalog.array_agg(lo ORDER BY k), pg_catalog.array_agg(hi ORDER BY k),
+              COALESCE(pg_catalog.sum(n), 0)
+       FROM (SELECT t.%2$I::text AS k, pg_catalog.min(t.id) AS lo, pg_catalog.max(t.id) AS hi, pg_catalog.count(*) AS n
+             FROM %1$s t WHERE t.id = ANY ($1) GROUP BY 1) s',
+      v_q.table_oid::regclass, v_q.partition_column)
+      INTO v_keys, v_mins, v_maxs, v_count USING v_new;
+  ELSE
   -- New ids in the order of the old ones (generate_series yields in order, nextval runs per row).
   EXECUTE pg_catalog.format(
     'WITH moved AS (
@@ -73,6 +96,7 @@ BEGIN
            FROM upd GROUP BY 1) s',
     v_q.table_oid::regclass, v_q.partition_column, outbox._event_id_of(v_q))
     INTO v_keys, v_mins, v_maxs, v_count USING v_old, v_q.max_attempts, v_q.id_sequence, pg_catalog.cardinality(v_old);
+  END IF;
   IF v_keys IS NULL THEN
     RETURN 0;
   END IF;

@@ -3,7 +3,7 @@
 -- notifies): its head trigger is statement-level too, and queues the commit step once per
 -- transaction (the transaction's row in outbox.commit_hooks, whose constraint trigger is deferred).
 BEGIN;
-SELECT plan(14);
+SELECT plan(15);
 
 SELECT test_helpers.new_queue('resource_id') AS q \gset
 SELECT split_part(:'q', '.', 2) AS t \gset
@@ -11,8 +11,8 @@ SELECT test_helpers.new_queue() AS q2 \gset
 -- The trigger's arguments checked below are those of 'always' (new queues notify 'when_waiting').
 SELECT outbox.set_notify(:'q2', 'always') IS NULL AS _ \gset
 
-SELECT triggers_are('public', :'t', ARRAY['pgdrain_heads', 'pgdrain_snapshot', 'pgdrain_truncate'],
-                    'a partitioned queue has exactly the partition-head, snapshot-producer and truncate triggers');
+SELECT triggers_are('public', :'t', ARRAY['pgdrain_heads', 'pgdrain_key_fixed', 'pgdrain_snapshot', 'pgdrain_truncate'],
+                    'a partitioned queue has exactly the partition-head, key-fixed, snapshot-producer and truncate triggers');
 SELECT trigger_is('public', split_part(:'q2', '.', 2), 'pgdrain_notify', 'outbox', 'tg_queue__notify',
                   'pgdrain_notify calls outbox.tg_queue__notify');
 -- tgtype bits: 1 = ROW, 2 = BEFORE, 4 = INSERT; 4 alone = AFTER INSERT FOR EACH STATEMENT.
@@ -25,8 +25,11 @@ SELECT is((SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = :'q2'
           'the notify trigger carries the queue''s channel and name');
 SELECT is_empty(
   format($$SELECT tgname FROM pg_trigger WHERE tgrelid IN (%L::regclass, %L::regclass)
-           AND NOT tgisinternal AND (tgtype::int & 1) = 1$$, :'q', :'q2'),
-  'no queue trigger is a row-level trigger');
+           AND NOT tgisinternal AND (tgtype::int & 1) = 1 AND (tgtype::int & 4) = 4$$, :'q', :'q2'),
+  'no queue trigger fires for each inserted row');
+-- tgtype 19 = ROW (1) + BEFORE (2) + UPDATE (16): only an UPDATE naming the partition column.
+SELECT is((SELECT tgtype::int FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_key_fixed'), 19,
+          'the key-fixed trigger is BEFORE UPDATE FOR EACH ROW, for nothing else');
 SELECT ok((SELECT tgdeferrable AND tginitdeferred AND tgconstraint <> 0
            FROM pg_trigger WHERE tgrelid = 'outbox.commit_hooks'::regclass AND tgname = 'pgdrain_commit'),
           'the commit step is a constraint trigger on outbox.commit_hooks, deferred to COMMIT');
