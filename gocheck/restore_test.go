@@ -29,13 +29,13 @@ var restoreQueues = []struct {
 
 // TestRestore_DumpAndRestoreKeepEveryQueueWorking: a database with partitioned and unpartitioned
 // queues holding pending, leased, backing-off and poisoned rows goes through pg_dump -Fc and
-// pg_restore into a new database (whole, and --schema-only followed by --data-only). With no step
-// of pgdrain's own, producers (plain INSERT and enqueue, as pgdrain_producer) write to every queue,
+// pg_restore into a new database (whole, in sections, and --schema-only followed by --data-only).
+// With no step of pgdrain's own, producers (plain INSERT and enqueue, as pgdrain_producer) write to every queue,
 // a worker (pgdrain_worker) drains everything in commit order per key, nothing is delivered twice,
 // the poisoned rows stay poisoned until an operator (pgdrain_operator) requeues them, and then
 // come last in their keys. Issue 30, item 1.
 func TestRestore_DumpAndRestoreKeepEveryQueueWorking(t *testing.T) {
-	for _, mode := range []string{"whole", "schema-only then data-only"} {
+	for _, mode := range []string{"whole", "in sections", "schema-only then data-only"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
 			src := testdb.New(t)
@@ -44,9 +44,14 @@ func TestRestore_DumpAndRestoreKeepEveryQueueWorking(t *testing.T) {
 			dump := filepath.Join(t.TempDir(), "src.dump")
 			pgTool(t, "pg_dump", "-Fc", "-f", dump, "-d", src.URL)
 			dst := testdb.NewEmpty(t)
-			if mode == "whole" {
+			switch mode {
+			case "whole":
 				pgTool(t, "pg_restore", "--exit-on-error", "-d", dst.URL, dump)
-			} else {
+			case "in sections":
+				for _, section := range []string{"pre-data", "data", "post-data"} {
+					pgTool(t, "pg_restore", "--exit-on-error", "--section="+section, "-d", dst.URL, dump)
+				}
+			default:
 				pgTool(t, "pg_restore", "--exit-on-error", "--schema-only", "-d", dst.URL, dump)
 				pgTool(t, "pg_restore", "--exit-on-error", "--data-only", "-d", dst.URL, dump)
 			}
