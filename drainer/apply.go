@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pgdrain/pgdrain/internal/cohort"
 	"github.com/pgdrain/pgdrain/internal/errtext"
+	"github.com/pgdrain/pgdrain/internal/guard"
 )
 
 const (
@@ -97,40 +97,28 @@ type applied struct {
 	text        string // recordable (errtext.Recordable), "" when sent
 }
 
-// invoke decodes and applies j on a goroutine of its own, and classifies the error there. What
-// would otherwise end the drainer's goroutine, or the process, becomes a permanent failure of this
-// row: a panic in the Decoder or the Applier, a panic in a method of the error it returned (a
-// typed nil pointer returned as an error, whose Error dereferences it), and runtime.Goexit
-// (t.FailNow in a test's Applier), which no recover stops but which ends only the goroutine it
-// runs on. ctx is Run's (for logs), actx the apply's.
+// invoke decodes and applies j on a goroutine of its own (guard.Run), and classifies the error
+// there. What would otherwise end the drainer's goroutine, or the process, becomes a permanent
+// failure of this row: a panic in the Decoder or the Applier, a panic in a method of the error it
+// returned (a typed nil pointer returned as an error, whose Error dereferences it), and
+// runtime.Goexit (t.FailNow in a test's Applier), which no recover stops but which ends only the
+// goroutine it runs on. ctx is Run's (for logs), actx the apply's.
 func (r *runner[T]) invoke(ctx, actx context.Context, j *job) applied {
-	result := make(chan applied, 1)
-	go func() {
-		finished := false
-		defer func() {
-			if finished {
-				return
-			}
-			p := recover()
-			cause := fmt.Errorf("panic: %v", p)
-			if p == nil {
-				cause = errors.New("the Applier called runtime.Goexit (t.FailNow, t.Fatal or log.Fatal's kin) instead of returning")
-			}
-			r.d.logger.ErrorContext(ctx, "apply panicked; recorded as permanent", "id", j.event.ID,
-				"event_type", j.event.Type, "panic", cause.Error(), "stack", string(debug.Stack()))
-			result <- classify(Permanent(cause))
-		}()
-		var err error
-		if payload, derr := r.d.decode(j.payload); derr != nil {
-			err = Permanent(fmt.Errorf("decoding payload: %w", derr))
-		} else {
-			err = r.d.apply(actx, j.event.Type, payload)
+	return guard.Run(func() applied {
+		payload, err := r.d.decode(j.payload)
+		if err != nil {
+			return classify(Permanent(fmt.Errorf("decoding payload: %w", err)))
 		}
-		out := classify(err)
-		finished = true
-		result <- out
-	}()
-	return <-result
+		return classify(r.d.apply(actx, j.event.Type, payload))
+	}, func(c guard.Crash) applied {
+		cause := fmt.Errorf("panic: %v", c.Panic)
+		if c.Goexit {
+			cause = errors.New("the Applier called runtime.Goexit (t.FailNow, t.Fatal or log.Fatal's kin) instead of returning")
+		}
+		r.d.logger.ErrorContext(ctx, "apply panicked; recorded as permanent", "id", j.event.ID,
+			"event_type", j.event.Type, "panic", cause.Error(), "stack", string(c.Stack))
+		return classify(Permanent(cause))
+	})
 }
 
 // classify reads err: its class, its retry time and its text, made recordable here, once for every

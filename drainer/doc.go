@@ -67,7 +67,8 @@
 // the queue's backoff, and logs it: one bad result never costs the others their record. Log lines
 // carry at most the first 1000 bytes of an error (errtext.LogBytes).
 //
-// Database errors never stop Run once it is draining: they are logged and retried with backoff.
+// Database errors never stop Run once it is draining: they are logged and retried with backoff
+// (a pool closed under Run is not a database error: Run returns one matching ErrPoolClosed).
 // Those that mean no writable database is reachable now (a restart, a failover, a DSN that reaches
 // a standby: connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006) are logged at Warn and are
 // waited out at start too; rows in flight are then delivered again (at least once). Connect with

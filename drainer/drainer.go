@@ -195,6 +195,14 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 // missing queue) are returned, and so is an error matching ctx's (errors.Is(err,
 // context.Canceled)) when ctx ends before the database let the drainer start. Database errors while draining are logged and retried. Every statement calls an outbox function
 // granted to pgdrain_worker, so that role is all the drainer's login role needs.
+//
+// A pool closed under Run (pool.Close before Run returned) is the exception: no call can reach the
+// database through it again, so the first claim or next_due call that meets it (at once while rows
+// flow; when idle, at the next NOTIFY, backoff or lease end, or PollFallback) stops claiming, Run
+// shuts down as on cancellation and returns an error matching ErrPoolClosed. In lock mode Close
+// waits for the batch in flight, which commits as usual; in lease mode the results and releases
+// that can no longer reach the database are dropped (logged), and their rows are delivered again
+// when their leases end. A pool already closed when Run starts is the same error, at once.
 func (d *Drainer[T]) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -243,8 +251,7 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	r.drain(ctx)
-	return nil
+	return r.drain(ctx)
 }
 
 // closedChan is ready at once: a PollOnly drainer waits for no LISTEN.
@@ -320,6 +327,9 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 		cancel()
 		if ctx.Err() != nil {
 			return registration{}, stoppedBeforeStart(ctx, err)
+		}
+		if closed := poolClosed(err); closed != nil {
+			return registration{}, closed
 		}
 		if unavailable(err) == "" {
 			return registration{}, err

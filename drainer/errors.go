@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 	"github.com/pgdrain/pgdrain/internal/pgerr"
 	"github.com/pgdrain/pgdrain/internal/version"
 )
@@ -166,6 +167,23 @@ const OutboxMigrationNeeded = version.OutboxNeeded
 // the Config disagrees with the queue's registration (outbox.queue_info). The error names every
 // disagreeing field, one per line, each line starting with the field name.
 var ErrRegistrationMismatch = errors.New("queue registration does not match the Config's expectations")
+
+// ErrPoolClosed is matched (errors.Is) by the error Run returns when the pool given to New is
+// closed (pool.Close) before Run starts or while it runs: nothing can reach the database through
+// that pool again, so Run stops at the first call that meets it instead of retrying until its ctx
+// ends. The error also matches the pool's own error (puddle.ErrClosedPool, "closed pool") and
+// names the call that met it.
+var ErrPoolClosed = errors.New("the drainer's pool is closed (pool.Close was called before Run returned)")
+
+// poolClosed returns Run's error when err comes from a call on a closed pool (pgxpool returns
+// puddle.ErrClosedPool, unwrapped, for every acquire after Close), else nil. A pool is closed for
+// good, so this is never retried.
+func poolClosed(err error) error {
+	if !errors.Is(err, puddle.ErrClosedPool) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrPoolClosed, err)
+}
 
 // notRegisteredError keeps PostgreSQL's message (which names the queue and says what to do) and
 // the *pgconn.PgError beneath it.

@@ -83,19 +83,22 @@ func (p *pipeline[T]) room() int {
 	return room
 }
 
-// run claims and dispatches until ctx ends, then shuts down (see shutdown). It returns when every
-// apply in flight has returned or been given up on and every result is recorded.
-func (p *pipeline[T]) run(ctx context.Context) {
+// run claims and dispatches until ctx ends, or until the pool is closed under Run, then shuts down
+// (see shutdown). It returns when every apply in flight has returned or been given up on and
+// every result is recorded (or, the pool closed, dropped), with claimLoop's error.
+func (p *pipeline[T]) run(ctx context.Context) error {
 	go p.rec.run(ctx)
-	p.claimLoop(ctx)
+	err := p.claimLoop(ctx)
 	p.shutdown(ctx)
+	return err
 }
 
 // claimLoop claims when there is room: at once after a claim that found rows (as soon as a slot
 // frees; after a full claim, once the window is free or a short gather is over, see gatherRatio),
 // otherwise on a wake-up (NOTIFY, a reconnected LISTEN, a recorded result, a repair), at
-// the earliest backoff or lease end in the queue, or after PollFallback.
-func (p *pipeline[T]) claimLoop(ctx context.Context) {
+// the earliest backoff or lease end in the queue, or after PollFallback. It returns nil when ctx
+// ends, and Run's error when a claim or next_due met the pool closed (see poolClosed).
+func (p *pipeline[T]) claimLoop(ctx context.Context) error {
 	r := p.r
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -105,7 +108,7 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 	var claimAvg time.Duration
 	for {
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		wait := time.Duration(-1) // no timer
 		if hungry {
@@ -125,8 +128,11 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 				switch {
 				case ctx.Err() != nil:
 					p.dispatch(jobs) // released by shutdown
-					return
+					return nil
 				case err != nil:
+					if closed := poolClosed(err); closed != nil {
+						return closed
+					}
 					r.d.logRetry(ctx, "claiming batch failed; retrying", err, errDelay)
 					wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
 				case len(jobs) > 0:
@@ -152,7 +158,10 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 			}
 		}
 		if !hungry {
-			wait = r.nextWake(ctx)
+			var err error
+			if wait, err = r.nextWake(ctx); err != nil {
+				return err
+			}
 		}
 		var timerC <-chan time.Time
 		if wait >= 0 {
@@ -165,7 +174,7 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-r.wake:
 			r.woke(ctx)
 			hungry = true

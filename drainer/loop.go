@@ -48,32 +48,34 @@ func (r *runner[T]) signal() {
 	}
 }
 
-// drain runs the configured mode until ctx ends.
-func (r *runner[T]) drain(ctx context.Context) {
+// drain runs the configured mode until ctx ends (nil), or until a call meets the pool closed under
+// Run (an error matching ErrPoolClosed, see poolClosed).
+func (r *runner[T]) drain(ctx context.Context) error {
 	if r.cfg.ClaimMode == ClaimLock {
-		r.lockLoop(ctx)
-		return
+		return r.lockLoop(ctx)
 	}
-	newPipeline(r).run(ctx)
+	return newPipeline(r).run(ctx)
 }
 
 // lockLoop claims lock-mode batches until ctx ends: after any batch that found rows (at once after
 // a full one, else paced by Config.TrickleInterval), otherwise on a wake-up, at the earliest
-// backoff or lease end in the queue, or after PollFallback.
-func (r *runner[T]) lockLoop(ctx context.Context) {
+// backoff or lease end in the queue, or after PollFallback. It returns nil when ctx ends, and
+// Run's error when the pool was closed under it (Close waits for the connection a batch holds: the
+// calls after the batch meet the pool closed).
+func (r *runner[T]) lockLoop(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	errDelay := errorDelayMin
 	for {
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if r.d.txApply == nil && r.d.inflight.count() >= r.cfg.ApplyConcurrency {
 			// Every apply slot is held by an apply that an earlier batch gave up on (it ignores its
 			// context): claim when one returns, not rows that nothing could apply.
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-r.d.inflight.freed:
 			}
 			continue
@@ -82,7 +84,7 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 			timer.Reset(d)
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-timer.C:
 			}
 		}
@@ -92,11 +94,14 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 		}
 		n, err := batch(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		var wait time.Duration
 		switch {
 		case err != nil:
+			if closed := poolClosed(err); closed != nil {
+				return closed
+			}
 			r.d.logRetry(ctx, "draining batch failed; retrying", err, errDelay)
 			wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
 		case n > 0:
@@ -107,12 +112,14 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 			continue
 		default:
 			errDelay = errorDelayMin
-			wait = r.nextWake(ctx)
+			if wait, err = r.nextWake(ctx); err != nil {
+				return err
+			}
 		}
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-r.wake:
 			r.woke(ctx)
 		case <-timer.C:
@@ -122,10 +129,11 @@ func (r *runner[T]) lockLoop(ctx context.Context) {
 
 // nextWake is how long to sleep: a few milliseconds while busy-polling (Config.BusyPoll), else
 // PollFallback, or less when a lease or backoff that parks work ends sooner (outbox.next_due: the parked heads of a partitioned queue, the first pending rows in
-// claim order of an unpartitioned one).
-func (r *runner[T]) nextWake(ctx context.Context) time.Duration {
+// claim order of an unpartitioned one). Its error is Run's when the pool was closed under it
+// (see poolClosed); any other failure is logged and slept on.
+func (r *runner[T]) nextWake(ctx context.Context) (time.Duration, error) {
 	if d := r.busyPoll(); d > 0 {
-		return d
+		return d, nil
 	}
 	wait := r.cfg.PollFallback
 	cctx, cancel := r.bounded(ctx)
@@ -133,7 +141,10 @@ func (r *runner[T]) nextWake(ctx context.Context) time.Duration {
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
-			return wait
+			return wait, nil
+		}
+		if closed := poolClosed(err); closed != nil {
+			return 0, closed
 		}
 		// The database went away between the claim and this call: try again as soon as a failed
 		// claim would (the LISTEN connection's return also wakes the drainer), not PollFallback later.
@@ -141,13 +152,13 @@ func (r *runner[T]) nextWake(ctx context.Context) time.Duration {
 			wait = min(wait, errorDelayMax)
 			r.d.logger.WarnContext(ctx, "reading the next wake-up time failed (database unavailable)", "err", err,
 				"cause", cause, "retry_in", wait)
-			return wait
+			return wait, nil
 		}
 		r.d.logger.WarnContext(ctx, "reading the next wake-up time; waiting for PollFallback", "err", err)
-		return wait
+		return wait, nil
 	}
 	if due != nil {
 		wait = min(wait, max(*due, minWakeDelay))
 	}
-	return r.markWaiting(ctx, wait)
+	return r.markWaiting(ctx, wait), nil
 }

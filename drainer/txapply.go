@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgdrain/pgdrain/internal/guard"
 )
 
 // TxApplier applies a whole lock-mode batch inside the transaction that claimed it: what it writes
@@ -150,49 +151,41 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 var errTxApplierOverrun = errors.New("the TxApplier ignored its context and was given up on a second after its deadline; " +
 	"its connection was closed, which rolled the transaction back")
 
-// callTxApplier runs the TxApplier on a goroutine of its own. A panic (or runtime.Goexit) becomes
-// the batch's error. A call still running overrunWarnAfter past its deadline is given up on: the
-// connection of tx is closed under it (the server then rolls the transaction back and unlocks its
-// rows), r.d.txOverrun is set until it returns (txBatch claims nothing meanwhile), and tx is the
-// goroutine's to roll back then, which returns the dead connection to the pool.
+// callTxApplier runs the TxApplier on a goroutine of its own (guard.RunUntil). A panic (or
+// runtime.Goexit) becomes the batch's error. A call still running overrunWarnAfter past its
+// deadline is given up on: the connection of tx is closed under it (the server then rolls the
+// transaction back and unlocks its rows), r.d.txOverrun is set until it returns (txBatch claims
+// nothing meanwhile), and tx is the call's to roll back then, which returns the dead connection to
+// the pool.
 func (r *runner[T]) callTxApplier(ctx, actx context.Context, tx pgx.Tx, batch []TxEvent, deadline time.Time) error {
-	result := make(chan error, 1)
-	go func() {
-		finished := false
-		defer func() {
-			if finished {
-				return
-			}
-			cause := fmt.Sprint(recover())
-			if cause == "<nil>" {
-				cause = "runtime.Goexit (t.FailNow, t.Fatal or log.Fatal's kin)"
-			}
-			r.d.logger.ErrorContext(ctx, "the TxApplier panicked; its batch is rolled back and claimed again",
-				"rows", len(batch), "panic", cause, "stack", string(debug.Stack()))
-			result <- fmt.Errorf("the TxApplier panicked: %s", cause)
-		}()
-		err := r.d.txApply(actx, tx, batch)
-		finished = true
-		result <- err
-	}()
-	overrunAt := time.NewTimer(time.Until(deadline) + overrunWarnAfter)
-	defer overrunAt.Stop()
-	select {
-	case err := <-result:
-		return err
-	case <-overrunAt.C:
-	}
-	r.d.logger.WarnContext(ctx, "the TxApplier is still running a second after its deadline: it ignores its context; "+
-		"closing its connection (its transaction is rolled back, its rows claimed again once it returns)", "rows", len(batch))
 	overrun := make(chan struct{})
-	r.d.txOverrun = overrun
-	_ = tx.Conn().PgConn().Conn().Close() // net.Conn: safe beside the TxApplier's own use of tx
-	go func() {
-		<-result
-		rctx, cancel := context.WithTimeout(context.Background(), LeaseMargin)
-		_ = tx.Rollback(rctx) // fails on the closed connection, which the pool then drops
-		cancel()
-		close(overrun)
-	}()
-	return errTxApplierOverrun
+	err, returned := guard.RunUntil(func() error {
+		return r.d.txApply(actx, tx, batch)
+	}, func(c guard.Crash) error {
+		cause := fmt.Sprint(c.Panic)
+		if c.Goexit {
+			cause = "runtime.Goexit (t.FailNow, t.Fatal or log.Fatal's kin)"
+		}
+		r.d.logger.ErrorContext(ctx, "the TxApplier panicked; its batch is rolled back and claimed again",
+			"rows", len(batch), "panic", cause, "stack", string(c.Stack))
+		return fmt.Errorf("the TxApplier panicked: %s", cause)
+	}, guard.Deadline[error]{
+		At: deadline.Add(overrunWarnAfter),
+		OnAbandon: func() {
+			r.d.logger.WarnContext(ctx, "the TxApplier is still running a second after its deadline: it ignores its context; "+
+				"closing its connection (its transaction is rolled back, its rows claimed again once it returns)", "rows", len(batch))
+			r.d.txOverrun = overrun
+			_ = tx.Conn().PgConn().Conn().Close() // net.Conn: safe beside the TxApplier's own use of tx
+		},
+		OnLate: func(error) {
+			rctx, cancel := context.WithTimeout(context.Background(), LeaseMargin)
+			_ = tx.Rollback(rctx) // fails on the closed connection, which the pool then drops
+			cancel()
+			close(overrun)
+		},
+	})
+	if !returned {
+		return errTxApplierOverrun
+	}
+	return err
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/pgdrain/pgdrain/internal/errtext"
+	"github.com/pgdrain/pgdrain/internal/guard"
 )
 
 // OverrunGrace is how long past StepTimeout the engine waits for a Notifier that ignores its
@@ -22,12 +21,12 @@ type delivery struct {
 	text   string // why it failed, recordable (errtext.Recordable); "" when delivered
 }
 
-// deliver calls the Notifier of s's channel on a goroutine of its own, with a context that ends
-// after StepTimeout, and reads the error's text there. What would otherwise end the engine's
-// goroutine, or the process, becomes a failed delivery of s: a panic in Notify, a panic in a
-// method of the error it returned (a typed nil pointer returned as an error, whose Error
-// dereferences it), and runtime.Goexit (t.FailNow in a test's Notifier), which no recover stops
-// but which ends only the goroutine it runs on.
+// deliver calls the Notifier of s's channel on a goroutine of its own (guard.RunUntil), with a
+// context that ends after StepTimeout, and reads the error's text there. What would otherwise end
+// the engine's goroutine, or the process, becomes a failed delivery of s: a panic in Notify, a
+// panic in a method of the error it returned (a typed nil pointer returned as an error, whose
+// Error dereferences it), and runtime.Goexit (t.FailNow in a test's Notifier), which no recover
+// stops but which ends only the goroutine it runs on.
 //
 // A call still running OverrunGrace after its context ended is given up on and left running: it
 // is a failed delivery whose outcome is unknown (s is recorded, so it is not delivered again),
@@ -40,69 +39,40 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, s Step) delivery
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.StepTimeout)
 	defer cancel()
 	started := time.Now()
-	var (
-		mu        sync.Mutex
-		abandoned bool   // deliver gave up waiting; the call reports to Health and the log instead
-		overrun   uint64 // the call's entry in Health, once abandoned
-	)
-	done := make(chan delivery, 1)
-	finish := func(d delivery) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !abandoned {
-			done <- d
-			return
-		}
-		e.health.overrunEnded(overrun)
-		e.metrics.overrunning.Dec()
-		log.Warn("escalation notifier given up on has returned; its step stays journaled as failed",
-			"target", s.Target, "after", time.Since(started).Round(time.Millisecond), "delivered", !d.failed,
-			"err", errtext.Recordable(d.text, errtext.LogBytes))
-	}
-	go func() {
-		finished := false
-		defer func() {
-			if finished {
-				return
-			}
-			p := recover()
-			text := fmt.Sprintf("notifier panicked: %v", p)
-			if p == nil {
-				text = "the notifier called runtime.Goexit (t.FailNow or t.Fatal in a test) instead of returning"
-			}
-			text = errtext.Recordable(text, errtext.MaxBytes)
-			log.Error("escalation notifier panicked or ended its goroutine; the step counts as a failed delivery", "target", s.Target,
-				"panic", errtext.Recordable(text, errtext.LogBytes), "stack", string(debug.Stack()))
-			finish(delivery{failed: true, text: text})
-		}()
-		var d delivery
+	var overrun uint64 // the call's entry in Health, once given up on
+	d, returned := guard.RunUntil(func() delivery {
 		if err := n.Notify(ctx, s); err != nil {
-			d = delivery{failed: true, text: errtext.Recordable(err.Error(), errtext.MaxBytes)}
+			return delivery{failed: true, text: errtext.Recordable(err.Error(), errtext.MaxBytes)}
 		}
-		finished = true
-		finish(d)
-	}()
-
-	wait := time.NewTimer(e.cfg.StepTimeout + OverrunGrace)
-	defer wait.Stop()
-	select {
-	case d := <-done:
+		return delivery{}
+	}, func(c guard.Crash) delivery {
+		text := fmt.Sprintf("notifier panicked: %v", c.Panic)
+		if c.Goexit {
+			text = "the notifier called runtime.Goexit (t.FailNow or t.Fatal in a test) instead of returning"
+		}
+		text = errtext.Recordable(text, errtext.MaxBytes)
+		log.Error("escalation notifier panicked or ended its goroutine; the step counts as a failed delivery", "target", s.Target,
+			"panic", errtext.Recordable(text, errtext.LogBytes), "stack", string(c.Stack))
+		return delivery{failed: true, text: text}
+	}, guard.Deadline[delivery]{
+		At: started.Add(e.cfg.StepTimeout + OverrunGrace),
+		OnAbandon: func() {
+			overrun = e.health.overrunStarted(Overrun{Channel: s.Channel, Step: s.IdempotencyKey(), Started: started})
+			e.metrics.overrunning.Inc()
+			log.Error("escalation notifier ignores its context; given up on and left running, the step counts as a failed delivery",
+				"target", s.Target, "step_timeout", e.cfg.StepTimeout)
+		},
+		OnLate: func(d delivery) {
+			e.health.overrunEnded(overrun)
+			e.metrics.overrunning.Dec()
+			log.Warn("escalation notifier given up on has returned; its step stays journaled as failed",
+				"target", s.Target, "after", time.Since(started).Round(time.Millisecond), "delivered", !d.failed,
+				"err", errtext.Recordable(d.text, errtext.LogBytes))
+		},
+	})
+	if returned {
 		return d
-	case <-wait.C:
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	select {
-	case d := <-done: // returned just now
-		return d
-	default:
-	}
-	abandoned = true
-	overrun = e.health.overrunStarted(Overrun{Channel: s.Channel, Step: s.IdempotencyKey(), Started: started})
-	e.metrics.overrunning.Inc()
-	text := fmt.Sprintf("the notifier ignored its context: still running %s after its StepTimeout (%s) ended; "+
-		"given up on, the outcome is unknown", OverrunGrace, e.cfg.StepTimeout)
-	log.Error("escalation notifier ignores its context; given up on and left running, the step counts as a failed delivery",
-		"target", s.Target, "step_timeout", e.cfg.StepTimeout)
-	return delivery{failed: true, text: text}
+	return delivery{failed: true, text: fmt.Sprintf("the notifier ignored its context: still running %s after its StepTimeout (%s) ended; "+
+		"given up on, the outcome is unknown", OverrunGrace, e.cfg.StepTimeout)}
 }
