@@ -13,7 +13,7 @@ import (
 
 // finding is one problem found by check.
 type finding struct {
-	// Check is the area: "indexes", "autovacuum", "triggers" or "repair".
+	// Check is the area: "indexes", "autovacuum", "triggers", "constraints", "sequence" or "repair".
 	Check   string  `json:"check"`
 	Problem string  `json:"problem"`
 	Name    *string `json:"name"`
@@ -39,29 +39,32 @@ var checkCommand = command{
 		if err != nil {
 			return err
 		}
-		var table string
-		var tableOID uint32
-		var partitioned bool
-		var reloptions []string
-		err = e.conn.QueryRow(ctx, `
-			SELECT q.queue, q.table_oid::oid, q.partition_column IS NOT NULL, COALESCE(c.reloptions, '{}')
-			FROM outbox.queues q JOIN pg_catalog.pg_class c ON c.oid = q.table_oid
-			WHERE q.queue = CASE WHEN strpos($1, '.') > 0 THEN lower($1) ELSE 'public.' || lower($1) END`,
-			queue).Scan(&table, &tableOID, &partitioned, &reloptions)
+		t, err := readQueueTable(ctx, e.conn, queue)
 		if err != nil {
-			return fmt.Errorf("reading the queue's table: %w", err)
+			return err
 		}
-		av, err := checkAutovacuum(ctx, e.conn, reloptions)
+		av, err := checkAutovacuum(ctx, e.conn, t.reloptions)
 		if err != nil {
 			return err
 		}
 		findings = append(findings, av...)
-		tg, err := checkTriggers(ctx, e.conn, table, tableOID, partitioned)
+		tg, err := checkTriggers(ctx, e.conn, t.name, t.oid, t.partitioned)
 		if err != nil {
 			return err
 		}
 		findings = append(findings, tg...)
-		rp, err := checkRepair(ctx, e.conn, table)
+		var skips []skipped
+		for _, c := range []func(context.Context, *pgx.Conn, queueTable) ([]finding, *skipped, error){checkConstraints, checkSequence} {
+			list, skip, err := c(ctx, e.conn, t)
+			if err != nil {
+				return err
+			}
+			findings = append(findings, list...)
+			if skip != nil {
+				skips = append(skips, *skip)
+			}
+		}
+		rp, err := checkRepair(ctx, e.conn, t.name)
 		if err != nil {
 			return err
 		}
@@ -71,18 +74,26 @@ var checkCommand = command{
 			if findings == nil {
 				findings = []finding{}
 			}
-			if err := writeJSON(e.out, map[string]any{"queue": queue, "table": table, "ok": len(findings) == 0, "problems": findings}); err != nil {
+			if skips == nil {
+				skips = []skipped{}
+			}
+			if err := writeJSON(e.out, map[string]any{"queue": queue, "table": t.name, "ok": len(findings) == 0, "problems": findings, "skipped": skips}); err != nil {
 				return err
 			}
-		} else if len(findings) == 0 {
-			fmt.Fprintf(e.out, "ok: %s has exactly the required indexes, autovacuum scale factors <= %g and its triggers, and a claim can reach every pending row\n", table, maxScaleFactor)
 		} else {
-			rows := make([][]string, len(findings))
-			for i, f := range findings {
-				rows[i] = []string{f.Check, f.Problem, orDash(f.Name), f.Detail}
+			if len(findings) == 0 {
+				fmt.Fprintf(e.out, "ok: %s has %s, and a claim can reach every pending row\n", t.name, checkedText(skips))
+			} else {
+				rows := make([][]string, len(findings))
+				for i, f := range findings {
+					rows[i] = []string{f.Check, f.Problem, orDash(f.Name), f.Detail}
+				}
+				if err := writeTable(e.out, []string{"CHECK", "PROBLEM", "NAME", "DETAIL"}, rows); err != nil {
+					return err
+				}
 			}
-			if err := writeTable(e.out, []string{"CHECK", "PROBLEM", "NAME", "DETAIL"}, rows); err != nil {
-				return err
+			for _, s := range skips {
+				fmt.Fprintf(e.out, "not checked: %s: %s\n", s.Check, terminalSafe(s.Detail))
 			}
 		}
 		if len(findings) > 0 {
@@ -90,6 +101,48 @@ var checkCommand = command{
 		}
 		return nil
 	}),
+}
+
+// queueTable is the queue's table as check reads it.
+type queueTable struct {
+	name        string // the queue (outbox.queues.queue)
+	oid         uint32
+	ident       string // the table as SQL names it: schema-qualified, quoted where needed
+	sequence    string // the id sequence (outbox.queues.id_sequence), as ident; "" when there is none
+	partitioned bool
+	reloptions  []string
+}
+
+// readQueueTable reads the queue's registration. Its table and sequence come back as regclass
+// text, which quotes what needs quoting and, under the pinned search_path, names the schema.
+func readQueueTable(ctx context.Context, conn *pgx.Conn, queue string) (queueTable, error) {
+	var t queueTable
+	err := conn.QueryRow(ctx, `
+		SELECT q.queue, q.table_oid::oid, q.table_oid::text, COALESCE(q.id_sequence::text, ''),
+		       q.partition_column IS NOT NULL, COALESCE(c.reloptions, '{}')
+		FROM outbox.queues q JOIN pg_catalog.pg_class c ON c.oid = q.table_oid
+		WHERE q.queue = CASE WHEN strpos($1, '.') > 0 THEN lower($1) ELSE 'public.' || lower($1) END`,
+		queue).Scan(&t.name, &t.oid, &t.ident, &t.sequence, &t.partitioned, &t.reloptions)
+	if err != nil {
+		return t, fmt.Errorf("reading the queue's table: %w", err)
+	}
+	return t, nil
+}
+
+// checkedText lists what check verified, leaving out what it skipped, for the "ok" line.
+func checkedText(skips []skipped) string {
+	parts := []string{"exactly the required indexes", fmt.Sprintf("autovacuum scale factors <= %g", maxScaleFactor), "its triggers"}
+	skippedCheck := map[string]bool{}
+	for _, s := range skips {
+		skippedCheck[s.Check] = true
+	}
+	if !skippedCheck[checkConstraintsName] {
+		parts = append(parts, "no CHECK a pending row breaks")
+	}
+	if !skippedCheck[checkSequenceName] {
+		parts = append(parts, "an id sequence ahead of its ids")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }
 
 func checkIndexes(ctx context.Context, conn *pgx.Conn, queue string) ([]finding, error) {
@@ -175,12 +228,13 @@ func checkTriggers(ctx context.Context, conn *pgx.Conn, table string, tableOID u
 	want := map[string]string{"pgdrain_notify": "NOTIFY on insert, which wakes the drainers"}
 	if partitioned {
 		want = map[string]string{
-			"pgdrain_heads":    "notes the keys each statement writes and queues the commit step",
-			"pgdrain_snapshot": "makes commits keep the key clocks REPEATABLE READ and SERIALIZABLE producers read",
+			"pgdrain_heads":     "notes the keys each statement writes and queues the commit step",
+			"pgdrain_snapshot":  "makes commits keep the key clocks REPEATABLE READ and SERIALIZABLE producers read",
+			"pgdrain_key_fixed": "refuses to move an unsent event to another key, which would take it out of its key's order",
 		}
 	}
 	var out []finding
-	for _, name := range []string{"pgdrain_notify", "pgdrain_heads", "pgdrain_snapshot"} {
+	for _, name := range []string{"pgdrain_notify", "pgdrain_heads", "pgdrain_snapshot", "pgdrain_key_fixed"} {
 		why, ok := want[name]
 		if !ok {
 			continue

@@ -59,9 +59,10 @@ commands:
                                   delete rows sent more than --older-than ago, --chunk rows per
                                   short transaction, at most --max-rows in all (0 = no limit);
                                   --dry-run counts them and deletes nothing
-  check QUEUE                     index set, autovacuum settings, NOTIFY and heads triggers, and
-                                  pending rows no claim can reach (outbox.repair dry run; changes
-                                  nothing) (exit 1 if any problem)
+  check QUEUE                     index set, autovacuum settings, NOTIFY and heads triggers,
+                                  CHECK constraints pending rows break, an id sequence behind the
+                                  ids, and pending rows no claim can reach (outbox.repair dry run;
+                                  changes nothing) (exit 1 if any problem)
   web [--listen 127.0.0.1:8080] [--read-only] [--operator-dsn URL] [--token T | --basic-auth U:P]
       [--refresh 5s] [--wedged-after 1m] [--session-ttl 12h]
                                   the operator console in the browser (docs/console.md); runs
@@ -308,7 +309,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return act(ctx, env{dsn: dsn, out: stdout, errOut: stderr, json: asJSON}, positional)
 	}
 	// No --dsn and no DATABASE_URL: libpq's PG* variables and defaults, as psql does.
-	conn, err := connect(ctx, dsn)
+	conn, err := connect(ctx, dsn, stderr)
 	if err != nil {
 		return err
 	}
@@ -343,20 +344,34 @@ func flagError(err error) error {
 	return usageError{err.Error()}
 }
 
-func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+func connect(ctx context.Context, dsn string, stderr io.Writer) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, usagef("--dsn (or DATABASE_URL, or the PG* environment) is not a valid PostgreSQL connection string: %v", err)
 	}
 	cfg.RuntimeParams["application_name"] = "pgdrain-cli"
 	textTimesInUTC(cfg.RuntimeParams)
+	unpinned := cfg.Copy()
+	pinSearchPath(cfg.RuntimeParams)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil && refusedStartupParameter(err) {
+		// A pooler that does not pass search_path on (PgBouncer: "unsupported startup parameter")
+		// gets the connection without it: the commands work as before, unprotected.
+		fmt.Fprintln(stderr, "pgdrain: the server (a pooler) refused the search_path startup parameter; connecting without pinning it")
+		conn, err = pgx.ConnectConfig(cctx, unpinned)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connecting to database: %w", err)
 	}
 	return conn, nil
+}
+
+// refusedStartupParameter: PgBouncer answers a startup parameter it does not track with
+// "unsupported startup parameter: <name>" (08P01).
+func refusedStartupParameter(err error) bool {
+	return strings.Contains(err.Error(), "unsupported startup parameter")
 }
 
 // textTimesInUTC asks the server to write times into texts (reasons, details) as ISO in UTC
@@ -372,6 +387,26 @@ next:
 		}
 		params[k] = v
 	}
+}
+
+// searchPath is the search_path of the commands' connections (not web, relay or escalate, which
+// are documented to run behind PgBouncer, and whose SQL is calls of schema-qualified functions),
+// whatever the login role's or the connection string's. Every name in pgdrain's SQL is
+// schema-qualified, but operators and functions in it are not (`q.queue = lower($1)`): with the
+// role's search_path, a schema ahead of pg_catalog (ALTER ROLE ... SET search_path = evil,
+// pg_catalog) could slip its own `=(text, text)` into them, run as whoever runs pgdrain. pg_temp
+// last: a temporary object never shadows a catalog one.
+const searchPath = "pg_catalog, pg_temp"
+
+// pinSearchPath sets search_path in the startup parameters, replacing one the connection string
+// gave, so that it holds from the connection's first statement.
+func pinSearchPath(params map[string]string) {
+	for k := range params {
+		if strings.EqualFold(k, "search_path") {
+			delete(params, k)
+		}
+	}
+	params["search_path"] = searchPath
 }
 
 // isUnknownQueue: the outbox functions name a queue that is not registered (or whose table is gone)

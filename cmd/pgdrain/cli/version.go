@@ -64,7 +64,7 @@ func printVersion(ctx context.Context, dsn string, asJSON bool, out io.Writer) e
 	rep := versionReport{Version: version.Binary()}
 	cctx, cancel := context.WithTimeout(ctx, versionTimeout)
 	defer cancel()
-	conn, err := connect(cctx, dsn)
+	conn, err := connect(cctx, dsn, io.Discard)
 	if err != nil {
 		rep.Database.Error = describe(err)
 	} else {

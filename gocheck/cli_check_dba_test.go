@@ -1,0 +1,223 @@
+package gocheck
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/cmd/pgdrain/cli"
+	"github.com/pgdrain/pgdrain/internal/testdb"
+)
+
+// checkReport is `pgdrain --json check`'s output.
+type checkReport struct {
+	OK       bool `json:"ok"`
+	Problems []struct {
+		Check   string  `json:"check"`
+		Problem string  `json:"problem"`
+		Name    *string `json:"name"`
+		Detail  string  `json:"detail"`
+	} `json:"problems"`
+	Skipped []struct {
+		Check  string `json:"check"`
+		Detail string `json:"detail"`
+	} `json:"skipped"`
+}
+
+// A CHECK added NOT VALID while rows were pending fails every claim that takes one of them (23514),
+// and wedged_partitions still calls the key ready: check names the constraint and the rows.
+func TestCLI_CheckNamesACheckThatPendingRowsBreak(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.cq', partition_column => 'k')`)
+	cliExec(t, db.Pool, `INSERT INTO public.cq (event_type, payload, k, sent_at)
+		SELECT 'old', '{}', 'a', CASE WHEN g = 1 THEN now() END FROM generate_series(1, 8) g`)
+	cliExec(t, db.Pool, `ALTER TABLE public.cq ADD COLUMN tenant text`)
+	cliExec(t, db.Pool, `ALTER TABLE public.cq ADD CONSTRAINT cq_tenant_required CHECK (tenant IS NOT NULL) NOT VALID`)
+
+	_, err := db.Pool.Exec(ctx, `SELECT * FROM outbox.claim_batch('public.cq', 10)`)
+	code, _ := sqlState(err)
+	require.Equal(t, "23514", code, "the claim fails on the pending row: %v", err)
+	var reason string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT reason FROM outbox.wedged_partitions('public.cq', '0s', 10)`).Scan(&reason))
+	require.Contains(t, reason, "ready", "wedged_partitions does not see it")
+
+	var r checkReport
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cq", "--dsn", db.URL)
+	require.False(t, r.OK)
+	require.Empty(t, r.Skipped, "the owner may read the table and its sequence")
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	p := r.Problems[0]
+	require.Equal(t, "constraints", p.Check)
+	require.Equal(t, "broken by pending rows", p.Problem)
+	require.Equal(t, "cq_tenant_required", *p.Name)
+	require.Contains(t, p.Detail, "7 pending row(s) of public.cq")
+	require.Contains(t, p.Detail, "(NOT VALID)")
+	require.Contains(t, p.Detail, "ids 2, 3, 4, 5, 6 and 2 more", "the sent row 1 breaks it too, and does not count")
+	require.Contains(t, p.Detail, "DROP CONSTRAINT")
+
+	text := runCLI(t, "check", "public.cq", "--dsn", db.URL)
+	require.Equal(t, cli.ExitProblems, text.code, text.stderr)
+	require.Contains(t, text.stdout, "cq_tenant_required")
+
+	// pgdrain's own CHECKs count too: a JSON null payload written while its CHECK was gone.
+	cliExec(t, db.Pool, `UPDATE public.cq SET tenant = 't'`)
+	cliExec(t, db.Pool, `ALTER TABLE public.cq DROP CONSTRAINT pgdrain_payload_not_json_null`)
+	cliExec(t, db.Pool, `UPDATE public.cq SET payload = 'null' WHERE id = 8`)
+	cliExec(t, db.Pool, `ALTER TABLE public.cq ADD CONSTRAINT pgdrain_payload_not_json_null
+		CHECK (pg_column_size(payload) > 64 OR jsonb_typeof(payload) <> 'null') NOT VALID`)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cq", "--dsn", db.URL)
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	require.Equal(t, "pgdrain_payload_not_json_null", *r.Problems[0].Name)
+	require.Contains(t, r.Problems[0].Detail, "1 pending row(s) of public.cq")
+	require.Contains(t, r.Problems[0].Detail, "ids 8;")
+
+	cliExec(t, db.Pool, `UPDATE public.cq SET payload = '{}' WHERE id = 8`)
+
+	// A CHECK that raises an error on a pending row stalls the claims alike: check names it.
+	cliExec(t, db.Pool, `UPDATE public.cq SET payload = '{"n": "x"}' WHERE id = 8`)
+	cliExec(t, db.Pool, `ALTER TABLE public.cq ADD CONSTRAINT cq_n_number CHECK ((payload ->> 'n')::int >= 0) NOT VALID`)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cq", "--dsn", db.URL)
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	require.Equal(t, "fails", r.Problems[0].Problem)
+	require.Equal(t, "cq_n_number", *r.Problems[0].Name)
+	require.Contains(t, r.Problems[0].Detail, "22P02")
+	cliExec(t, db.Pool, `ALTER TABLE public.cq DROP CONSTRAINT cq_n_number`)
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.cq", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+	text = runCLI(t, "check", "public.cq", "--dsn", db.URL)
+	require.Equal(t, cli.ExitOK, text.code, text.stderr)
+	require.Contains(t, text.stdout, "no CHECK a pending row breaks")
+
+	// pgdrain_operator may not read the table: the check is skipped, said so, and is no problem.
+	operator := loginURL(t, db, "pgdrain_operator")
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.cq", "--dsn", operator)
+	require.True(t, r.OK)
+	skipped := map[string]string{}
+	for _, s := range r.Skipped {
+		skipped[s.Check] = s.Detail
+	}
+	require.Contains(t, skipped["constraints"], "42501")
+	require.Contains(t, skipped["sequence"], "42501")
+	text = runCLI(t, "check", "public.cq", "--dsn", operator)
+	require.Equal(t, cli.ExitOK, text.code, text.stderr)
+	require.Contains(t, text.stdout, "not checked: constraints:")
+	require.NotContains(t, text.stdout, "no CHECK a pending row breaks")
+}
+
+// An id sequence behind the ids in the table makes producers' inserts fail with 23505 (and rows
+// above the sequence break per-key order): check names the sequence and the setval that fixes it.
+func TestCLI_CheckNamesAnIDSequenceBehindTheIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.cs')`)
+	cliExec(t, db.Pool, `INSERT INTO public.cs (event_type, payload) SELECT 'e', '{}' FROM generate_series(1, 3)`)
+	var r checkReport
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.cs", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+
+	cliExec(t, db.Pool, `SELECT pg_catalog.setval('public.cs_id_seq', 1)`)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cs", "--dsn", db.URL)
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	p := r.Problems[0]
+	require.Equal(t, "sequence", p.Check)
+	require.Equal(t, "behind the ids", p.Problem)
+	require.Equal(t, "public.cs_id_seq", *p.Name)
+	require.Contains(t, p.Detail, "last gave out 1, but public.cs holds ids up to 3")
+	require.Contains(t, p.Detail, "23505")
+	fix := "SELECT pg_catalog.setval('public.cs_id_seq', (SELECT max(id) FROM public.cs))"
+	require.Contains(t, p.Detail, fix)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO public.cs (event_type, payload) VALUES ('e', '{}')`)
+	code, _ := sqlState(err)
+	require.Equal(t, "23505", code, "the producer collides with id 2: %v", err)
+
+	// ALTER COLUMN id RESTART leaves the sequence not called: the next id is the restart value.
+	cliExec(t, db.Pool, `ALTER TABLE public.cs ALTER COLUMN id RESTART WITH 3`)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cs", "--dsn", db.URL)
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	require.Contains(t, r.Problems[0].Detail, "gives out 3 next")
+	cliExec(t, db.Pool, `ALTER TABLE public.cs ALTER COLUMN id RESTART WITH 4`)
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.cs", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+
+	cliExec(t, db.Pool, `SELECT pg_catalog.setval('public.cs_id_seq', 2)`)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cs", "--dsn", db.URL)
+	cliExec(t, db.Pool, fix)
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.cs", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+	cliExec(t, db.Pool, `INSERT INTO public.cs (event_type, payload) VALUES ('e', '{}')`)
+}
+
+// The operator's login has a search_path with a schema ahead of pg_catalog that holds its own
+// =(text, text). pgdrain pins search_path = pg_catalog, pg_temp on its connections, so none of its
+// commands runs the attacker's operator.
+func TestCLI_HostileSearchPathRunsNothingOfTheAttacker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.ch', partition_column => 'k')`)
+	cliExec(t, db.Pool, `INSERT INTO public.ch (event_type, payload, k) VALUES ('e', '{}', 'a')`)
+	cliExec(t, db.Pool, `
+		CREATE SCHEMA evil;
+		CREATE TABLE evil.hits (by_role text);
+		CREATE FUNCTION evil.text_eq(a text, b text) RETURNS boolean LANGUAGE plpgsql AS $$
+		BEGIN
+		  INSERT INTO evil.hits VALUES (current_user);
+		  RETURN a OPERATOR(pg_catalog.=) b;
+		END $$;
+		CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.text_eq);
+		GRANT USAGE ON SCHEMA evil TO PUBLIC;
+		GRANT INSERT ON evil.hits TO PUBLIC;`)
+	operator := loginURL(t, db, "pgdrain_operator")
+	u, err := url.Parse(operator)
+	require.NoError(t, err)
+	cliExec(t, db.Pool, fmt.Sprintf(`ALTER ROLE %s SET search_path = evil, pg_catalog, public`,
+		pgx.Identifier{u.User.Username()}.Sanitize()))
+
+	hits := func() int64 {
+		var n int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM evil.hits`).Scan(&n))
+		return n
+	}
+	conn, err := pgx.Connect(ctx, operator)
+	require.NoError(t, err)
+	var same bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT 'x'::text = 'x'::text`).Scan(&same))
+	require.NoError(t, conn.Close(ctx))
+	require.True(t, same)
+	require.EqualValues(t, 1, hits(), "the login's own queries do run the attacker's operator")
+	cliExec(t, db.Pool, `TRUNCATE evil.hits`)
+
+	var r checkReport
+	runCLIJSON(t, cli.ExitOK, &r, "check", "ch", "--dsn", operator)
+	require.True(t, r.OK, "%+v", r.Problems)
+	for _, args := range [][]string{
+		{"queues"}, {"stats", "public.ch"}, {"wedged", "public.ch", "--older-than", "0s"},
+		{"poisoned", "public.ch", "--key", "a"}, {"actions", "public.ch"}, {"--version"},
+	} {
+		res := runCLI(t, append(args, "--dsn", operator)...)
+		require.Contains(t, []int{cli.ExitOK, cli.ExitProblems}, res.code, "pgdrain %v: %s", args, res.stderr)
+	}
+	require.Zero(t, hits(), "no pgdrain command ran evil.=")
+}
+
+// Behind PgBouncer, which refuses a startup parameter it does not track ("unsupported startup
+// parameter: search_path"), the commands still work: they say so on stderr and connect without
+// pinning search_path (docs/pgbouncer.md: the CLI takes the same setting as the drainer).
+func TestCLI_CommandsWorkBehindAPoolerThatRefusesSearchPath(t *testing.T) {
+	t.Parallel()
+	db := cliFixture(t)
+	operatorURL := loginURL(t, db, "pgdrain_operator")
+	b := startPgBouncer(t, db.URL, 1, urlUser(t, operatorURL))
+	through := b.url(t, operatorURL, url.Values{"default_query_exec_mode": {"simple_protocol"}})
+	r := runCLI(t, "stats", "public.cli_events", "--dsn", through)
+	require.Equal(t, cli.ExitOK, r.code, "stdout %q stderr %q", r.stdout, r.stderr)
+	require.Contains(t, r.stderr, "refused the search_path startup parameter")
+	require.Contains(t, r.stdout, "12", "the stats of the queue's 12 pending rows")
+}
