@@ -1,6 +1,6 @@
 -- +goose Up
 -- +goose StatementBegin
--- Row-level BEFORE UPDATE OF <partition column> trigger (pgdrain_key_fixed) of every partitioned
+-- Row-level AFTER UPDATE OF <partition column> trigger (pgdrain_key_fixed) of every partitioned
 -- queue table, made by outbox._install_heads_trigger with a WHEN that lets it fire only for an
 -- unsent row whose key changes: the partition key of an event not yet sent is fixed. Its place in
 -- its key's order was set when its transaction committed (the key's head, floor and clock know it
@@ -54,7 +54,7 @@ $$;
 -- +goose StatementBegin
 -- Whether trigger p_name of table p_rel is in place as pgdrain makes it: enabled, of type p_type
 -- (pg_trigger.tgtype: 4 AFTER INSERT, 6 BEFORE INSERT, 32 AFTER TRUNCATE, each FOR EACH STATEMENT;
--- 19 BEFORE UPDATE FOR EACH ROW),
+-- 17 AFTER UPDATE FOR EACH ROW),
 -- firing p_function with exactly p_args, with a WHEN condition or not (p_when), and the transition
 -- table p_new_table. create_queue run again leaves such a trigger as it is: dropping and making it
 -- again takes the table's ACCESS EXCLUSIVE lock, which waits for every open lock-mode batch while
@@ -93,8 +93,11 @@ $$;
 --   and SERIALIZABLE transactions (its WHEN costs a READ COMMITTED statement no function call):
 --   outbox.tg_queue__snapshot_producer announces the transaction before it takes an id, so that
 --   READ COMMITTED commit steps keep the clocks those transactions read (docs/ordering.md).
--- - pgdrain_key_fixed, a row-level BEFORE UPDATE OF the partition column trigger that fires only
---   when an unsent row's key changes, and refuses it (outbox.tg_queue__key_fixed).
+-- - pgdrain_key_fixed, a row-level AFTER UPDATE OF the partition column trigger that fires only
+--   when an unsent row's key changes, and refuses it (outbox.tg_queue__key_fixed). AFTER, not
+--   BEFORE: a table with any BEFORE UPDATE row trigger has every updated row locked first (a tuple
+--   lock, WAL written) whether the trigger fires or not, and claims and results update every row
+--   they take; an AFTER one costs a fetch of the old row.
 -- And makes the function of the commit step's late-rows statement (outbox._late_rows_function).
 -- Made again by every create_queue, so they always match the registration (nothing else
 -- reinstalls the triggers: run create_queue again if one was dropped).
@@ -165,11 +168,11 @@ $f$, v_function, pg_catalog.quote_literal(p_q.queue), p_q.partition_column);
          EXECUTE FUNCTION outbox.tg_queue__snapshot_producer(%s, %s)$f$,
       p_q.table_oid::regclass, outbox._snapshot_lock_class(), p_q.queue_id);
   END IF;
-  IF NOT outbox._trigger_in_place(p_q.table_oid, 'pgdrain_key_fixed', 'outbox.tg_queue__key_fixed()', 19,
+  IF NOT outbox._trigger_in_place(p_q.table_oid, 'pgdrain_key_fixed', 'outbox.tg_queue__key_fixed()', 17,
                                   ARRAY[p_q.partition_column], true) THEN
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS pgdrain_key_fixed ON %s', p_q.table_oid::regclass);
     EXECUTE pg_catalog.format(
-      'CREATE TRIGGER pgdrain_key_fixed BEFORE UPDATE OF %1$I ON %2$s FOR EACH ROW
+      'CREATE TRIGGER pgdrain_key_fixed AFTER UPDATE OF %1$I ON %2$s FOR EACH ROW
          WHEN (OLD.sent_at IS NULL AND OLD.%1$I IS DISTINCT FROM NEW.%1$I)
          EXECUTE FUNCTION outbox.tg_queue__key_fixed(%3$L)',
       p_q.partition_column, p_q.table_oid::regclass, p_q.partition_column);

@@ -1,6 +1,6 @@
 -- Whether trigger p_name of table p_rel is in place as pgdrain makes it: enabled, of type p_type
 -- (pg_trigger.tgtype: 4 AFTER INSERT, 6 BEFORE INSERT, 32 AFTER TRUNCATE, each FOR EACH STATEMENT;
--- 19 BEFORE UPDATE FOR EACH ROW),
+-- 17 AFTER UPDATE FOR EACH ROW),
 -- firing p_function with exactly p_args, with a WHEN condition or not (p_when), and the transition
 -- table p_new_table. create_queue run again leaves such a trigger as it is: dropping and making it
 -- again takes the table's ACCESS EXCLUSIVE lock, which waits for every open lock-mode batch while

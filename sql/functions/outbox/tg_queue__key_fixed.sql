@@ -1,4 +1,4 @@
--- Row-level BEFORE UPDATE OF <partition column> trigger (pgdrain_key_fixed) of every partitioned
+-- Row-level AFTER UPDATE OF <partition column> trigger (pgdrain_key_fixed) of every partitioned
 -- queue table, made by outbox._install_heads_trigger with a WHEN that lets it fire only for an
 -- unsent row whose key changes: the partition key of an event not yet sent is fixed. Its place in
 -- its key's order was set when its transaction committed (the key's head, floor and clock know it

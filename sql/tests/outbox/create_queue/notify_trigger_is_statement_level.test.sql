@@ -27,9 +27,10 @@ SELECT is_empty(
   format($$SELECT tgname FROM pg_trigger WHERE tgrelid IN (%L::regclass, %L::regclass)
            AND NOT tgisinternal AND (tgtype::int & 1) = 1 AND (tgtype::int & 4) = 4$$, :'q', :'q2'),
   'no queue trigger fires for each inserted row');
--- tgtype 19 = ROW (1) + BEFORE (2) + UPDATE (16): only an UPDATE naming the partition column.
-SELECT is((SELECT tgtype::int FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_key_fixed'), 19,
-          'the key-fixed trigger is BEFORE UPDATE FOR EACH ROW, for nothing else');
+-- tgtype 17 = ROW (1) + UPDATE (16), AFTER: only an UPDATE naming the partition column (a BEFORE
+-- UPDATE row trigger would have every row a claim or result updates locked first, fired or not).
+SELECT is((SELECT tgtype::int FROM pg_trigger WHERE tgrelid = :'q'::regclass AND tgname = 'pgdrain_key_fixed'), 17,
+          'the key-fixed trigger is AFTER UPDATE FOR EACH ROW, for nothing else');
 SELECT ok((SELECT tgdeferrable AND tginitdeferred AND tgconstraint <> 0
            FROM pg_trigger WHERE tgrelid = 'outbox.commit_hooks'::regclass AND tgname = 'pgdrain_commit'),
           'the commit step is a constraint trigger on outbox.commit_hooks, deferred to COMMIT');
