@@ -88,6 +88,18 @@ func TestCLI_CheckNamesACheckThatPendingRowsBreak(t *testing.T) {
 	require.Equal(t, "cq_n_number", *r.Problems[0].Name)
 	require.Contains(t, r.Problems[0].Detail, "22P02")
 	cliExec(t, db.Pool, `ALTER TABLE public.cq DROP CONSTRAINT cq_n_number`)
+
+	// Also an exception a constraint's function raises (P0001), not only a data exception.
+	cliExec(t, db.Pool, `CREATE FUNCTION public.cq_refuses(p jsonb) RETURNS boolean LANGUAGE plpgsql AS
+		$$BEGIN IF p ->> 'n' = 'x' THEN RAISE EXCEPTION 'refused by the owner''s rule'; END IF; RETURN true; END$$`)
+	cliExec(t, db.Pool, `ALTER TABLE public.cq ADD CONSTRAINT cq_owner_rule CHECK (public.cq_refuses(payload)) NOT VALID`)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cq", "--dsn", db.URL)
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	require.Equal(t, "fails", r.Problems[0].Problem)
+	require.Equal(t, "cq_owner_rule", *r.Problems[0].Name)
+	require.Contains(t, r.Problems[0].Detail, "P0001")
+	cliExec(t, db.Pool, `ALTER TABLE public.cq DROP CONSTRAINT cq_owner_rule`)
+	cliExec(t, db.Pool, `UPDATE public.cq SET payload = '{}' WHERE id = 8`)
 	runCLIJSON(t, cli.ExitOK, &r, "check", "public.cq", "--dsn", db.URL)
 	require.True(t, r.OK, "%+v", r.Problems)
 	text = runCLI(t, "check", "public.cq", "--dsn", db.URL)
