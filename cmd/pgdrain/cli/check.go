@@ -43,7 +43,7 @@ var checkCommand = command{
 		if err != nil {
 			return err
 		}
-		av, err := checkAutovacuum(ctx, e.conn, t.reloptions)
+		av, err := checkTableAutovacuum(ctx, e.conn, t)
 		if err != nil {
 			return err
 		}
@@ -111,6 +111,7 @@ type queueTable struct {
 	sequence    string // the id sequence (outbox.queues.id_sequence), as ident; "" when there is none
 	partitioned bool
 	reloptions  []string
+	rangeParent bool // a partitioned table (PARTITION BY RANGE (id)): its leaves hold the rows
 }
 
 // readQueueTable reads the queue's registration. Its table and sequence come back as regclass
@@ -119,10 +120,10 @@ func readQueueTable(ctx context.Context, conn *pgx.Conn, queue string) (queueTab
 	var t queueTable
 	err := conn.QueryRow(ctx, `
 		SELECT q.queue, q.table_oid::oid, q.table_oid::text, COALESCE(q.id_sequence::text, ''),
-		       q.partition_column IS NOT NULL, COALESCE(c.reloptions, '{}')
+		       q.partition_column IS NOT NULL, COALESCE(c.reloptions, '{}'), c.relkind = 'p'
 		FROM outbox.queues q JOIN pg_catalog.pg_class c ON c.oid = q.table_oid
 		WHERE q.queue = CASE WHEN strpos($1, '.') > 0 THEN lower($1) ELSE 'public.' || lower($1) END`,
-		queue).Scan(&t.name, &t.oid, &t.ident, &t.sequence, &t.partitioned, &t.reloptions)
+		queue).Scan(&t.name, &t.oid, &t.ident, &t.sequence, &t.partitioned, &t.reloptions, &t.rangeParent)
 	if err != nil {
 		return t, fmt.Errorf("reading the queue's table: %w", err)
 	}
@@ -192,7 +193,45 @@ func checkRepair(ctx context.Context, conn *pgx.Conn, table string) ([]finding, 
 	return list, nil
 }
 
-func checkAutovacuum(ctx context.Context, conn *pgx.Conn, reloptions []string) ([]finding, error) {
+// checkTableAutovacuum checks the queue table's autovacuum settings, or, for a partitioned table
+// (PostgreSQL refuses autovacuum settings on the parent: "unrecognized parameter"), each of its
+// leaf partitions', which hold the rows and are what autovacuum visits.
+func checkTableAutovacuum(ctx context.Context, conn *pgx.Conn, t queueTable) ([]finding, error) {
+	if !t.rangeParent {
+		return checkAutovacuum(ctx, conn, t.ident, t.reloptions)
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT p.relid::regclass::text, COALESCE(c.reloptions, '{}')
+		FROM pg_catalog.pg_partition_tree($1::oid::regclass) p JOIN pg_catalog.pg_class c ON c.oid = p.relid
+		WHERE p.isleaf ORDER BY 1`, t.oid)
+	if err != nil {
+		return nil, fmt.Errorf("reading the partitions of %s: %w", t.ident, err)
+	}
+	type leaf struct {
+		ident      string
+		reloptions []string
+	}
+	leaves, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (leaf, error) {
+		var l leaf
+		err := r.Scan(&l.ident, &l.reloptions)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the partitions of %s: %w", t.ident, err)
+	}
+	var out []finding
+	for _, l := range leaves {
+		f, err := checkAutovacuum(ctx, conn, l.ident, l.reloptions)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f...)
+	}
+	return out, nil
+}
+
+// checkAutovacuum checks one table's autovacuum settings (table: as SQL names it, for the advice).
+func checkAutovacuum(ctx context.Context, conn *pgx.Conn, table string, reloptions []string) ([]finding, error) {
 	opts := map[string]string{}
 	for _, o := range reloptions {
 		k, v, _ := strings.Cut(o, "=")
@@ -201,7 +240,7 @@ func checkAutovacuum(ctx context.Context, conn *pgx.Conn, reloptions []string) (
 	var out []finding
 	if v, ok := opts["autovacuum_enabled"]; ok && isFalse(v) {
 		out = append(out, finding{Check: "autovacuum", Problem: "disabled", Name: ptr("autovacuum_enabled"),
-			Detail: "autovacuum_enabled=" + v + ": dead rows and stale statistics accumulate; ALTER TABLE ... RESET (autovacuum_enabled)"})
+			Detail: "autovacuum_enabled=" + v + " on " + table + ": dead rows and stale statistics accumulate; ALTER TABLE " + table + " RESET (autovacuum_enabled)"})
 	}
 	for _, name := range queueScaleFactors {
 		v, ok := opts[name]
@@ -211,13 +250,13 @@ func checkAutovacuum(ctx context.Context, conn *pgx.Conn, reloptions []string) (
 				return nil, fmt.Errorf("reading %s: %w", name, err)
 			}
 			out = append(out, finding{Check: "autovacuum", Problem: "not set", Name: ptr(name),
-				Detail: fmt.Sprintf("the cluster default %s applies; set it on the table to %g or less (ALTER TABLE ... SET (%s = 0.01))", cluster, maxScaleFactor, name)})
+				Detail: fmt.Sprintf("the cluster default %s applies to %s; set it on the table to %g or less (ALTER TABLE %s SET (%s = 0.01))", cluster, table, maxScaleFactor, table, name)})
 			continue
 		}
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f > maxScaleFactor {
 			out = append(out, finding{Check: "autovacuum", Problem: "too lazy", Name: ptr(name),
-				Detail: fmt.Sprintf("%s=%s; a queue table wants %g or less (ALTER TABLE ... SET (%s = 0.01))", name, v, maxScaleFactor, name)})
+				Detail: fmt.Sprintf("%s=%s on %s; a queue table wants %g or less (ALTER TABLE %s SET (%s = 0.01))", name, v, table, maxScaleFactor, table, name)})
 		}
 	}
 	return out, nil
