@@ -15,8 +15,9 @@ VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RAISE EXCEPTION 'pgdrain: the partition key (column %) of event % of %.% can not change while it is not sent',
-    TG_ARGV[0], OLD.id, pg_catalog.quote_ident(TG_TABLE_SCHEMA), pg_catalog.quote_ident(TG_TABLE_NAME)
+  -- The queue's table, also when the row is in a partition of a table partitioned by range of id.
+  RAISE EXCEPTION 'pgdrain: the partition key (column %) of event % of % can not change while it is not sent',
+    TG_ARGV[0], OLD.id, COALESCE(pg_catalog.pg_partition_root(TG_RELID), TG_RELID::regclass)
     USING ERRCODE = '23514',
           HINT = 'Its place in its key''s order was fixed when it committed: write a new event for the other key.';
 END;
