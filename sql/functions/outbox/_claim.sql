@@ -131,9 +131,11 @@ BEGIN
   -- rebuilding them now holds the rebuild lock until it ends, a whole lock-mode batch: not waited
   -- for. This claim takes what the heads there are offer (each is checked against the FIFO rule from
   -- its floor, so a partial set is only incomplete), and the rebuilder's commit wakes the drainers.
-  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id)
-     AND pg_catalog.pg_try_advisory_xact_lock(1885823232 + p_q.queue_id, -1) THEN
-    PERFORM outbox._restore_heads(p_q);
+  -- (Two IFs: the lock is tried only when the heads are not built, never by the usual claim.)
+  IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
+    IF pg_catalog.pg_try_advisory_xact_lock(1885823232 + p_q.queue_id, -1) THEN
+      PERFORM outbox._restore_heads(p_q);
+    END IF;
   END IF;
   -- Keys this very transaction wrote get their heads at its commit; a claim in the same
   -- transaction (a test, a script) makes them now. Its first statement (a SERIALIZABLE transaction: every one)
