@@ -39,7 +39,7 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	}()
 	size := r.cfg.claimSize()
 	if r.cfg.ApplyConcurrency > 1 { // a claim fills the free slots (see lockLoop)
-		size = max(min(size, r.cfg.ApplyConcurrency-r.d.inflight.count()), 1)
+		size = max(min(size, r.freeSlots()), 1)
 	}
 	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, size, r.cfg.RunLength)
 	cancelClaim()
@@ -132,7 +132,7 @@ func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.
 	var stop atomic.Bool
 	applying := func() bool { return !stop.Load() && ctx.Err() == nil && time.Now().Before(settleBy) }
 	var wg sync.WaitGroup
-	workers := max(min(r.cfg.ApplyConcurrency-r.d.inflight.count(), len(firsts)), 1)
+	workers := max(min(r.freeSlots(), len(firsts)), 1)
 	started := cohort.New(workers) // every worker's first row: applied together
 	for range workers {
 		wg.Go(func() {

@@ -70,7 +70,7 @@ func (r *runner[T]) lockLoop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if r.d.txApply == nil && r.d.inflight.count() >= r.cfg.ApplyConcurrency {
+		if r.d.txApply == nil && r.freeSlots() <= 0 {
 			// Every apply slot is held by an apply that an earlier batch gave up on (it ignores its
 			// context): claim when one returns, not rows that nothing could apply.
 			select {
@@ -125,6 +125,12 @@ func (r *runner[T]) lockLoop(ctx context.Context) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// freeSlots is how many applies a lock-mode batch may start now: ApplyConcurrency less the applies
+// still running that earlier batches gave up on (Drainer.inflight). It can only grow meanwhile.
+func (r *runner[T]) freeSlots() int {
+	return r.cfg.ApplyConcurrency - r.d.inflight.count()
 }
 
 // nextWake is how long to sleep: a few milliseconds while busy-polling (Config.BusyPoll), else

@@ -27,6 +27,7 @@ DECLARE
   v_ids bigint[];
   v_clock bigint;
   v_first bigint;
+  v_moved text;
 BEGIN
   v_last := COALESCE(pg_catalog.pg_sequence_last_value(p_sequence), 0);
   SELECT pg_catalog.max(u.clock) INTO v_clock
@@ -57,33 +58,24 @@ BEGIN
   WHILE v_first <= v_clock LOOP
     v_first := pg_catalog.nextval(p_sequence);
   END LOOP;
-  -- An id GENERATED ALWAYS takes only DEFAULT: the identity draws the new ids, one row after the
-  -- other (outbox._ids_by_default), after the value above (dropped), so each is above the clocks.
-  IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-             WHERE a.attrelid = p_q.table_oid AND a.attname = 'id' AND a.attidentity = 'a') THEN
+  -- New ids in the rows' order, each above every late key's clock: drawn from the sequence (the
+  -- CTE is not inlined, nextval being volatile, and yields in ordinality order), or, for an id
+  -- GENERATED ALWAYS, which takes only DEFAULT, by the identity one row after the other
+  -- (outbox._ids_by_default), after the value above (dropped).
+  IF outbox._id_generated_always(p_q.table_oid) THEN
     v_ids := outbox._ids_by_default(p_q.table_oid, v_ids);
-    RETURN QUERY EXECUTE pg_catalog.format(
-      'WITH spans AS (
-         SELECT t.%2$I::text AS k, t.id AS lo, t.id AS hi, true AS moved FROM %1$s t WHERE t.id = ANY ($1)
-         UNION ALL
-         SELECT u.k, u.lo, u.hi, false FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(k, lo, hi))
-       SELECT b.k, COALESCE(pg_catalog.min(b.lo) FILTER (WHERE b.moved), pg_catalog.min(b.lo)),
-              COALESCE(pg_catalog.max(b.hi) FILTER (WHERE b.moved), pg_catalog.max(b.hi))
-       FROM spans b GROUP BY b.k',
-      p_q.table_oid::regclass, p_q.partition_column)
-      USING v_ids, p_keys, p_los, p_his;
-    RETURN;
-  END IF;
-  -- New ids drawn in the rows' order (the CTE is not inlined, nextval being volatile, and yields
-  -- in ordinality order), each above every late key's clock.
-  RETURN QUERY EXECUTE pg_catalog.format(
-    'WITH fresh AS (
+    v_moved := 'moved AS (SELECT t.%2$I::text AS k, t.id FROM %1$s t WHERE t.id = ANY ($1))';
+  ELSE
+    v_moved := 'fresh AS (
        SELECT o.id AS old_id, CASE WHEN o.n = 1 THEN $2 ELSE pg_catalog.nextval($3) END AS new_id
        FROM unnest($1::bigint[]) WITH ORDINALITY AS o(id, n)
        ORDER BY o.n),
      moved AS (
        UPDATE %1$s t SET id = f.new_id FROM fresh f WHERE t.id = f.old_id
-       RETURNING t.%2$I::text AS k, t.id),
+       RETURNING t.%2$I::text AS k, t.id)';
+  END IF;
+  RETURN QUERY EXECUTE pg_catalog.format(
+    'WITH ' || v_moved || ',
      -- Every key with its range: that of its moved rows if any, else the one it came with.
      spans AS (
        SELECT m.k, m.id AS lo, m.id AS hi, true AS moved FROM moved m

@@ -58,8 +58,7 @@ BEGIN
   END IF;
   -- An id GENERATED ALWAYS takes only DEFAULT: the rows are reset here with their ids, then given
   -- new ones from the identity in their order (outbox._ids_by_default).
-  IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-             WHERE a.attrelid = v_q.table_oid AND a.attname = 'id' AND a.attidentity = 'a') THEN
+  IF outbox._id_generated_always(v_q.table_oid) THEN
     EXECUTE pg_catalog.format(
       'WITH upd AS (
          UPDATE %1$s t SET attempt_count = 0, next_attempt_at = NULL, leased_until = NULL,
