@@ -88,6 +88,13 @@ func (r *runner[T]) lockLoop(ctx context.Context) error {
 			case <-timer.C:
 			}
 		}
+		// A NOTIFY heard while busy (batches that find rows go on at once, never through the wait
+		// below) clears the mark now: left until the drainer next waited, it had every producer
+		// commit NOTIFY, each queued on NOTIFY's lock (three lock-mode drainers at 400 commits/s:
+		// a NOTIFY for every second commit; the lease pipeline clears it as it goes).
+		if r.waiting.heard.Load() {
+			r.woke(ctx)
+		}
 		batch := r.lockBatch
 		if r.d.txApply != nil {
 			batch = r.txBatch

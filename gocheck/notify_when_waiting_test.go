@@ -252,3 +252,62 @@ func TestNotify_NewQueuesNotifyWhenWaiting(t *testing.T) {
 		`INSERT INTO public.fresh (event_type, payload) VALUES ('e', '{}')`),
 		"no drainer waits: no NOTIFY")
 }
+
+// A drainer whose mark is still up when it becomes busy (it marked itself, then woke for a row that
+// became due, and every claim since finds rows) clears the mark at the first NOTIFY it hears, in
+// both claim modes: producers then stop notifying (each NOTIFY queues the producer's commit on
+// NOTIFY's lock). A lock-mode drainer cleared it only once a batch found nothing, and three
+// lock-mode drainers beside producers at 400 commits/s had every second commit notify (issue 29).
+func TestDrainer_WhenWaiting_ABusyDrainerClearsItsMark(t *testing.T) {
+	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		ctx := context.Background()
+		q := drNewQueue(t, drQueueOpts{})
+		exec(t, q.pool, `SELECT outbox.set_notify($1, 'when_waiting')`, q.table)
+		var channel, sequence string
+		require.NoError(t, q.pool.QueryRow(ctx, `SELECT channel, 'outbox.drainer_waits_q' || queue_id
+			FROM outbox.queues WHERE queue = $1`, q.table).Scan(&channel, &sequence))
+		listener, err := pgx.Connect(ctx, q.db.URL)
+		require.NoError(t, err)
+		defer listener.Close(ctx)
+		_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+		require.NoError(t, err)
+
+		cfg := q.config(mode)
+		cfg.BatchSize, cfg.ApplyConcurrency = 1, 1
+		cfg.TrickleInterval, cfg.BusyPoll = -1, -1
+		busy := make(chan struct{}, 1)
+		d, _ := drNew(t, q.pool, cfg, func(context.Context, string, drEvent) error {
+			select {
+			case busy <- struct{}{}:
+			default:
+			}
+			time.Sleep(30 * time.Millisecond)
+			return nil
+		})
+		drStart(t, d)
+		waiting := func() bool {
+			return q.count(t, `SELECT (last_value > (extract(epoch FROM clock_timestamp()) * 1000)::bigint)::int FROM `+sequence) == 1
+		}
+		drWaitFor(t, 10*time.Second, "the idle drainer marks itself waiting", waiting)
+		// A row due in 2 s: its insert notifies and wakes the drainer, which marks itself again for
+		// the wait until it is due, then wakes by its timer with the mark up and claims it.
+		exec(t, q.pool, `SELECT outbox.enqueue($1, 'op', '{"key": "k", "op": "op", "seq": 0}', NULL,
+			clock_timestamp() + interval '2 seconds')`, q.table)
+		heard(t, listener)
+		select {
+		case <-busy:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the due row was not delivered")
+		}
+		require.True(t, waiting(), "the mark is still up when the drainer becomes busy")
+
+		// Rows faster than it applies them (every 20 ms, 30 ms each): every claim finds rows.
+		for i := 1; i <= 30; i++ {
+			q.enqueue(t, "", "op", i)
+			time.Sleep(20 * time.Millisecond)
+		}
+		notified := heard(t, listener)
+		require.LessOrEqual(t, notified, 3, "30 commits while the drainer was busy: only the first ones notify")
+		drWaitFor(t, 10*time.Second, "every row is delivered", func() bool { return q.sent(t) == 31 })
+	})
+}
