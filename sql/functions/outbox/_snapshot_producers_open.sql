@@ -4,7 +4,10 @@
 -- a clock written on every commit piles up a version per commit of its key while any session holds
 -- back the xmin horizon, and every later commit of the key walks them (issue 29).
 -- A try of the exclusive lock, let go at once: another READ COMMITTED commit step trying at the same
--- instant makes it answer true, which only costs a clock write.
+-- instant makes it answer true, which only costs a clock write. Taken and let go of in one
+-- expression: PL/pgSQL handles a cancel (or a statement_timeout) between two statements, and one
+-- landing between the lock and the unlock left the session holding it, a REPEATABLE READ producer
+-- of the queue then waiting for it until that connection closed.
 -- Why no such transaction can miss a lock-only commit: docs/ordering.md.
 CREATE OR REPLACE FUNCTION outbox._snapshot_producers_open(p_queue_id integer)
 RETURNS boolean
@@ -15,10 +18,7 @@ AS $$
 DECLARE
   v_class constant integer := outbox._snapshot_lock_class();
 BEGIN
-  IF pg_catalog.pg_try_advisory_lock(v_class, p_queue_id) THEN
-    PERFORM pg_catalog.pg_advisory_unlock(v_class, p_queue_id);
-    RETURN false;
-  END IF;
-  RETURN true;
+  RETURN NOT (pg_catalog.pg_try_advisory_lock(v_class, p_queue_id)
+              AND pg_catalog.pg_advisory_unlock(v_class, p_queue_id));
 END;
 $$;

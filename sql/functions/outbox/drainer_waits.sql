@@ -7,7 +7,8 @@
 -- Why nothing is missed: a producer checks for a mark holding the queue's notify gate shared until
 -- it commits (outbox._drainer_waits); this takes the gate exclusively without waiting, so it marks
 -- only when no producer is between its check and its commit, and each producer either sees the mark
--- (and notifies) or committed before it (and the claim after the mark sees its rows).
+-- (and notifies) or committed before it (and the claim after the mark sees its rows); a producer
+-- that finds the gate held notifies without looking.
 -- The gate is held for the call only, whatever transaction it runs in. Drainers exclude each other
 -- with a lock of their own (key -5, as outbox.drainer_woke, which clears a mark without the gate):
 -- a mark waits up to 100 ms for it, else answers NULL like a held gate.
@@ -40,7 +41,9 @@ BEGIN
       v_q.queue, v_q.queue_id USING ERRCODE = '55000';
   END IF;
   -- The gate is taken for this call only (a session lock, released on every way out; a
-  -- transaction lock would make producers that must notify wait for the caller's transaction).
+  -- transaction lock would keep producers notifying for the caller's transaction). What a
+  -- cancelled call of this session left held is let go of first.
+  PERFORM outbox._let_go_of_notify_locks(v_q.queue_id);
   IF NOT pg_catalog.pg_try_advisory_lock(1885823232 + v_q.queue_id, -4) THEN
     RETURN NULL;
   END IF;

@@ -32,6 +32,7 @@ BEGIN
   IF v_sequence IS NULL THEN
     RETURN;
   END IF;
+  PERFORM outbox._let_go_of_notify_locks(v_q.queue_id);
   BEGIN
     PERFORM pg_catalog.pg_advisory_lock(1885823232 + v_q.queue_id, -5);
   EXCEPTION WHEN lock_not_available THEN

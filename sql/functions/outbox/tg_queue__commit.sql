@@ -100,11 +100,10 @@ BEGIN
       v_key := v_keys[1];
       v_id := v_ids[1];
       -- The commit lock of the key's hash, without writing the clock unless a REPEATABLE READ or
-      -- SERIALIZABLE producer of the queue may be open (outbox._snapshot_producers_open, inline).
-      v_write_clock := NOT pg_catalog.pg_try_advisory_lock(outbox._snapshot_lock_class(), v_q.queue_id);
-      IF NOT v_write_clock THEN
-        v_write_clock := NOT pg_catalog.pg_advisory_unlock(outbox._snapshot_lock_class(), v_q.queue_id);
-      END IF;
+      -- SERIALIZABLE producer of the queue may be open (outbox._snapshot_producers_open, inline:
+      -- the session lock taken and let go of in one expression, see there).
+      v_write_clock := NOT (pg_catalog.pg_try_advisory_lock(outbox._snapshot_lock_class(), v_q.queue_id)
+                            AND pg_catalog.pg_advisory_unlock(outbox._snapshot_lock_class(), v_q.queue_id));
       INSERT INTO outbox.partition_clocks AS c (queue_id, slot, committed_max, previous_max)
       VALUES (v_q.queue_id, pg_catalog.hashtext(v_key) & 65535,
               GREATEST(v_q.clock_base, LEAST(v_id, pg_catalog.pg_sequence_last_value(v_q.id_sequence))),
