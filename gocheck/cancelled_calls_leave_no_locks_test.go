@@ -98,6 +98,8 @@ func TestCancels_ACancelledCallLeavesNoSessionLockBehind(t *testing.T) {
 				_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO public.parted (event_type, payload, resource_id)
 					VALUES ('after', '{}', '%s')`, isolation))
 				require.NoError(t, err, isolation)
+				_, err = tx.Exec(ctx, `INSERT INTO public.flat (event_type, payload) VALUES ('after', '{}')`)
+				require.NoError(t, err, isolation)
 				require.NoError(t, tx.Commit(ctx), "%s: a producer commits beside the cancelled calls' session", isolation)
 			}
 

@@ -307,7 +307,9 @@ func TestDrainer_WhenWaiting_ABusyDrainerClearsItsMark(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		notified := heard(t, listener)
-		require.LessOrEqual(t, notified, 3, "30 commits while the drainer was busy: only the first ones notify")
+		// Before, all 30 (the mark outlived them); the first few notify until the batch in progress
+		// ends (3 to 6 here), more on a loaded machine.
+		require.LessOrEqual(t, notified, 15, "30 commits while the drainer was busy: only the first ones notify")
 		drWaitFor(t, 10*time.Second, "every row is delivered", func() bool { return q.sent(t) == 31 })
 	})
 }

@@ -20,8 +20,9 @@ BEGIN
   IF pg_catalog.current_setting('pgdrain.notify', true) = 'off' THEN
     RETURN NULL;
   END IF;
-  IF TG_NARGS > 2 THEN
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1885823232 + TG_ARGV[2]::integer, -4);
+  -- The gate only tried: one a drainer holds (marking itself, or left held by a cancelled call)
+  -- notifies, which is never wrong, and never waits.
+  IF TG_NARGS > 2 AND pg_catalog.pg_try_advisory_xact_lock_shared(1885823232 + TG_ARGV[2]::integer, -4) THEN
     IF COALESCE(pg_catalog.pg_sequence_last_value(TG_ARGV[3]::regclass), 0)
        <= (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000)::bigint THEN
       RETURN NULL;
