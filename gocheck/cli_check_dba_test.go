@@ -2,6 +2,7 @@ package gocheck
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/url"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pgdrain/pgdrain/cmd/pgdrain/cli"
 	"github.com/pgdrain/pgdrain/internal/testdb"
+	"github.com/pgdrain/pgdrain/migrations"
 )
 
 // checkReport is `pgdrain --json check`'s output.
@@ -259,5 +261,59 @@ func TestCLI_CheckReadsTheAutovacuumOfARangePartitionedTablesPartitions(t *testi
 	cliExec(t, db.Pool, `ALTER TABLE public.rq_2 SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.01,
 		autovacuum_vacuum_insert_scale_factor = 0.01)`)
 	runCLIJSON(t, cli.ExitOK, &r, "check", "public.rq", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+}
+
+// A partition column whose equal values have different texts splits a key in two (rows of one key
+// delivered together): create_queue refuses it for a new queue (00044), a queue registered before
+// keeps it, and check names it. As pgdrain_operator, who may not call the function that judges
+// it, the check is skipped and said so.
+func TestCLI_CheckNamesAPartitionKeyWithoutOneTextPerValue(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.ck', 'k')`)
+	var r checkReport
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.ck", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+
+	// As a queue registered before 00044 could have it.
+	cliExec(t, db.Pool, `DROP TRIGGER pgdrain_key_fixed ON public.ck;
+		ALTER TABLE public.ck DROP CONSTRAINT pgdrain_partition_key_not_empty;
+		ALTER TABLE public.ck ALTER COLUMN k TYPE numeric USING k::numeric;
+		UPDATE outbox.queues SET partition_type = 'numeric' WHERE queue = 'public.ck';
+		SELECT outbox.create_queue('public.ck', 'k')`)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.ck", "--dsn", db.URL)
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	require.Equal(t, "key type", r.Problems[0].Check)
+	require.Equal(t, "k", *r.Problems[0].Name)
+	require.Contains(t, r.Problems[0].Detail, "its type numeric is not one whose values each have one text")
+
+	operator := loginURL(t, db, "pgdrain_operator")
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.ck", "--dsn", operator)
+	skipped := map[string]string{}
+	for _, s := range r.Skipped {
+		skipped[s.Check] = s.Detail
+	}
+	require.Contains(t, skipped["key type"], "42501")
+}
+
+// A schema before 00042 has no key-fixed triggers to find, and create_queue there can not make
+// them: check does not ask for them (it failed every partitioned queue of such a database).
+func TestCLI_CheckAsksForTheKeyFixedTriggerOnlyFrom00042(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewEmpty(t)
+	sqlDB, err := sql.Open("pgx", db.URL)
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	outbox, err := migrations.ModuleByName("outbox")
+	require.NoError(t, err)
+	provider, err := migrations.NewProvider(sqlDB, outbox)
+	require.NoError(t, err)
+	_, err = provider.UpTo(ctx, 41)
+	require.NoError(t, err)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.old', 'k')`)
+	var r checkReport
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.old", "--dsn", db.URL)
 	require.True(t, r.OK, "%+v", r.Problems)
 }

@@ -1,14 +1,22 @@
 // Command goose-run applies pgdrain's embedded migrations.
 //
-//	goose-run [--dsn URL] [--module NAME] up | up-to N | down | down-to N | redo | status | version
+//	goose-run [--dsn URL] [--module NAME] [--lock-timeout D] [--lock-retries N] up | up-to N | down | down-to N | redo | status | version
 //
 // Without --module, up, status and version act on every module; the commands that name or undo a
 // version (up-to, down, down-to, redo) need --module. --dsn falls back to DATABASE_URL.
+//
+// Migrations run while producers and drainers keep working. A migration that must lock a table
+// others hold waits at most --lock-timeout (500ms) for it, then is rolled back and tried again, up
+// to --lock-retries times (20), with a growing pause between: PostgreSQL queues every later lock of
+// that table behind a waiting migration, so a migration waiting for a long transaction held every
+// producer and claim of the queue for as long, and one that locks several queue tables (00042)
+// deadlocked with producers writing two of them, which then lost their transaction (40P01). Below
+// deadlock_timeout (1s by default), the timeout makes the migration give up first. A lock_timeout
+// the URL sets stands unless --lock-timeout is given.
 package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,15 +29,26 @@ import (
 	"syscall"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/pgdrain/pgdrain/migrations"
 )
 
-const usage = `usage: goose-run [--dsn URL] [--module NAME] COMMAND
+const usage = `usage: goose-run [--dsn URL] [--module NAME] [--lock-timeout D] [--lock-retries N] COMMAND
 commands: up | up-to VERSION | down | down-to VERSION | redo | status | version`
+
+// Defaults of --lock-timeout and --lock-retries (see the package comment), and the pauses between
+// tries.
+const (
+	defaultLockTimeout = 500 * time.Millisecond
+	defaultLockRetries = 20
+	retryPauseMin      = 500 * time.Millisecond
+	retryPauseMax      = 10 * time.Second
+)
 
 // Exit codes, as pgdrain's: 0 ok, 1 the migration or the database failed, 2 usage error.
 const (
@@ -66,6 +85,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fl.SetOutput(io.Discard)
 	dsn := fl.String("dsn", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
 	module := fl.String("module", "", "module to act on (default: all for up/status/version)")
+	lockTimeout := fl.Duration("lock-timeout", defaultLockTimeout,
+		"longest wait of a migration for a table lock before it is rolled back and tried again (0: wait as long as it takes)")
+	lockRetries := fl.Int("lock-retries", defaultLockRetries, "how many times a migration that timed out on a lock is tried again")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -88,11 +110,25 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if *dsn == "" {
 		return usagef("no database: pass --dsn or set DATABASE_URL")
 	}
-
-	db, err := sql.Open("pgx", *dsn)
-	if err != nil {
-		return fmt.Errorf("opening database: %w", err)
+	if *lockTimeout < 0 || *lockRetries < 0 {
+		return usagef("--lock-timeout and --lock-retries must not be negative, got %s and %d", *lockTimeout, *lockRetries)
 	}
+
+	cfg, err := pgx.ParseConfig(*dsn)
+	if err != nil {
+		return fmt.Errorf("opening database: %s", oneLine(err))
+	}
+	lockTimeoutSet := false
+	fl.Visit(func(f *flag.Flag) { lockTimeoutSet = lockTimeoutSet || f.Name == "lock-timeout" })
+	_, inURL := cfg.RuntimeParams["lock_timeout"]
+	switch {
+	case !lockTimeoutSet && (inURL || strings.Contains(cfg.RuntimeParams["options"], "lock_timeout")):
+		// The URL's own lock_timeout stands unless --lock-timeout is given.
+	case *lockTimeout > 0:
+		// Milliseconds, as a startup parameter of every connection goose opens.
+		cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(lockTimeout.Milliseconds(), 1), 10)
+	}
+	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -113,7 +149,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := apply(ctx, p, m, cmd, target, out); err != nil {
+		if err := applyRetrying(ctx, p, m, cmd, target, *lockTimeout, *lockRetries, out); err != nil {
 			return fmt.Errorf("module %s: %s", m.Name, oneLine(err))
 		}
 	}
@@ -157,6 +193,47 @@ func versionArg(cmd string, args []string) (int64, error) {
 	return v, nil
 }
 
+// applyRetrying runs apply, and again while a migration was rolled back for waiting longer than
+// lockTimeout for a lock (55P03), or was chosen as a deadlock's victim (40P01): the migrations
+// before it stay applied, and the next try starts with it. Between tries it pauses, longer each
+// time, so that the transactions it waited for can end.
+func applyRetrying(ctx context.Context, p *goose.Provider, m migrations.Module, cmd string, target int64,
+	lockTimeout time.Duration, retries int, out io.Writer) error {
+	if cmd == "redo" {
+		// Each half tried again on its own: tried as a whole, a redo whose up timed out undid the
+		// migration before it on its next try.
+		if err := applyRetrying(ctx, p, m, "down", target, lockTimeout, retries, out); err != nil {
+			return err
+		}
+		return applyRetrying(ctx, p, m, "up-by-one", target, lockTimeout, retries, out)
+	}
+	pause := retryPauseMin
+	for try := 0; ; try++ {
+		err := apply(ctx, p, m, cmd, target, out)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != "55P03" && pgErr.Code != "40P01") {
+			return err
+		}
+		if try >= retries {
+			return fmt.Errorf("%w (tried %d times; other transactions held the tables it locks: run it again when no long "+
+				"transaction, lock-mode batch or producer writing several queues at once is open, or with a longer --lock-timeout)",
+				err, try+1)
+		}
+		why := fmt.Sprintf("waited %s for a lock", lockTimeout)
+		if pgErr.Code == "40P01" {
+			why = "was a deadlock's victim"
+		}
+		fmt.Fprintf(out, "%s: a migration %s and was rolled back (producers and drainers went on); trying again in %s (%d of %d)\n",
+			m.Name, why, pause, try+1, retries)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, retryPauseMax)
+	}
+}
+
 func apply(ctx context.Context, p *goose.Provider, m migrations.Module, cmd string, target int64, out io.Writer) error {
 	report := func(results []*goose.MigrationResult, err error) error {
 		for _, r := range results {
@@ -184,11 +261,7 @@ func apply(ctx context.Context, p *goose.Provider, m migrations.Module, cmd stri
 		return report(single(r), err)
 	case "down-to":
 		return report(p.DownTo(ctx, target))
-	case "redo":
-		down, err := p.Down(ctx)
-		if err := report(single(down), err); err != nil {
-			return err
-		}
+	case "up-by-one": // redo's second half (applyRetrying)
 		up, err := p.UpByOne(ctx)
 		return report(single(up), err)
 	case "version":

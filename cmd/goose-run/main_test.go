@@ -8,7 +8,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/internal/testdb"
@@ -98,4 +100,72 @@ func TestConcurrentDeployersAreSerialized(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"--dsn", db.URL, "status"}, &out))
 	require.NotContains(t, out.String(), "pending")
+}
+
+// A migration that waits for a table lock gives up and is tried again; the producer it waited for
+// neither fails nor waits long. 00042 installs a trigger on every partitioned queue table in one
+// transaction: with a producer that wrote the second table and writes the first a while later, the
+// migration (holding the first, waiting for the second) and the producer deadlocked, and the
+// producer lost its transaction (40P01) when its own deadlock check came first (an upgrade helper's
+// finding). Now the migration waits at most --lock-timeout (500ms) and is rolled back, the
+// producer commits, and the migration goes through on a later try.
+func TestUp_AMigrationWaitingForALockIsTriedAgainNotAProducer(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.NewEmpty(t)
+	require.NoError(t, run(ctx, []string{"--dsn", db.URL, "--module", "outbox", "up-to", "41"}, &bytes.Buffer{}))
+	setup, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer setup.Close(ctx)
+	_, err = setup.Exec(ctx, `SELECT outbox.create_queue('public.first', 'k'); SELECT outbox.create_queue('public.second', 'k')`)
+	require.NoError(t, err)
+
+	producer, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer producer.Close(ctx)
+	tx, err := producer.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO public.second (event_type, payload, k) VALUES ('e', '{}', 'a')`)
+	require.NoError(t, err)
+
+	var out bytes.Buffer
+	migrated := make(chan error, 1)
+	go func() { migrated <- run(ctx, []string{"--dsn", db.URL, "--module", "outbox", "up"}, &out) }()
+	// Past deadlock_timeout (1s): the producer's deadlock check would have come first.
+	time.Sleep(1300 * time.Millisecond)
+	start := time.Now()
+	_, err = tx.Exec(ctx, `INSERT INTO public.first (event_type, payload, k) VALUES ('e', '{}', 'a')`)
+	require.NoError(t, err, "the producer's second write")
+	require.NoError(t, tx.Commit(ctx), "the producer commits")
+	require.Less(t, time.Since(start), time.Second, "the producer waited at most about one lock timeout")
+
+	require.NoError(t, <-migrated)
+	require.Contains(t, out.String(), "outbox: a migration waited 500ms for a lock and was rolled back")
+	require.Contains(t, out.String(), "outbox: up 00042_")
+	var triggers int
+	require.NoError(t, setup.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'pgdrain_key_fixed'`).Scan(&triggers))
+	require.Equal(t, 2, triggers, "both queue tables got the trigger")
+}
+
+// A migration that keeps timing out fails after --lock-retries tries, saying why and what to do.
+func TestUp_GivesUpAfterItsRetries(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.NewEmpty(t)
+	require.NoError(t, run(ctx, []string{"--dsn", db.URL, "--module", "outbox", "up-to", "41"}, &bytes.Buffer{}))
+	holder, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer holder.Close(ctx)
+	_, err = holder.Exec(ctx, `SELECT outbox.create_queue('public.held', 'k')`)
+	require.NoError(t, err)
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `INSERT INTO public.held (event_type, payload, k) VALUES ('e', '{}', 'a')`)
+	require.NoError(t, err)
+
+	var out bytes.Buffer
+	err = run(ctx, []string{"--dsn", db.URL, "--module", "outbox", "--lock-timeout", "100ms", "--lock-retries", "2", "up"}, &out)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "00042_")
+	require.Contains(t, err.Error(), "tried 3 times")
+	require.Contains(t, out.String(), "(2 of 2)")
 }

@@ -1,38 +1,5 @@
 -- +goose Up
 -- +goose StatementBegin
--- Lets go of the session locks of a queue's NOTIFY marks (the notify gate, key -4, and the
--- drainers' mark lock, key -5) that this session still holds: outbox.drainer_waits and
--- outbox.drainer_woke take them for the length of the call, and a cancel (or statement_timeout)
--- that PL/pgSQL handles between the statement that takes one and the one that lets go of it leaves
--- it held on the connection (a pool's, or PgBouncer's server connection). Both call this first, so
--- a lock left so lasts until that session's next call; meanwhile producers notify (a gate they can
--- not take answers true, outbox._drainer_waits) and other drainers' marks answer NULL.
-CREATE OR REPLACE FUNCTION outbox._let_go_of_notify_locks(p_queue_id integer)
-RETURNS void
-LANGUAGE plpgsql
-VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  v_key integer;
-BEGIN
-  -- A session lock taken n times is held until let go of n times (pg_locks shows it once); an
-  -- unlock of a lock not held warns the caller, so each is asked before.
-  FOR v_key IN SELECT k FROM pg_catalog.unnest(ARRAY[-5, -4]) AS k LOOP
-    FOR i IN 1..1000 LOOP
-      EXIT WHEN NOT EXISTS (
-        SELECT 1 FROM pg_catalog.pg_locks l
-        WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 2
-          AND l.mode = 'ExclusiveLock'
-          AND l.classid = (1885823232 + p_queue_id)::oid AND l.objid = (v_key::bigint & 4294967295)::oid);
-      PERFORM pg_catalog.pg_advisory_unlock(1885823232 + p_queue_id, v_key);
-    END LOOP;
-  END LOOP;
-END;
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
 -- Whether a REPEATABLE READ or SERIALIZABLE transaction may be writing rows of the queue (it holds
 -- the shared lock of outbox.tg_queue__snapshot_producer): a READ COMMITTED commit step then raises
 -- its keys' clocks, which such a transaction reads to know it is late. Otherwise it only locks them:
@@ -109,7 +76,8 @@ $$;
 -- only when no producer is between its check and its commit, and each producer either sees the mark
 -- (and notifies) or committed before it (and the claim after the mark sees its rows); a producer
 -- that finds the gate held notifies without looking.
--- The gate is held for the call only, whatever transaction it runs in. Drainers exclude each other
+-- The gate is held for the call only, whatever transaction it runs in and however the call ends
+-- (a cancel too). Drainers exclude each other
 -- with a lock of their own (key -5, as outbox.drainer_woke, which clears a mark without the gate):
 -- a mark waits up to 100 ms for it, else answers NULL like a held gate.
 -- Marks only grow: a later mark replaces an earlier one, even a longer one, so drainer_woke of a
@@ -140,33 +108,25 @@ BEGIN
     RAISE EXCEPTION 'drainer_waits: queue % has no sequence outbox.drainer_waits_q% (call outbox.set_notify again)',
       v_q.queue, v_q.queue_id USING ERRCODE = '55000';
   END IF;
-  -- The gate is taken for this call only (a session lock, released on every way out; a
-  -- transaction lock would keep producers notifying for the caller's transaction). What a
-  -- cancelled call of this session left held is let go of first.
-  PERFORM outbox._let_go_of_notify_locks(v_q.queue_id);
-  IF NOT pg_catalog.pg_try_advisory_lock(1885823232 + v_q.queue_id, -4) THEN
-    RETURN NULL;
-  END IF;
+  -- The gate, and the drainers' own lock, are transaction locks taken in a block that always ends
+  -- by rolling back (a private error it catches): a subtransaction rolled back lets go of the locks
+  -- taken in it, whatever ends it, and the mark (a sequence) stays. Session locks let go of by a
+  -- later statement stayed held when a cancel came between (PL/pgSQL handles it between
+  -- statements): the connection then held the gate, and drainers' marks, until it closed. Nor are
+  -- they held for the caller's transaction (producers that must notify would notify all along).
   BEGIN
-    PERFORM pg_catalog.pg_advisory_lock(1885823232 + v_q.queue_id, -5);
-  EXCEPTION WHEN lock_not_available THEN
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
-    RETURN NULL;
-  WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
-    RAISE;
+    IF pg_catalog.pg_try_advisory_xact_lock(1885823232 + v_q.queue_id, -4) THEN
+      PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + v_q.queue_id, -5);
+      v_mark := GREATEST(COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) + 1,
+                         (EXTRACT(epoch FROM pg_catalog.clock_timestamp() + wait) * 1000)::bigint);
+      PERFORM pg_catalog.setval(v_sequence, v_mark);
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'PDL01', MESSAGE = 'pgdrain: the notify locks are let go of';
+  EXCEPTION WHEN SQLSTATE 'PDL01' THEN
+    NULL;
+  WHEN lock_not_available THEN
+    v_mark := NULL;
   END;
-  BEGIN
-    v_mark := GREATEST(COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) + 1,
-                       (EXTRACT(epoch FROM pg_catalog.clock_timestamp() + wait) * 1000)::bigint);
-    PERFORM pg_catalog.setval(v_sequence, v_mark);
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
-    RAISE;
-  END;
-  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
-  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
   RETURN v_mark;
 END;
 $$;
@@ -207,21 +167,16 @@ BEGIN
   IF v_sequence IS NULL THEN
     RETURN;
   END IF;
-  PERFORM outbox._let_go_of_notify_locks(v_q.queue_id);
+  -- The drainers' lock held for this call only, however it ends (see outbox.drainer_waits).
   BEGIN
-    PERFORM pg_catalog.pg_advisory_lock(1885823232 + v_q.queue_id, -5);
-  EXCEPTION WHEN lock_not_available THEN
-    RETURN;
-  END;
-  BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + v_q.queue_id, -5);
     IF pg_catalog.pg_sequence_last_value(v_sequence) = mark THEN
       PERFORM pg_catalog.setval(v_sequence, 1);
     END IF;
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
-    RAISE;
+    RAISE EXCEPTION USING ERRCODE = 'PDL01', MESSAGE = 'pgdrain: the notify locks are let go of';
+  EXCEPTION WHEN SQLSTATE 'PDL01' OR lock_not_available THEN
+    NULL;
   END;
-  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
 END;
 $$;
 -- +goose StatementEnd
@@ -602,9 +557,6 @@ GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, 
 -- +goose StatementEnd
 
 -- +goose Down
--- +goose StatementBegin
-DROP FUNCTION outbox._let_go_of_notify_locks(integer);
--- +goose StatementEnd
 -- +goose StatementBegin
 -- Whether a REPEATABLE READ or SERIALIZABLE transaction may be writing rows of the queue (it holds
 -- the shared lock of outbox.tg_queue__snapshot_producer): a READ COMMITTED commit step then raises

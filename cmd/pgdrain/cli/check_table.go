@@ -19,6 +19,7 @@ import (
 const (
 	checkConstraintsName = "constraints"
 	checkSequenceName    = "sequence"
+	checkKeyTypeName     = "key type"
 )
 
 // maxOffendingIDs is how many ids of the pending rows that break a CHECK a finding names.
@@ -220,4 +221,41 @@ func raisedByTheRows(e *pgconn.PgError) bool {
 		return false
 	}
 	return true
+}
+
+// checkKeyType reports a partition column that can not key partitions (outbox._key_type_problem,
+// 00044): its equal values have different texts, or texts that depend on the writer's settings,
+// and rows of one key can be delivered together or out of commit order. create_queue refuses such
+// a column for a new queue; a queue registered before keeps running with it. Skipped on a schema
+// before 00044, and when the login may not call the function.
+func checkKeyType(ctx context.Context, conn *pgx.Conn, t queueTable) ([]finding, *skipped, error) {
+	if !t.partitioned {
+		return nil, nil, nil
+	}
+	var judged bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regprocedure('outbox._key_type_problem(regclass, text)') IS NOT NULL`).
+		Scan(&judged); err != nil {
+		return nil, nil, fmt.Errorf("reading the schema's functions: %w", err)
+	}
+	if !judged {
+		return nil, &skipped{Check: checkKeyTypeName, Detail: "the schema is before migration 00044, which judges partition key types: run goose-run up"}, nil
+	}
+	var problem, column *string
+	err := conn.QueryRow(ctx, `
+		SELECT outbox._key_type_problem(q.table_oid, q.partition_column), q.partition_column
+		FROM outbox.queues q WHERE q.queue = $1`, t.name).Scan(&problem, &column)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		return nil, &skipped{Check: checkKeyTypeName, Detail: fmt.Sprintf(
+			"%s (SQLSTATE 42501): judging the partition column's type needs EXECUTE on outbox._key_type_problem; "+
+				"run check as the role that migrated pgdrain", pgErr.Message)}, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("judging the partition column's type: %w", err)
+	case problem == nil:
+		return nil, nil, nil
+	}
+	return []finding{{Check: checkKeyTypeName, Problem: "can not key partitions", Name: column, Detail: fmt.Sprintf(
+		"partition column %s of %s: %s; rows of one key can be delivered together or out of commit order "+
+			"(docs/operations.md, partition key types)", *column, t.ident, *problem)}}, nil, nil
 }

@@ -56,6 +56,7 @@ DECLARE
   v_has_nulls boolean;
   v_sequence regclass;
   v_other text;
+  v_key_problem text;
   v_new_table boolean;
   v_created boolean := false;
 BEGIN
@@ -250,6 +251,18 @@ BEGIN
   IF v_col IS NOT NULL THEN
     SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO v_type
     FROM pg_catalog.pg_attribute a WHERE a.attrelid = v_rel AND a.attname = v_col;
+    -- A column whose values do not have one text each can not key partitions: refused for a new
+    -- queue, a new table under a registered name, and a new type of the column; the same table
+    -- registered before 00044 with it (registered again, or after a restore) keeps working as
+    -- before, with a warning (pgdrain check fails it).
+    v_key_problem := outbox._key_type_problem(v_rel, v_col);
+    IF v_key_problem IS NOT NULL AND (v_new_table OR v_old.partition_type IS DISTINCT FROM v_type) THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('partition_column %s of %s can not key partitions: %s',
+        v_col, v_name, v_key_problem));
+    ELSIF v_key_problem IS NOT NULL THEN
+      RAISE WARNING '%: partition_column % of % can not key partitions reliably: %', fn, v_col, v_name, v_key_problem
+        USING HINT = 'Rows of one key can be delivered together or out of commit order; see docs/operations.md.';
+    END IF;
   END IF;
 
   -- Renumbering late rows at commit (per-key commit order) takes new ids from this sequence.

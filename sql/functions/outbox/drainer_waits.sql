@@ -9,7 +9,8 @@
 -- only when no producer is between its check and its commit, and each producer either sees the mark
 -- (and notifies) or committed before it (and the claim after the mark sees its rows); a producer
 -- that finds the gate held notifies without looking.
--- The gate is held for the call only, whatever transaction it runs in. Drainers exclude each other
+-- The gate is held for the call only, whatever transaction it runs in and however the call ends
+-- (a cancel too). Drainers exclude each other
 -- with a lock of their own (key -5, as outbox.drainer_woke, which clears a mark without the gate):
 -- a mark waits up to 100 ms for it, else answers NULL like a held gate.
 -- Marks only grow: a later mark replaces an earlier one, even a longer one, so drainer_woke of a
@@ -40,33 +41,25 @@ BEGIN
     RAISE EXCEPTION 'drainer_waits: queue % has no sequence outbox.drainer_waits_q% (call outbox.set_notify again)',
       v_q.queue, v_q.queue_id USING ERRCODE = '55000';
   END IF;
-  -- The gate is taken for this call only (a session lock, released on every way out; a
-  -- transaction lock would keep producers notifying for the caller's transaction). What a
-  -- cancelled call of this session left held is let go of first.
-  PERFORM outbox._let_go_of_notify_locks(v_q.queue_id);
-  IF NOT pg_catalog.pg_try_advisory_lock(1885823232 + v_q.queue_id, -4) THEN
-    RETURN NULL;
-  END IF;
+  -- The gate, and the drainers' own lock, are transaction locks taken in a block that always ends
+  -- by rolling back (a private error it catches): a subtransaction rolled back lets go of the locks
+  -- taken in it, whatever ends it, and the mark (a sequence) stays. Session locks let go of by a
+  -- later statement stayed held when a cancel came between (PL/pgSQL handles it between
+  -- statements): the connection then held the gate, and drainers' marks, until it closed. Nor are
+  -- they held for the caller's transaction (producers that must notify would notify all along).
   BEGIN
-    PERFORM pg_catalog.pg_advisory_lock(1885823232 + v_q.queue_id, -5);
-  EXCEPTION WHEN lock_not_available THEN
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
-    RETURN NULL;
-  WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
-    RAISE;
+    IF pg_catalog.pg_try_advisory_xact_lock(1885823232 + v_q.queue_id, -4) THEN
+      PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + v_q.queue_id, -5);
+      v_mark := GREATEST(COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) + 1,
+                         (EXTRACT(epoch FROM pg_catalog.clock_timestamp() + wait) * 1000)::bigint);
+      PERFORM pg_catalog.setval(v_sequence, v_mark);
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'PDL01', MESSAGE = 'pgdrain: the notify locks are let go of';
+  EXCEPTION WHEN SQLSTATE 'PDL01' THEN
+    NULL;
+  WHEN lock_not_available THEN
+    v_mark := NULL;
   END;
-  BEGIN
-    v_mark := GREATEST(COALESCE(pg_catalog.pg_sequence_last_value(v_sequence), 0) + 1,
-                       (EXTRACT(epoch FROM pg_catalog.clock_timestamp() + wait) * 1000)::bigint);
-    PERFORM pg_catalog.setval(v_sequence, v_mark);
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
-    RAISE;
-  END;
-  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
-  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -4);
   RETURN v_mark;
 END;
 $$;

@@ -32,20 +32,15 @@ BEGIN
   IF v_sequence IS NULL THEN
     RETURN;
   END IF;
-  PERFORM outbox._let_go_of_notify_locks(v_q.queue_id);
+  -- The drainers' lock held for this call only, however it ends (see outbox.drainer_waits).
   BEGIN
-    PERFORM pg_catalog.pg_advisory_lock(1885823232 + v_q.queue_id, -5);
-  EXCEPTION WHEN lock_not_available THEN
-    RETURN;
-  END;
-  BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(1885823232 + v_q.queue_id, -5);
     IF pg_catalog.pg_sequence_last_value(v_sequence) = mark THEN
       PERFORM pg_catalog.setval(v_sequence, 1);
     END IF;
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
-    RAISE;
+    RAISE EXCEPTION USING ERRCODE = 'PDL01', MESSAGE = 'pgdrain: the notify locks are let go of';
+  EXCEPTION WHEN SQLSTATE 'PDL01' OR lock_not_available THEN
+    NULL;
   END;
-  PERFORM pg_catalog.pg_advisory_unlock(1885823232 + v_q.queue_id, -5);
 END;
 $$;
