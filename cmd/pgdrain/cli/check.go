@@ -13,7 +13,8 @@ import (
 
 // finding is one problem found by check.
 type finding struct {
-	// Check is the area: "indexes", "autovacuum", "triggers", "constraints", "sequence" or "repair".
+	// Check is the area: "indexes", "autovacuum", "triggers", "constraints", "sequence", "key type"
+	// or "repair".
 	Check   string  `json:"check"`
 	Problem string  `json:"problem"`
 	Name    *string `json:"name"`

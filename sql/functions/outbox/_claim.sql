@@ -47,6 +47,7 @@ DECLARE
   v_stale text[];
   v_remaining integer := p_batch_size;
   v_until timestamptz;
+  v_leased_until timestamptz;
   -- Where this session's last claim of this queue stopped among fresh heads (attempt_count 0), in
   -- head_id order, and when that run of claims started from the front (epoch seconds). Heads a claim
   -- or result moved on leave dead index entries in front of the live ones until vacuum removes them,
@@ -266,7 +267,11 @@ BEGIN
       END IF;
     END IF;
 
-    -- Lease mode leases what it locks in the same statement (one statement planned, not two).
+    -- Lease mode leases what it locks in the same statement (one statement planned, not two),
+    -- from the clock once the statement runs (an init plan, read at the first row leased; $7, the
+    -- lease), one end for all its rows: a statement that waited for a lock on
+    -- the table (DDL, a migration) handed out leases counted from before the wait, over already
+    -- when it returned, and another claimer took the rows while the first delivered them.
     v_until := pg_catalog.clock_timestamp() + p_lease;
     EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
       'WITH picked AS (
@@ -287,7 +292,8 @@ BEGIN
                                OFFSET 0))
          FOR UPDATE OF t SKIP LOCKED),
        claimed AS (%5$s)
-       SELECT pg_catalog.array_agg(claimed.id), pg_catalog.array_agg(claimed.key::text) FROM claimed',
+       SELECT pg_catalog.array_agg(claimed.id), pg_catalog.array_agg(claimed.key::text),
+              pg_catalog.max(claimed.until) FROM claimed',
       v_table, p_q.partition_column, pg_catalog.replace(v_due, '$now', '$5'), p_q.partition_type,
       CASE WHEN p_mode = 'lease'
            THEN pg_catalog.format(
@@ -296,12 +302,16 @@ BEGIN
              -- between the snapshot and the lock) is not leased; its head counts as stale below.
              -- With its table: a ctid names a row only within one table, and a queue table
              -- partitioned by range has one per partition (each with its own (0,1)).
-             'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $6
+             'UPDATE %s u SET lease_token = pg_catalog.gen_random_uuid(),
+                leased_until = GREATEST($6, (SELECT pg_catalog.clock_timestamp() + $7))
               FROM picked WHERE u.ctid = picked.version AND u.tableoid = picked.version_table
-              RETURNING u.id, picked.key', v_table)
-           ELSE 'SELECT picked.id, picked.key FROM picked' END),
-      'bigint[], integer, bigint[], text[], timestamptz, timestamptz', 'TABLE(pgdrain_ids bigint[], pgdrain_keys text[])')
-      INTO v_ids, v_claimed_keys USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until;
+              RETURNING u.id, picked.key, u.leased_until AS until', v_table)
+           ELSE 'SELECT picked.id, picked.key, NULL::timestamptz AS until FROM picked' END),
+      'bigint[], integer, bigint[], text[], timestamptz, timestamptz, interval',
+      'TABLE(pgdrain_ids bigint[], pgdrain_keys text[], pgdrain_until timestamptz)')
+      INTO v_ids, v_claimed_keys, v_leased_until USING v_heads, p_q.max_attempts, v_floors, v_keys, v_now, v_until, p_lease;
+    -- A run's rows end their leases with its head's.
+    v_until := COALESCE(v_leased_until, v_until);
 
     IF v_ids IS NOT NULL THEN
       v_all := v_all || v_ids;

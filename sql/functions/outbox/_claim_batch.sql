@@ -35,11 +35,14 @@ BEGIN
   PERFORM outbox._check_run_length(fn, run_length);
   IF v_q.partition_column IS NULL THEN
     -- One statement: pick, lease and return (one call, one plan kept by outbox._prepared).
-    -- One clock reading for the whole statement: a row is due and leased at the same instant.
+    -- One clock reading for the due times; the lease, one end for every row, counted from the clock
+    -- once the statement runs (an init plan, read at the first row leased), not before a wait for
+    -- a lock on the table (DDL, a migration): such a lease was over already when the claim returned.
     v_clock := pg_catalog.clock_timestamp();
     RETURN QUERY EXECUTE outbox._prepared(v_q.queue_id, pg_catalog.format(
       'WITH leased AS (
-         UPDATE %1$s t SET lease_token = pg_catalog.gen_random_uuid(), leased_until = $4 + $3
+         UPDATE %1$s t SET lease_token = pg_catalog.gen_random_uuid(),
+           leased_until = GREATEST($4, (SELECT pg_catalog.clock_timestamp())) + $3
          WHERE t.id = ANY (ARRAY(
            SELECT s.id FROM %1$s s
            WHERE s.sent_at IS NULL AND s.attempt_count < $2
