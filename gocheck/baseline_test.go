@@ -56,6 +56,25 @@ func migrateHistoryTo(t *testing.T, db *testdb.DB, module string, to int64) {
 	require.NoError(t, err, "module %s history up to %d", module, to)
 }
 
+// migrateTo applies module's migrations (the embedded ones, from its 0.1.0 baseline) up to and
+// including migration to on db (to 0: all of them).
+func migrateTo(t *testing.T, db *testdb.DB, module string, to int64) {
+	t.Helper()
+	sqlDB, err := sql.Open("pgx", db.URL)
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	m, err := migrations.ModuleByName(module)
+	require.NoError(t, err)
+	p, err := migrations.NewProvider(sqlDB, m)
+	require.NoError(t, err)
+	if to == 0 {
+		_, err = p.Up(context.Background())
+	} else {
+		_, err = p.UpTo(context.Background(), to)
+	}
+	require.NoError(t, err, "module %s up to %d", module, to)
+}
+
 // baselineVersion is the goose version of module's baseline migration.
 func baselineVersion(t *testing.T, module string) int64 {
 	t.Helper()

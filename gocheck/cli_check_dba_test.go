@@ -2,7 +2,6 @@ package gocheck
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/url"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/pgdrain/pgdrain/cmd/pgdrain/cli"
 	"github.com/pgdrain/pgdrain/internal/testdb"
-	"github.com/pgdrain/pgdrain/migrations"
 )
 
 // checkReport is `pgdrain --json check`'s output.
@@ -301,17 +299,8 @@ func TestCLI_CheckNamesAPartitionKeyWithoutOneTextPerValue(t *testing.T) {
 // them: check does not ask for them (it failed every partitioned queue of such a database).
 func TestCLI_CheckAsksForTheKeyFixedTriggerOnlyFrom00042(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := testdb.NewEmpty(t)
-	sqlDB, err := sql.Open("pgx", db.URL)
-	require.NoError(t, err)
-	defer sqlDB.Close()
-	outbox, err := migrations.ModuleByName("outbox")
-	require.NoError(t, err)
-	provider, err := migrations.NewProvider(sqlDB, outbox)
-	require.NoError(t, err)
-	_, err = provider.UpTo(ctx, 41)
-	require.NoError(t, err)
+	migrateTo(t, db, "outbox", 41)
 	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.old', 'k')`)
 	var r checkReport
 	runCLIJSON(t, cli.ExitOK, &r, "check", "public.old", "--dsn", db.URL)

@@ -2,7 +2,6 @@ package gocheck
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"sort"
 	"strings"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/pgdrain/pgdrain/escalation"
 	"github.com/pgdrain/pgdrain/internal/testdb"
-	"github.com/pgdrain/pgdrain/migrations"
 )
 
 // loginPool returns a pool connected to db as a fresh login role that is a member of pgdrainRole
@@ -284,15 +282,7 @@ func TestEscalation_AlrAloneGrantsTheWorker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.NewEmpty(t)
-	sqlDB, err := sql.Open("pgx", db.URL)
-	require.NoError(t, err)
-	defer sqlDB.Close()
-	alr, err := migrations.ModuleByName("alr")
-	require.NoError(t, err)
-	provider, err := migrations.NewProvider(sqlDB, alr)
-	require.NoError(t, err)
-	_, err = provider.Up(ctx)
-	require.NoError(t, err)
+	migrateTo(t, db, "alr", 0)
 
 	_, ladder := firingAlert(t, db.Pool, "disk full", ladderPolicy(t, db.Pool, "telegram", "0s"), time.Second)
 	worker := loginPool(t, db, "pgdrain_worker")
