@@ -124,6 +124,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	switch {
 	case !lockTimeoutSet && (inURL || strings.Contains(cfg.RuntimeParams["options"], "lock_timeout")):
 		// The URL's own lock_timeout stands unless --lock-timeout is given.
+		*lockTimeout = 0
 	case *lockTimeout > 0:
 		// Milliseconds, as a startup parameter of every connection goose opens.
 		cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(lockTimeout.Milliseconds(), 1), 10)
@@ -219,7 +220,10 @@ func applyRetrying(ctx context.Context, p *goose.Provider, m migrations.Module, 
 				"transaction, lock-mode batch or producer writing several queues at once is open, or with a longer --lock-timeout)",
 				err, try+1)
 		}
-		why := fmt.Sprintf("waited %s for a lock", lockTimeout)
+		why := "waited longer than its lock_timeout for a lock"
+		if lockTimeout > 0 {
+			why = fmt.Sprintf("waited %s for a lock", lockTimeout)
+		}
 		if pgErr.Code == "40P01" {
 			why = "was a deadlock's victim"
 		}
