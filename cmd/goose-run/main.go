@@ -136,6 +136,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := db.PingContext(pingCtx); err != nil {
 		return fmt.Errorf("connecting to database: %s", oneLine(err))
 	}
+	// The migration must give up before a producer's deadlock check runs, or the producer may be
+	// the one that fails (see the package comment).
+	var deadlockMS int64
+	if *lockTimeout > 0 && db.QueryRowContext(pingCtx,
+		`SELECT (pg_catalog.date_part('epoch', pg_catalog.current_setting('deadlock_timeout')::interval) * 1000)::bigint`).Scan(&deadlockMS) == nil &&
+		lockTimeout.Milliseconds() >= deadlockMS {
+		fmt.Fprintf(out, "goose-run: warning: --lock-timeout %s is not below the server's deadlock_timeout (%dms): a producer "+
+			"caught in a deadlock with a migration may be the one that fails; pass a shorter --lock-timeout\n", *lockTimeout, deadlockMS)
+	}
 
 	if cmd == "down" || cmd == "down-to" {
 		slices.Reverse(mods)

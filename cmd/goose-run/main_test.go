@@ -169,3 +169,23 @@ func TestUp_GivesUpAfterItsRetries(t *testing.T) {
 	require.Contains(t, err.Error(), "tried 3 times")
 	require.Contains(t, out.String(), "(2 of 2)")
 }
+
+// A --lock-timeout not below the server's deadlock_timeout is said: a producer's deadlock check
+// could then come first, and the producer fail instead of the migration.
+func TestUp_WarnsOfALockTimeoutNotBelowTheDeadlockTimeout(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.NewEmpty(t)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `SELECT set_config('deadlock_timeout', '200ms', false)`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET deadlock_timeout = ''200ms''', current_database()); END $$`)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	require.NoError(t, run(ctx, []string{"--dsn", db.URL, "status"}, &out))
+	require.Contains(t, out.String(), "--lock-timeout 500ms is not below the server's deadlock_timeout (200ms)")
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"--dsn", db.URL, "--lock-timeout", "100ms", "status"}, &out))
+	require.NotContains(t, out.String(), "deadlock_timeout")
+}
