@@ -15,7 +15,7 @@ import (
 // other DDL) hands out leases counted from after the wait: they were counted from before it, and a
 // lease of one second returned after a wait of 1.5 s was over already, so another claimer took the
 // rows while the first delivered them (an upgrade helper's finding; the Go drainer extends such
-// leases, SQL clients did not). Unpartitioned, partitioned, and with runs.
+// leases, SQL clients did not). Unpartitioned, partitioned, and with runs, claimed as pgdrain_worker.
 func TestClaims_ALeaseCountsFromAfterALockWait(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -24,6 +24,7 @@ func TestClaims_ALeaseCountsFromAfterALockWait(t *testing.T) {
 		SELECT outbox.create_queue('public.parted', 'k');
 		SELECT outbox.enqueue('public.flat', 'e', '{}') FROM generate_series(1, 3);
 		SELECT outbox.enqueue('public.parted', 'e', '{}', 'k' || g % 2) FROM generate_series(1, 6) g`)
+	worker := loginPool(t, db, "pgdrain_worker")
 	for _, c := range []struct{ name, table, claim string }{
 		{"claim_batch, unpartitioned", "public.flat", `SELECT leased_until, clock_timestamp() FROM outbox.claim_batch('public.flat', 3, '1 second')`},
 		{"claim_batch, partitioned", "public.parted", `SELECT leased_until, clock_timestamp() FROM outbox.claim_batch('public.parted', 1, '1 second')`},
@@ -38,7 +39,7 @@ func TestClaims_ALeaseCountsFromAfterALockWait(t *testing.T) {
 				time.Sleep(1500 * time.Millisecond)
 				_ = holder.Commit(ctx)
 			}()
-			rows, err := db.Pool.Query(ctx, c.claim)
+			rows, err := worker.Query(ctx, c.claim)
 			require.NoError(t, err)
 			var lease, returned time.Time
 			n := 0
