@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgdrain/pgdrain/internal/readcommitted"
 	"github.com/pgdrain/pgdrain/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -106,9 +107,10 @@ func WithMetrics[T any](reg prometheus.Registerer) Option[T] {
 // through the outbox SQL functions. Run it on as many replicas as you like.
 type Drainer[T any] struct {
 	pool          *pgxpool.Pool
-	listenPool    *pgxpool.Pool // WithListenPool's, nil: LISTEN on pool
-	cfg           Config        // as given
-	table         string        // canonical "schema.table"
+	db            *readcommitted.DB // pool, for pgdrain's statements: READ COMMITTED whatever its default
+	listenPool    *pgxpool.Pool     // WithListenPool's, nil: LISTEN on pool
+	cfg           Config            // as given
+	table         string            // canonical "schema.table"
 	decode        Decoder[T]
 	apply         Applier[T]
 	logger        *slog.Logger // with the queue's name
@@ -141,6 +143,7 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 	}
 	d := &Drainer[T]{
 		pool:     pool,
+		db:       readcommitted.New(pool),
 		cfg:      cfg,
 		table:    canonicalTable(cfg.Table),
 		decode:   decode,
@@ -311,8 +314,11 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 		// Ping, the schema's version (an old schema is not "unavailable": it is returned at once
 		// below), then the registration.
 		err := d.pool.Ping(actx)
+		var level string
 		if err != nil {
 			err = fmt.Errorf("pinging database: %w", err)
+		} else if level, err = d.db.Check(actx); err != nil {
+			err = translate("checking the isolation level", err)
 		} else if schema, err = version.CheckSchema(actx, d.pool, "outbox", OutboxMigrationNeeded, "this drainer"); err != nil {
 			if !errors.Is(err, ErrSchemaTooOld) {
 				err = translate("checking the schema", err)
@@ -321,6 +327,12 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 			cancel()
 			if schema.LacksSecurityFix() {
 				d.logger.Warn(schema.SecurityAdvice(), "queue", d.table)
+			}
+			if d.db.Explicit() {
+				d.logger.Info("the pool's connections begin transactions in "+level+
+					" (default_transaction_isolation): the drainer runs each statement in a READ COMMITTED transaction of its own,"+
+					" two more round trips each; set default_transaction_isolation = 'read committed' for the drainer's role to save them",
+					"default_transaction_isolation", level)
 			}
 			return reg, nil
 		}

@@ -194,7 +194,7 @@ func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	start := time.Now()
 	deadline := start.Add(r.cfg.Lease - LeaseMargin)
 	cctx, cancel := r.bounded(ctx)
-	jobs, err := queryClaimBatch(cctx, r.d.pool, r.reg.queue, n, r.cfg.RunLength, r.cfg.Lease, deadline)
+	jobs, err := queryClaimBatch(cctx, r.d.db, r.reg.queue, n, r.cfg.RunLength, r.cfg.Lease, deadline)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -207,7 +207,7 @@ func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	extStart := time.Now()
 	ectx, cancel := context.WithTimeout(ctx, max(time.Until(deadline), r.cfg.ApplyTimeout))
 	defer cancel()
-	until, err := queryExtendLeases(ectx, r.d.pool, r.reg.queue, jobs, r.cfg.Lease)
+	until, err := queryExtendLeases(ectx, r.d.db, r.reg.queue, jobs, r.cfg.Lease)
 	if err != nil {
 		r.d.logger.WarnContext(ctx, "extending the leases of a slow claim failed; applying with the time left",
 			"rows", len(jobs), "err", err)
@@ -446,7 +446,7 @@ func (r *runner[T]) ensureLease(ctx context.Context, j *job) leaseState {
 	start := time.Now()
 	ectx, cancel := context.WithTimeout(ctx, max(time.Until(j.deadline), r.cfg.ApplyTimeout))
 	defer cancel()
-	until, err := queryExtendLease(ectx, r.d.pool, r.reg.queue, j, r.cfg.Lease)
+	until, err := queryExtendLease(ectx, r.d.db, r.reg.queue, j, r.cfg.Lease)
 	switch {
 	case err != nil && time.Until(j.deadline) > 0:
 		if ctx.Err() == nil {
@@ -473,7 +473,7 @@ func (r *runner[T]) release(ctx context.Context, jobs []*job) {
 	}
 	rctx, cancel := r.bounded(context.WithoutCancel(ctx))
 	defer cancel()
-	if err := queryRelease(rctx, r.d.pool, r.reg.queue, jobs); err != nil {
+	if err := queryRelease(rctx, r.d.db, r.reg.queue, jobs); err != nil {
 		r.d.logger.WarnContext(ctx, "releasing unstarted rows failed; their leases will expire", "rows", len(jobs), "err", err)
 		return
 	}

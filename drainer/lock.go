@@ -28,7 +28,7 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	// BEGIN and the claim share one ClaimTimeout: a dead connection is abandoned, not waited for.
 	cctx, cancelClaim := r.bounded(ctx)
 	defer cancelClaim()
-	tx, err := r.d.pool.Begin(cctx)
+	tx, err := r.d.db.Begin(cctx)
 	if err != nil {
 		return 0, translate("claiming batch", err)
 	}

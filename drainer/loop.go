@@ -150,7 +150,7 @@ func (r *runner[T]) nextWake(ctx context.Context) (time.Duration, error) {
 	}
 	wait := r.cfg.PollFallback
 	cctx, cancel := r.bounded(ctx)
-	due, err := queryNextDue(cctx, r.d.pool, r.reg.queue)
+	due, err := queryNextDue(cctx, r.d.db, r.reg.queue)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -295,7 +295,7 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (rest []*job,
 		r.d.logger.DebugContext(ctx, "result refused: lease lost (the row was claimed again)",
 			"id", id, "outcome", j.disposition.String())
 	}
-	err = queryApplyResults(rctx, r.d.pool, r.reg.queue, jobs, r.cfg.AsyncResults, counted)
+	err = queryApplyResults(rctx, r.d.db, r.reg.queue, jobs, r.cfg.AsyncResults, counted)
 	switch {
 	case err == nil:
 		return nil, nil
@@ -304,7 +304,7 @@ func (r *runner[T]) recordLeased(ctx context.Context, jobs []*job) (rest []*job,
 	}
 	rest, err = r.recordEach(ctx, jobs, err, func(j *job) (bool, error) {
 		recorded := false
-		err := queryApplyResults(rctx, r.d.pool, r.reg.queue, []*job{j}, r.cfg.AsyncResults, func(id int64, applied bool) {
+		err := queryApplyResults(rctx, r.d.db, r.reg.queue, []*job{j}, r.cfg.AsyncResults, func(id int64, applied bool) {
 			counted(id, applied)
 			recorded = applied
 		})

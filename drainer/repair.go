@@ -39,7 +39,7 @@ func (r *runner[T]) watchRepairs(ctx context.Context) {
 func (r *runner[T]) repairOnce(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()
-	repairs, err := queryRepair(rctx, r.d.pool, r.reg.queue, false)
+	repairs, err := queryRepair(rctx, r.d.db, r.reg.queue, false)
 	if err != nil {
 		if ctx.Err() != nil {
 			return true
@@ -81,7 +81,7 @@ func (r *runner[T]) followChannel(ctx context.Context) {
 	}
 	cctx, cancel := r.bounded(ctx)
 	defer cancel()
-	reg, err := loadRegistration(cctx, r.d.pool, r.d.table)
+	reg, err := loadRegistration(cctx, r.d.db, r.d.table)
 	if err != nil || reg.channel == "" {
 		return
 	}

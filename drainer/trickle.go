@@ -86,7 +86,7 @@ func (r *runner[T]) paced(ctx context.Context) time.Duration {
 		return 0
 	}
 	cctx, cancel := r.bounded(ctx)
-	d, err := queryClaimTurn(cctx, r.d.pool, r.reg.queue, r.cfg.TrickleInterval)
+	d, err := queryClaimTurn(cctx, r.d.db, r.reg.queue, r.cfg.TrickleInterval)
 	cancel()
 	if err != nil {
 		var pgErr *pgconn.PgError

@@ -71,7 +71,7 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 	settleBy := start.Add(r.cfg.LockTransactionTimeout - LeaseMargin)
 	cctx, cancelBegin := r.bounded(ctx)
 	defer cancelBegin()
-	tx, err := r.d.pool.Begin(cctx)
+	tx, err := r.d.db.Begin(cctx)
 	if err != nil {
 		return 0, translate("claiming batch", err)
 	}

@@ -72,7 +72,7 @@ func (r *runner[T]) markWaiting(ctx context.Context, wait time.Duration) time.Du
 		return wait
 	}
 	cctx, cancel := r.bounded(ctx)
-	mark, err := queryDrainerWaits(cctx, r.d.pool, r.reg.queue, wait+markSlack)
+	mark, err := queryDrainerWaits(cctx, r.d.db, r.reg.queue, wait+markSlack)
 	cancel()
 	switch {
 	case err != nil:
@@ -108,7 +108,7 @@ func (r *runner[T]) woke(ctx context.Context) {
 	w.mark, w.until = 0, time.Time{}
 	cctx, cancel := r.bounded(ctx)
 	defer cancel()
-	if err := queryDrainerWoke(cctx, r.d.pool, r.reg.queue, mark); err != nil && ctx.Err() == nil {
+	if err := queryDrainerWoke(cctx, r.d.db, r.reg.queue, mark); err != nil && ctx.Err() == nil {
 		r.d.logger.DebugContext(ctx, "clearing the drainer's waiting mark failed; it expires by itself", "err", err)
 	}
 }

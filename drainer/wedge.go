@@ -37,7 +37,7 @@ func (r *runner[T]) watchWedges(ctx context.Context) {
 // logs each as a warning and hands them to the observer.
 func (r *runner[T]) reportWedges(ctx context.Context) {
 	cctx, cancel := r.bounded(ctx)
-	wedged, err := queryWedgedPartitions(cctx, r.d.pool, r.reg.queue, r.cfg.WedgeWarnAfter, wedgeReportLimit)
+	wedged, err := queryWedgedPartitions(cctx, r.d.db, r.reg.queue, r.cfg.WedgeWarnAfter, wedgeReportLimit)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {

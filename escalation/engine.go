@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgdrain/pgdrain/internal/errtext"
 	"github.com/pgdrain/pgdrain/internal/pgerr"
+	"github.com/pgdrain/pgdrain/internal/readcommitted"
 	"github.com/pgdrain/pgdrain/internal/version"
 )
 
@@ -43,6 +44,7 @@ const ApplicationName = "pgdrain-escalate"
 // delivering (see Notifier).
 type Engine struct {
 	pool      *pgxpool.Pool
+	db        *readcommitted.DB // pool, for the ladder's statements: READ COMMITTED whatever its default
 	notifiers map[string]Notifier
 	cfg       Config
 	log       *slog.Logger
@@ -119,7 +121,7 @@ func New(pool *pgxpool.Pool, notifiers map[string]Notifier, cfg Config) (*Engine
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	e := &Engine{pool: pool, notifiers: ns, cfg: cfg, log: cfg.Logger, metrics: newMetrics(),
+	e := &Engine{pool: pool, db: readcommitted.New(pool), notifiers: ns, cfg: cfg, log: cfg.Logger, metrics: newMetrics(),
 		unservedLogged: map[string]time.Time{}}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(e.metrics); err != nil {
@@ -245,6 +247,16 @@ func (e *Engine) checkSchema(ctx context.Context) error {
 	}
 	if schema.LacksSecurityFix() {
 		e.log.Warn(schema.SecurityAdvice())
+	}
+	level, err := e.db.Check(ctx)
+	if err != nil {
+		return err
+	}
+	if e.db.Explicit() {
+		e.log.Info("the pool's connections begin transactions in "+level+
+			" (default_transaction_isolation): the engine runs each statement in a READ COMMITTED transaction of its own,"+
+			" two more round trips each; set default_transaction_isolation = 'read committed' for the engine's role to save them",
+			"default_transaction_isolation", level)
 	}
 	e.schemaChecked.Store(true)
 	return nil
@@ -413,7 +425,7 @@ func (e *Engine) reportUnserved(steps []Step) {
 func (e *Engine) take(ctx context.Context) ([]Step, error) {
 	dbctx, cancel := context.WithTimeout(ctx, e.cfg.DBTimeout)
 	defer cancel()
-	rows, err := e.pool.Query(dbctx, sqlTake, e.cfg.BatchSize, e.cfg.Lease)
+	rows, err := e.db.Query(dbctx, sqlTake, e.cfg.BatchSize, e.cfg.Lease)
 	if err != nil {
 		return nil, fmt.Errorf("taking due steps: %w", err)
 	}
@@ -558,7 +570,7 @@ func (e *Engine) apply(ctx context.Context, s Step) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.DBTimeout)
 	defer cancel()
 	var applied bool
-	if err := e.pool.QueryRow(ctx, sqlApply, s.EscalationID, s.LeaseToken).Scan(&applied); err != nil {
+	if err := e.db.QueryRow(ctx, sqlApply, s.EscalationID, s.LeaseToken).Scan(&applied); err != nil {
 		return false, fmt.Errorf("applying escalation: %w", err)
 	}
 	return applied, nil
@@ -577,7 +589,7 @@ func (e *Engine) journal(ctx context.Context, s Step, d delivery) (bool, error) 
 		errText = &d.text
 	}
 	var id *int64
-	if err := e.pool.QueryRow(ctx, sqlRecordDelivery, s.EscalationID, s.StepIdx, s.LeaseToken, errText).Scan(&id); err != nil {
+	if err := e.db.QueryRow(ctx, sqlRecordDelivery, s.EscalationID, s.StepIdx, s.LeaseToken, errText).Scan(&id); err != nil {
 		return false, fmt.Errorf("recording delivery: %w", err)
 	}
 	return id != nil, nil
@@ -604,7 +616,7 @@ func (e *Engine) release(steps []Step, outcome string) int {
 		for _, s := range steps {
 			var released bool
 			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DBTimeout)
-			err := e.pool.QueryRow(ctx, sqlRelease, s.EscalationID, s.LeaseToken).Scan(&released)
+			err := e.db.QueryRow(ctx, sqlRelease, s.EscalationID, s.LeaseToken).Scan(&released)
 			cancel()
 			if err != nil {
 				e.logStepError(e.log.With("escalation_id", s.EscalationID), "releasing escalation step failed; it is taken again when its lease ends", err)
@@ -629,7 +641,7 @@ func (e *Engine) releaseBatch(steps []Step) (int, error) {
 	for _, s := range steps {
 		b.Queue(sqlRelease, s.EscalationID, s.LeaseToken)
 	}
-	results := e.pool.SendBatch(ctx, b)
+	results := e.db.SendBatch(ctx, b)
 	n := 0
 	var err error
 	for range steps {
