@@ -147,7 +147,7 @@ func TestDrainer_RunsInReadCommittedWhateverTheDatabaseDefault(t *testing.T) {
 			out := logs.String()
 			require.NotContains(t, out, "level=WARN", "no drainer warned (a 40001 is retried with a warning)")
 			require.NotContains(t, out, "level=ERROR")
-			require.Equal(t, 4, strings.Count(out, "default_transaction_isolation="+strings.ReplaceAll(level, " ", "")) +
+			require.Equal(t, 4, strings.Count(out, "default_transaction_isolation="+strings.ReplaceAll(level, " ", ""))+
 				strings.Count(out, `default_transaction_isolation="`+level+`"`), "each replica says once what it does about the default:\n%s", out)
 		})
 	}
