@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -29,10 +31,17 @@ type WebhookNotifier struct {
 	// Headers are sent with every request (an API key, a tenant). The notifier's own headers
 	// (Content-Type, Idempotency-Key, webhook-*) are set over them.
 	Headers map[string]string
-	// Client sends the request. Defaults to http.DefaultClient (the engine's StepTimeout still
-	// bounds every call through the context).
+	// Client sends the request. Defaults to a client that follows no redirect (a redirect is an
+	// answer outside 2xx: a failed delivery; followed, a 301 or 303 turned the POST into a GET
+	// without its body that a 200 counted as delivered). The engine's StepTimeout still bounds
+	// every call through the context. Whatever the client, a request is sent once: Go's transport
+	// silently sends again a request with an Idempotency-Key header whose connection dropped
+	// before the answer, which the notifier prevents (a step is delivered at most once).
 	Client *http.Client
 }
+
+// noRedirects is the default client of WebhookNotifier.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 // WebhookPayload is the JSON body a WebhookNotifier posts.
 type WebhookPayload struct {
@@ -68,9 +77,9 @@ type WebhookStep struct {
 
 // Notify posts the step; any status outside 2xx is an error.
 func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
-	url := n.URL
-	if url == "" {
-		url = s.Target
+	target := n.URL
+	if target == "" {
+		target = s.Target
 	}
 	body, err := json.Marshal(WebhookPayload{
 		IdempotencyKey: s.IdempotencyKey(),
@@ -81,10 +90,14 @@ func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
 	if err != nil {
 		return fmt.Errorf("encoding webhook payload: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("building webhook request: %w", err)
+		return fmt.Errorf("building webhook request for %s: %w", redactedURL(target), errors.Unwrap(err))
 	}
+	// Without GetBody the transport can not send the request again: it treats a POST carrying
+	// Idempotency-Key as safe to repeat when a reused connection drops after the request was
+	// written, and the peer that read it before the connection died got the step twice.
+	req.GetBody = nil
 	for k, v := range n.Headers {
 		req.Header.Set(k, v)
 	}
@@ -102,16 +115,39 @@ func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
 	}
 	client := n.Client
 	if client == nil {
-		client = http.DefaultClient
+		client = noRedirects
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("posting webhook: %w", err)
+		// url.Error repeats the whole URL (a Slack or Teams webhook's secret is its path); the
+		// journal and the logs get its scheme and host only.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("posting webhook to %s: %w", redactedURL(target), err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		return fmt.Errorf("posting webhook: %s answered %s (redirects are not followed: fix the URL)", redactedURL(target), resp.Status)
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("posting webhook: %s answered %s", url, resp.Status)
+		return fmt.Errorf("posting webhook: %s answered %s", redactedURL(target), resp.Status)
 	}
 	return nil
+}
+
+// redactedURL is raw's scheme and host, with "/…" where it has a path, query or user: what an
+// error may say of a webhook URL, whose path and query are often its secret.
+func redactedURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "the webhook URL (not shown)"
+	}
+	out := u.Scheme + "://" + u.Host
+	if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		out += "/…"
+	}
+	return out
 }

@@ -3,9 +3,11 @@ package escalation
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,4 +57,102 @@ func TestWebhookNotifier_SignsLikeTheRelay(t *testing.T) {
 
 	err := WebhookNotifier{URL: srv.URL, Secrets: []string{"not-a-secret"}}.Notify(context.Background(), Step{EscalationID: "e1"})
 	require.ErrorContains(t, err, `signing webhook: secret 0 must start with "whsec_"`)
+}
+
+// A peer that reads a step's whole request and then drops the (reused, keep-alive) connection
+// without answering gets the step once: the delivery fails, and Go's transport does not send it
+// again (it repeats a request carrying Idempotency-Key on such a connection: the peer got every
+// such step twice). The same with a client of the caller's.
+func TestWebhookNotifier_AStepIsSentOnceWhenTheConnectionDropsAfterTheRequest(t *testing.T) {
+	t.Parallel()
+	for name, client := range map[string]*http.Client{"default client": nil, "caller's client": {}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			posts := map[string]int{}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				key := r.Header.Get("Idempotency-Key")
+				mu.Lock()
+				posts[key]++
+				mu.Unlock()
+				if key == "e1:0" {
+					w.WriteHeader(http.StatusOK) // the first step: the connection stays open for the next
+					return
+				}
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					if tcp, ok := conn.(*net.TCPConn); ok {
+						_ = tcp.SetLinger(0)
+					}
+					_ = conn.Close()
+				}
+			}))
+			defer srv.Close()
+			n := WebhookNotifier{URL: srv.URL, Client: client}
+			require.NoError(t, n.Notify(context.Background(), Step{EscalationID: "e1", StepIdx: 0}))
+			err := n.Notify(context.Background(), Step{EscalationID: "e1", StepIdx: 1})
+			require.Error(t, err, "no answer: a failed delivery")
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, map[string]int{"e1:0": 1, "e1:1": 1}, posts, "each step posted once")
+		})
+	}
+}
+
+// By default a redirect is a failed delivery, never followed: a 301 or 303 followed turned the
+// POST into a GET without its body, which a 200 counted as delivered; a 307 re-posted the body and
+// its headers to another host.
+func TestWebhookNotifier_ARedirectIsAFailedDelivery(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/moved":
+			http.Redirect(w, r, "/new-home", http.StatusMovedPermanently)
+		case "/see-other":
+			http.Redirect(w, r, "/new-home", http.StatusSeeOther)
+		case "/temporary":
+			http.Redirect(w, r, "/new-home", http.StatusTemporaryRedirect)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	defer srv.Close()
+	for _, path := range []string{"/moved", "/see-other", "/temporary"} {
+		err := WebhookNotifier{URL: srv.URL + path}.Notify(context.Background(), Step{EscalationID: "e1"})
+		require.ErrorContains(t, err, "redirects are not followed", path)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"POST /moved", "POST /see-other", "POST /temporary"}, got, "nothing followed")
+}
+
+// A webhook URL's path, query and user are its secret (Slack, Teams): a failed delivery's error,
+// which goes to the journal and the logs, names its scheme and host only.
+func TestWebhookNotifier_ErrorsNameNoSecretOfTheURL(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedHost := strings.TrimPrefix(closed.URL, "http://")
+	closed.Close()
+	for target, want := range map[string]string{
+		"http://user:hunter2@" + host + "/services/T0/B0/SLACKSECRET?token=abc": "http://" + host + "/…",
+		"http://" + closedHost + "/hooks/SLACKSECRET?token=abc":                 "http://" + closedHost + "/…",
+	} {
+		err := WebhookNotifier{URL: target}.Notify(context.Background(), Step{EscalationID: "e1"})
+		require.Error(t, err)
+		require.Contains(t, err.Error(), want)
+		for _, secret := range []string{"hunter2", "SLACKSECRET", "token=abc", "user"} {
+			require.NotContains(t, err.Error(), secret)
+		}
+	}
 }
