@@ -488,17 +488,45 @@ func (e *Engine) settle(ctx context.Context, s Step, res *TickResult) {
 // applyRetrying records s (apply_escalation), retrying with backoff while the database is
 // unavailable, the step's lease has time and Run's ctx lives. A retry is safe: the token is
 // cleared by a successful apply, so a repeated one returns false. uncertain reports that an attempt
-// failed after its statement may have reached the server (then a false from a retry may be this
-// engine's own lost commit).
+// failed after its statement may have reached the server and that alr.recorded_by could not say the
+// step was ours (then a false from a retry may still be this engine's own lost commit).
 func (e *Engine) applyRetrying(ctx context.Context, log *slog.Logger, s Step) (applied, uncertain bool, err error) {
 	delay := time.Duration(0)
 	for {
 		applied, err = e.apply(context.WithoutCancel(ctx), s)
 		if err == nil || !e.retryStep(ctx, log, s, "recording escalation step", err, &delay) {
-			return applied, uncertain, err
+			break
 		}
 		uncertain = uncertain || !sentNothing(err)
 	}
+	if err != nil || applied || !uncertain {
+		return applied, uncertain, err
+	}
+	// The retry was refused after an attempt that may have committed (its answer lost: the
+	// connection died, a synchronous standby held the commit past DBTimeout). If it did, our token
+	// recorded this step (alr.recorded_by), and the step is ours to deliver, once.
+	idx, err := e.recordedBy(context.WithoutCancel(ctx), s)
+	if err != nil {
+		log.Warn("asking which step our token recorded failed; not delivering", "err", err)
+		return false, true, nil
+	}
+	if idx != nil && *idx == s.StepIdx {
+		log.Warn("apply_escalation committed but its answer was lost; the retry found the step recorded by our token: delivering it")
+		return true, false, nil
+	}
+	return false, true, nil
+}
+
+// recordedBy is the step index s's token recorded (alr.recorded_by), nil when none (or the alert
+// no longer fires, or someone stopped the ladder).
+func (e *Engine) recordedBy(ctx context.Context, s Step) (*int, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.DBTimeout)
+	defer cancel()
+	var idx *int
+	if err := e.db.QueryRow(ctx, sqlRecordedBy, s.EscalationID, s.LeaseToken).Scan(&idx); err != nil {
+		return nil, fmt.Errorf("asking which step the token recorded: %w", err)
+	}
+	return idx, nil
 }
 
 // journalRetrying journals the delivery of s, retrying like applyRetrying: the journal is fenced by

@@ -12,5 +12,6 @@ const (
 	sqlApply          = `SELECT alr.apply_escalation($1::uuid, $2::uuid)`
 	sqlRecordDelivery = `SELECT alr.record_delivery($1::uuid, $2, $3::uuid, $4)`
 	sqlRelease        = `SELECT alr.release_step($1::uuid, $2::uuid)`
+	sqlRecordedBy     = `SELECT alr.recorded_by($1::uuid, $2::uuid)`
 	sqlChannelsInUse  = `SELECT channel, policies, running_ladders FROM alr.channels_in_use()`
 )

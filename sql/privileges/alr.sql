@@ -70,3 +70,7 @@ ALTER FUNCTION alr.resolved_alerts(integer) SECURITY DEFINER;
 GRANT EXECUTE ON FUNCTION alr.acknowledge_alert(uuid, text) TO pgdrain_operator;
 GRANT EXECUTE ON FUNCTION alr.resolved_alerts(integer) TO pgdrain_reader, pgdrain_operator;
 GRANT SELECT ON alr.alert_acknowledgements TO pgdrain_reader, pgdrain_operator;
+
+-- An engine whose apply's answer was lost asks which step its token recorded (alr 00012).
+ALTER FUNCTION alr.recorded_by(uuid, uuid) SECURITY DEFINER;
+GRANT EXECUTE ON FUNCTION alr.recorded_by(uuid, uuid) TO pgdrain_worker;

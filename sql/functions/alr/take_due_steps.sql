@@ -2,6 +2,8 @@
 -- `lease`, in next_at order, FOR UPDATE SKIP LOCKED so concurrent instances split the work. Every
 -- row gets its own fresh lease_token (core.new_id() is evaluated per row in the SET): the lease is
 -- only a deadline, the token is ownership, and apply_escalation records only with a matching token.
+-- A lease that ends more than a day ahead (the longest a take hands out) was written by a clock that
+-- has since been set back: it counts as over, or its step waited as long as the clock had jumped.
 CREATE OR REPLACE FUNCTION alr.take_due_steps(batch_size integer DEFAULT 100, lease interval DEFAULT '2 minutes')
 RETURNS TABLE(escalation_id uuid, alert_id uuid, step_idx integer, channel text, target text,
               lease_token uuid, leased_until timestamptz)
@@ -25,7 +27,8 @@ BEGIN
   WITH due AS (
     SELECT d.id FROM alr.alert_escalations d
     WHERE d.stopped_at IS NULL AND d.next_at <= pg_catalog.now()
-      AND (d.leased_until IS NULL OR d.leased_until <= pg_catalog.now())
+      AND (d.leased_until IS NULL OR d.leased_until <= pg_catalog.now()
+           OR d.leased_until > pg_catalog.now() + interval '1 day')
     ORDER BY d.next_at, d.id
     LIMIT take_due_steps.batch_size
     FOR UPDATE SKIP LOCKED

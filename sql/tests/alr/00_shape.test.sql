@@ -2,7 +2,7 @@
 -- exactly its argument names, order and defaults, its result, a pinned search_path; the tables and
 -- the lease_token column added by migration 00002 (nullable, documented).
 BEGIN;
-SELECT plan(55);
+SELECT plan(57);
 
 CREATE TEMP TABLE contract(schema_name text, name text, args text[], arguments text, result text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -15,6 +15,7 @@ INSERT INTO contract VALUES
    'TABLE(escalation_id uuid, alert_id uuid, step_idx integer, channel text, target text, lease_token uuid, leased_until timestamp with time zone)'),
   ('alr', 'apply_escalation', ARRAY['uuid','uuid'], 'escalation_id uuid, lease_token uuid', 'boolean'),
   ('alr', 'release_step', ARRAY['uuid','uuid'], 'escalation_id uuid, lease_token uuid', 'boolean'),
+  ('alr', 'recorded_by', ARRAY['uuid','uuid'], 'escalation_id uuid, lease_token uuid', 'integer'),
   ('alr', 'resolve_alert', ARRAY['uuid'], 'alert_id uuid', 'void'),
   ('alr', 'acknowledge_alert', ARRAY['uuid','text'], 'alert_id uuid, note text DEFAULT NULL::text', 'boolean'),
   ('alr', 'resolved_alerts', ARRAY['integer'], 'max_rows integer DEFAULT 50',
@@ -23,11 +24,11 @@ INSERT INTO contract VALUES
    'escalation_id uuid, step_idx integer, lease_token uuid, error text DEFAULT NULL::text', 'bigint'),
   ('alr', 'version', '{}', 'OUT version text, OUT migration integer', 'record');
 
--- 12 x has_function
+-- 13 x has_function
 SELECT has_function(c.schema_name, c.name, c.args,
                     format('%s.%s(%s) exists', c.schema_name, c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 12 x arguments and result
+-- 13 x arguments and result
 SELECT is(pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid),
           c.arguments || ' -> ' || c.result,
           format('%s.%s takes exactly the contract''s arguments and returns its result', c.schema_name, c.name))

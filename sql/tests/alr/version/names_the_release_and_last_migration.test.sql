@@ -4,8 +4,8 @@ BEGIN;
 SELECT plan(6);
 
 SELECT results_eq($$SELECT * FROM alr.version()$$,
-  $$VALUES ('0.1.0'::text, 11)$$,
-  'alr.version returns the release and the last migration (00010)');
+  $$VALUES ('0.1.0'::text, 12)$$,
+  'alr.version returns the release and the last migration');
 SELECT is((SELECT count(*)::int FROM alr.version()), 1, 'alr.version returns exactly one row');
 
 SELECT ok(has_function_privilege(r, 'alr.version()', 'EXECUTE'),

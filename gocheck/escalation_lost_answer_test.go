@@ -1,0 +1,137 @@
+package gocheck
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/escalation"
+	"github.com/pgdrain/pgdrain/internal/testdb"
+)
+
+// answerDroppingProxy forwards TCP connections to a server; the first statement whose text
+// contains trigger reaches the server, but its answer never reaches the client: the connection is
+// closed a moment later, after the server has committed it. Other connections are forwarded whole.
+type answerDroppingProxy struct {
+	ln      net.Listener
+	target  string
+	trigger []byte
+	fired   atomic.Bool
+}
+
+func startAnswerDroppingProxy(t *testing.T, target, trigger string) *answerDroppingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &answerDroppingProxy{ln: ln, target: target, trigger: []byte(trigger)}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(client)
+		}
+	}()
+	return p
+}
+
+func (p *answerDroppingProxy) serve(client net.Conn) {
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	var dropping atomic.Bool
+	var once sync.Once
+	closeBoth := func() { once.Do(func() { _ = client.Close(); _ = server.Close() }) }
+	go func() { // server -> client, until this connection drops its answers
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := server.Read(buf)
+			if n > 0 && !dropping.Load() {
+				if _, werr := client.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		closeBoth()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			if bytes.Contains(buf[:n], p.trigger) && p.fired.CompareAndSwap(false, true) {
+				dropping.Store(true)
+				_, _ = server.Write(buf[:n])
+				time.Sleep(300 * time.Millisecond) // the server commits; its answer goes nowhere
+				closeBoth()
+				return
+			}
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	closeBoth()
+	_, _ = io.Copy(io.Discard, client)
+}
+
+// An engine whose apply_escalation committed but whose answer was lost (the connection died after
+// the commit) retries it, is refused (its token was cleared), and then delivers the step its token
+// recorded (alr.recorded_by), once. Before, the step was recorded and never delivered: the page
+// was lost, with only an Error in the log.
+func TestEscalation_AStepWhoseApplyAnswerWasLostIsDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	policy := ladderPolicy(t, db.Pool, "telegram", "0s", "1 hour")
+	_, ladder := firingAlert(t, db.Pool, "payments down", policy, time.Second)
+
+	u, err := url.Parse(loginURL(t, db, "pgdrain_worker"))
+	require.NoError(t, err)
+	proxy := startAnswerDroppingProxy(t, u.Host, "apply_escalation")
+	u.Host = proxy.ln.Addr().String()
+	cfg, err := pgxpool.ParseConfig(u.String())
+	require.NoError(t, err)
+	// One message per statement (the text and its execution together), so the statement the proxy
+	// lets through runs and commits; the extended protocol sends a statement's text to be prepared
+	// first, whose answer the proxy would drop before anything ran.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	telegram := &fakeTelegram{}
+	engine := newEngine(t, pool, map[string]escalation.Notifier{"telegram": escalation.TelegramNotifier{Sender: telegram}},
+		escalation.Config{DBTimeout: 5 * time.Second})
+	res, err := engine.RunOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, proxy.fired.Load(), "the apply's answer was dropped")
+	require.Equal(t, 1, res.Delivered, "the step recorded by our token is delivered: %+v", res)
+	require.Equal(t, []string{"telegram-0: ALERT payments down is firing (escalation step 1)"}, telegram.messages())
+	require.Equal(t, map[string]int{ladder + ":0": 1}, deliveriesPerStep(t, db.Pool), "journaled once")
+
+	res, err = engine.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Delivered, "nothing more is due")
+	require.Len(t, telegram.messages(), 1, "delivered once")
+}
