@@ -30,8 +30,8 @@ const (
 
 // Health is the engine's state as its health endpoint reports it.
 type Health struct {
-	// OK is true while Run runs past its start, the database answers a ping and no delivery
-	// overruns (Overrunning is empty).
+	// OK is true while Run runs past its start, the database answers a ping, the last take of due
+	// steps succeeded (Error is empty) and no delivery overruns (Overrunning is empty).
 	OK bool `json:"ok"`
 	// State is "idle" (Run not called), "starting" (waiting for the database at start),
 	// "running" or "stopped".
@@ -132,13 +132,15 @@ func (e *Engine) Health(ctx context.Context) Health {
 	if err := e.pool.Ping(pctx); err != nil {
 		h.Database = err.Error()
 	}
-	h.OK = h.State == stateRunning && h.Database == "ok" && len(h.Overrunning) == 0
+	// A ping is not enough: a database that answers pings but refuses every take (a DSN that now
+	// reaches a read-only standby, a revoked grant) delivers nothing.
+	h.OK = h.State == stateRunning && h.Database == "ok" && h.Error == "" && len(h.Overrunning) == 0
 	return h
 }
 
 // Handler serves GET /metrics (Prometheus text format, from gatherer) and GET /healthz (Health as
 // JSON: 200 when OK, 503 otherwise: while the engine starts, after it stopped, while its
-// database does not answer, and while a Notifier it gave up on still runs).
+// database does not answer or its last take failed, and while a Notifier it gave up on still runs).
 func (e *Engine) Handler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
