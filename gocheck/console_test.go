@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -300,4 +302,64 @@ func TestConsole_AuthenticationAndTheListenAddress(t *testing.T) {
 	code, page = c.do(req)
 	require.Equal(t, http.StatusMisdirectedRequest, code)
 	require.True(t, strings.Contains(page, "loopback only"), page)
+}
+
+// "Release lease…" ends only the lease its page showed: after that lease ran out and a healthy
+// worker took the row, the click changes nothing (before, it ended the healthy worker's lease and
+// the row was delivered twice at once). The page's button carries the lease end; the lease it
+// names is ended as before.
+func TestConsole_ReleaseLeaseEndsOnlyTheLeaseThePageShowed(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	log := &syncBuffer{}
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, log)
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT outbox.enqueue($1, 'stuck', '{}', 'acct-stuck')`, b.queue).Scan(&id))
+	exec(t, b.db.Pool, `UPDATE public.events SET created_at = now() - interval '10 minutes' WHERE id = $1`, id)
+	worker := loginAs(t, b.db, "pgdrain_worker")
+	claim := func() (token string) {
+		require.NoError(t, worker.QueryRow(ctx, `SELECT lease_token::text FROM outbox.claim_batch($1, 100, '1 hour') WHERE id = $2`,
+			b.queue, id).Scan(&token))
+		return token
+	}
+	shownLease := func() string {
+		c.srv.Sample(ctx)
+		code, page := c.get("/queues/public.events")
+		require.Equal(t, http.StatusOK, code)
+		m := regexp.MustCompile(`name="leased_until" value="([^"]+)"`).FindStringSubmatch(page)
+		require.NotNil(t, m, "the release button carries the lease it ends:\n%s", page)
+		return m[1]
+	}
+	claim()
+	seen := shownLease()
+	var until time.Time
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT leased_until FROM public.events WHERE id = $1`, id).Scan(&until))
+	shown, err := time.Parse(time.RFC3339Nano, seen)
+	require.NoError(t, err)
+	require.True(t, until.Equal(shown), "the page shows the row's lease end: %s, %s", until, seen)
+
+	// That lease runs out; a healthy worker takes the row.
+	exec(t, b.db.Pool, `UPDATE public.events SET leased_until = clock_timestamp() - interval '1 second' WHERE id = $1`, id)
+	healthy := claim()
+	token := c.csrf("/queues/public.events")
+	form := url.Values{"queue": {b.queue}, "id": {fmt.Sprint(id)}, "leased_until": {seen}, "csrf": {token}}
+	code, page := c.post("/actions/release", form)
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, "If that lease has ended and another worker took the row meanwhile, nothing changes.")
+	form.Set("confirm", "yes")
+	code, _ = c.post("/actions/release", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Contains(t, log.String(), "released=false")
+	var held string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT coalesce(lease_token::text, '') FROM public.events WHERE id = $1`, id).Scan(&held))
+	require.Equal(t, healthy, held, "the healthy worker's lease stands")
+
+	// The lease the page shows now is ended.
+	form.Set("leased_until", shownLease())
+	code, _ = c.post("/actions/release", form)
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Contains(t, log.String(), "released=true")
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT coalesce(lease_token::text, '') FROM public.events WHERE id = $1`, id).Scan(&held))
+	require.Empty(t, held, "that lease is gone")
 }

@@ -191,7 +191,7 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"outbox.check_indexes(text)":                                                          "definer operator,reader,worker",
 		"outbox.requeue_poisoned(text,bigint[])":                                              "definer operator",
 		"outbox.poisoned_rows(text,integer,bigint)":                                           "definer operator,reader",
-		"outbox.release_lease(text,bigint)":                                                   "definer operator",
+		"outbox.release_lease(text,bigint,timestamp with time zone)":                          "definer operator",
 		"outbox.purge_sent(text,interval,integer)":                                            "definer operator",
 		"outbox.create_queue(text,text,integer,interval,interval,text,text,interval)":         "invoker -",
 		"outbox.drop_queue(text,boolean)":                                                     "invoker -",

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgdrain/pgdrain/internal/age"
+	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
 
 // actionTimeout bounds one action (a purge runs at most purgeMaxRows/purgeChunk short chunks).
@@ -317,11 +318,29 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %q", r.PostFormValue("id")), back)
 		return
 	}
+	// The lease the page showed (its end): only that lease is ended. Without it, a lease that ran
+	// out and was taken by a healthy worker before the click was ended instead.
+	var until *time.Time
+	if v := r.PostFormValue("leased_until"); v != "" {
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			s.message(w, r, http.StatusBadRequest, "Bad lease", fmt.Sprintf("leased_until: must be the time the lease ends (RFC 3339), got %q", v), back)
+			return
+		}
+		until = &at
+	}
 	if r.PostFormValue("confirm") != "yes" {
+		fields := []field{{"queue", queue}, {"id", strconv.FormatInt(id, 10)}}
+		which := fmt.Sprintf("Queue %s: end the lease of row %d now; it is claimable at once, no attempt counted.", queue, id)
+		if until != nil {
+			fields = append(fields, field{"leased_until", until.Format(time.RFC3339Nano)})
+			which = fmt.Sprintf("Queue %s: end the lease of row %d that runs until %s now; it is claimable at once, no attempt counted. "+
+				"If that lease has ended and another worker took the row meanwhile, nothing changes.", queue, id, timetext.Format(*until))
+		}
 		s.confirm(w, r, "End the lease?", confirmBody{
-			Action: "/actions/release", Fields: []field{{"queue", queue}, {"id", strconv.FormatInt(id, 10)}}, Button: "Release", Back: back,
+			Action: "/actions/release", Fields: fields, Button: "Release", Back: back,
 			Lines: []string{
-				fmt.Sprintf("Queue %s: end the lease of row %d now; it is claimable at once, no attempt counted.", queue, id),
+				which,
 				"The worker holding it can no longer record a result for it: its lease token no longer matches (outbox.release_lease).",
 			}})
 		return
@@ -329,7 +348,7 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
 	defer cancel()
 	before := s.snapshot(ctx, reg)
-	released, err := releaseLease(ctx, s.cfg.Operator, queue, id)
+	released, err := releaseLease(ctx, s.cfg.Operator, queue, id, until)
 	if err != nil {
 		s.failed(w, r, back, err, "queue", queue, "id", id)
 		return
@@ -339,7 +358,7 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 	o := outcome{Changed: released, Lines: changes(before, after),
 		Text: fmt.Sprintf("released the lease of row %d of %s: it is claimable now, no attempt counted; its worker can no longer record a result for it.", id, queue)}
 	if !released {
-		o.Text = fmt.Sprintf("row %d of %s was not leased any more (its lease had ended, or its worker recorded a result, or it is gone): no lease was released.", id, queue)
+		o.Text = fmt.Sprintf("row %d of %s was not leased any more, or by another lease than the one shown (its lease had ended and a worker took it again, or its worker recorded a result, or it is gone): no lease was released.", id, queue)
 		o.Lines = nil // what moved meanwhile is not this action's
 	}
 	s.done(w, r, back, o, "queue", queue, "id", id, "released", released)

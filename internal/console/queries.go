@@ -406,11 +406,11 @@ func purgeSent(ctx context.Context, db *pgxpool.Pool, queue string, olderThan ti
 }
 
 // resolveAlert is alr.resolve_alert: the alert resolved and its ladders stopped, idempotently.
-// releaseLease ends a stuck row's lease (outbox.release_lease, operators): false when the row
-// was not leased any more.
-func releaseLease(ctx context.Context, db *pgxpool.Pool, queue string, id int64) (bool, error) {
+// releaseLease ends a stuck row's lease (outbox.release_lease, operators), only the one ending at
+// until when given: false when the row was not leased any more (or by another lease).
+func releaseLease(ctx context.Context, db *pgxpool.Pool, queue string, id int64, until *time.Time) (bool, error) {
 	var released bool
-	if err := db.QueryRow(ctx, `SELECT outbox.release_lease($1, $2)`, queue, id).Scan(&released); err != nil {
+	if err := db.QueryRow(ctx, `SELECT outbox.release_lease($1, $2, $3)`, queue, id, until).Scan(&released); err != nil {
 		return false, fmt.Errorf("releasing the lease of row %d of %s: %w", id, queue, err)
 	}
 	return released, nil

@@ -32,7 +32,7 @@ ALTER FUNCTION outbox.requeue_poisoned(text, bigint[]) SECURITY DEFINER;
 ALTER FUNCTION outbox.purge_sent(text, interval, integer) SECURITY DEFINER;
 ALTER FUNCTION outbox.queue_info(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.poisoned_rows(text, integer, bigint) SECURITY DEFINER;
-ALTER FUNCTION outbox.release_lease(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION outbox.release_lease(text, bigint, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
@@ -113,7 +113,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON outbox.queues TO pgdrain_reader;
 GRANT EXECUTE ON FUNCTION
   outbox.poisoned_rows(text, integer, bigint),
-  outbox.release_lease(text, bigint)
+  outbox.release_lease(text, bigint, timestamptz)
   TO pgdrain_operator;
 
 -- Operators act on rows that will not move on their own (00025): skip (poison with a reason), retry

@@ -54,7 +54,7 @@ INSERT INTO contract VALUES
   ('poisoned_rows', ARRAY['text','integer','bigint'], 'queue text, max_rows integer DEFAULT 50, before_id bigint DEFAULT NULL::bigint',
    'TABLE(id bigint, event_id uuid, event_type text, partition_key text, attempt_count integer, last_error text, created_at timestamp with time zone, payload_preview text)',
    'setof record'),
-  ('release_lease', ARRAY['text','bigint'], 'queue text, id bigint', 'boolean', 'boolean'),
+  ('release_lease', ARRAY['text','bigint','timestamp with time zone'], 'queue text, id bigint, leased_until timestamp with time zone DEFAULT NULL::timestamp with time zone', 'boolean', 'boolean'),
   -- 00020: producers NOTIFY only while a drainer waits, when a queue says so.
   ('set_notify', ARRAY['text','text'], 'queue text, notify text', 'void', 'void'),
   ('drainer_waits', ARRAY['text','interval'], 'queue text, wait interval', 'bigint', 'bigint'),

@@ -26,8 +26,9 @@ func Rewrite(s string) string {
 	return pgTimestamp.ReplaceAllStringFunc(s, func(m string) string { return Format(parse(m)) })
 }
 
-// First returns the first timestamp with a time zone offset in s (as Rewrite finds them), to the
-// second, and whether there is one: "leased until 2026-03-01 12:00:05+00" gives that time.
+// First returns the first timestamp with a time zone offset in s (as Rewrite finds them), with its
+// fraction of a second (the console's release button names the lease it ends by it), and whether
+// there is one: "leased until 2026-03-01 12:00:05.25+00" gives that time.
 func First(s string) (time.Time, bool) {
 	m := pgTimestamp.FindString(s)
 	if m == "" {
@@ -36,7 +37,7 @@ func First(s string) (time.Time, bool) {
 	return parse(m).UTC(), true
 }
 
-// parse reads one match of pgTimestamp, without its fraction of a second.
+// parse reads one match of pgTimestamp, with its fraction of a second.
 func parse(m string) time.Time {
 	p := pgTimestamp.FindStringSubmatch(m)
 	n := make([]int, 6)
@@ -61,5 +62,10 @@ func parse(m string) time.Time {
 			offset = -offset
 		}
 	}
-	return time.Date(n[0], time.Month(n[1]), n[2], n[3], n[4], n[5], 0, time.FixedZone("", offset))
+	nanos := 0
+	if f := p[7]; f != "" { // ".123456": kept, so a time read back names the instant exactly
+		digits := (f[1:] + "000000000")[:9]
+		nanos, _ = strconv.Atoi(digits)
+	}
+	return time.Date(n[0], time.Month(n[1]), n[2], n[3], n[4], n[5], nanos, time.FixedZone("", offset))
 }

@@ -15,6 +15,8 @@ DECLARE
   v_q outbox.queues := outbox._queue(p_function, p_queue);
   v_key_column text := '';
   v_key_value text := '';
+  v_key_read text;
+  v_cast_error text;
 BEGIN
   IF p_event_type IS NULL OR outbox._is_blank(p_event_type) THEN
     PERFORM outbox._invalid(p_function, 'event_type must be a non-empty string');
@@ -47,6 +49,26 @@ BEGIN
     IF pg_catalog.btrim(p_partition_key) = '' THEN
       PERFORM outbox._invalid(p_function, pg_catalog.format(
         'partition_key must be a non-empty string, got %s', pg_catalog.quote_literal(p_partition_key)));
+    END IF;
+    -- A key column of another type than text: the key must read as one of its values, said here
+    -- with the argument's name (the INSERT's cast error named neither the function nor
+    -- partition_key), and a varchar(n) or char(n) key must fit (an explicit cast cut it short:
+    -- 'abcdefgh' became key 'abcde', another key's). In a block of its own, so a key of text
+    -- costs nothing more.
+    IF v_q.partition_type <> 'text' THEN
+      BEGIN
+        EXECUTE pg_catalog.format('SELECT $1::%s::text', v_q.partition_type) INTO v_key_read USING p_partition_key;
+      EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
+        GET STACKED DIAGNOSTICS v_cast_error = MESSAGE_TEXT;
+        PERFORM outbox._invalid(p_function, pg_catalog.format(
+          'partition_key must be a value of column %s (%s) of %s, got %s: %s', v_q.partition_column,
+          v_q.partition_type, v_q.queue, pg_catalog.quote_literal(pg_catalog.left(p_partition_key, 200)), v_cast_error));
+      END;
+      IF v_q.partition_type ~ '^(character|character varying)\(' AND v_key_read <> p_partition_key THEN
+        PERFORM outbox._invalid(p_function, pg_catalog.format(
+          'partition_key must fit column %s (%s) of %s, got %s characters', v_q.partition_column,
+          v_q.partition_type, v_q.queue, pg_catalog.length(p_partition_key)));
+      END IF;
     END IF;
     v_key_column := pg_catalog.format(', %I', v_q.partition_column);
     v_key_value := pg_catalog.format(', $6::%s', v_q.partition_type);

@@ -312,6 +312,19 @@ BEGIN
       USING create_queue.max_attempts, v_old.max_attempts;
   END IF;
 
+  -- A smaller max_attempts poisons pending rows between the two limits. A head parked on such a row
+  -- (its backoff, up to max_delay) would hold its key's next rows until the backoff ended or the
+  -- repair pass came, though they are deliverable now (invariant 9): those keys' heads are moved on
+  -- here, past the newly poisoned rows. Read through the claim index (attempt_count, id).
+  IF NOT v_new_table AND v_col IS NOT NULL AND create_queue.max_attempts < v_old.max_attempts THEN
+    EXECUTE pg_catalog.format(
+      'SELECT outbox._refresh_heads(q, ARRAY(
+         SELECT DISTINCT t.%I::text FROM %s t
+         WHERE t.sent_at IS NULL AND t.attempt_count >= $1 AND t.attempt_count < $2))
+       FROM outbox.queues q WHERE q.queue_id = $3', v_col, v_rel)
+      USING create_queue.max_attempts, v_old.max_attempts, v_queue_id;
+  END IF;
+
   -- The two required indexes, unless an equivalent one (any name) is already there.
   IF v_col IS NOT NULL AND NOT EXISTS (
       SELECT 1 FROM outbox._queue_indexes(v_rel, v_col) x WHERE x.role = 'partition') THEN
