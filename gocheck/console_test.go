@@ -363,3 +363,24 @@ func TestConsole_ReleaseLeaseEndsOnlyTheLeaseThePageShowed(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT coalesce(lease_token::text, '') FROM public.events WHERE id = $1`, id).Scan(&held))
 	require.Empty(t, held, "that lease is gone")
 }
+
+// Bytes that are no text in the database's encoding (a NUL, an overlong UTF-8 form) in a reason or
+// a key are the client's mistake: 400 with the database's word, nothing changed (it was 500).
+func TestConsole_BadBytesInAFormAreTheClientsMistake(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, &syncBuffer{})
+	token := c.csrf("/queues/public.events")
+	for _, form := range []url.Values{
+		{"queue": {b.queue}, "id": {"1"}, "attempts": {"2"}, "reason": {"a\x00b"}, "confirm": {"yes"}, "csrf": {token}},
+		{"queue": {b.queue}, "key": {"\xc0\x80"}, "confirm": {"yes"}, "csrf": {token}},
+	} {
+		path := "/actions/skip"
+		if form.Has("key") {
+			path = "/actions/requeue"
+		}
+		code, page := c.post(path, form)
+		require.Equal(t, http.StatusBadRequest, code, "%s: %s", path, page)
+		require.Contains(t, page, "invalid byte sequence")
+	}
+}

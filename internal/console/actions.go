@@ -142,7 +142,9 @@ func (s *Server) failed(w http.ResponseWriter, r *http.Request, back string, err
 func (s *Server) failedNote(w http.ResponseWriter, r *http.Request, back string, err error, note string, attrs ...any) {
 	s.cfg.Logger.Warn("console action failed", append([]any{"who", who(r), "remote", r.RemoteAddr, "action", r.URL.Path, "err", err}, attrs...)...)
 	status := http.StatusInternalServerError
-	if st := sqlState(err); st == "42P01" || st == "22023" || st == "P0002" {
+	// 22021: the request carried bytes that are no text in the database's encoding (a NUL, broken
+	// UTF-8 in a reason or a key): the client's mistake, as a bad argument is.
+	if st := sqlState(err); st == "42P01" || st == "22023" || st == "P0002" || st == "22021" {
 		status = http.StatusBadRequest
 	}
 	text := describe(err)

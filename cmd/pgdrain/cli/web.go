@@ -51,6 +51,11 @@ var webCommand = command{
 					return usagef("web: --basic-auth must be USER:PASSWORD, both non-empty")
 				}
 			}
+			if wedgedAfter.d <= 0 {
+				// The console's zero means its default (1m): 0s would have listed nothing younger
+				// than a minute while saying "older than 1m".
+				return usagef("web: --wedged-after must be more than 0s (1s lists every partition whose oldest pending row is a second old), got %s", ageText(wedgedAfter.d))
+			}
 			if refresh.d < console.MinRefresh {
 				return usagef("web: --refresh must be at least %s, got %s", ageText(console.MinRefresh), ageText(refresh.d))
 			}

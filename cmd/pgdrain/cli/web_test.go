@@ -31,3 +31,17 @@ func TestWeb_RefusesABlankToken(t *testing.T) {
 		}
 	}
 }
+
+// --wedged-after 0s is refused at start: the console's zero is its default (1m), so it silently
+// listed nothing younger than a minute while the page said "older than 1m".
+func TestWeb_RefusesAZeroWedgedAfter(t *testing.T) {
+	t.Setenv("PGDRAIN_WEB_TOKEN", "")
+	t.Setenv("PGDRAIN_WEB_BASIC_AUTH", "")
+	for _, v := range []string{"0s", "0"} {
+		var out, errOut bytes.Buffer
+		code := Run(context.Background(), []string{"--dsn", "postgres://nobody@127.0.0.1:1/none", "web", "--wedged-after", v}, &out, &errOut)
+		if code != ExitUsage || !bytes.Contains(errOut.Bytes(), []byte("--wedged-after must be more than 0s")) {
+			t.Errorf("--wedged-after %s: exit %d, stderr %q; want exit 2 naming --wedged-after", v, code, errOut.String())
+		}
+	}
+}
