@@ -384,3 +384,32 @@ func TestConsole_BadBytesInAFormAreTheClientsMistake(t *testing.T) {
 		require.Contains(t, page, "invalid byte sequence")
 	}
 }
+
+// "Requeue all of key K" requeues the rows its confirmation counted: a row of the key poisoned
+// between the confirmation and the click stays poisoned, and the outcome says so (before, the click
+// requeued it too, more rows than the confirmation named).
+func TestConsole_RequeueOfAKeyRequeuesTheRowsItsConfirmationNamed(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, &syncBuffer{})
+	ctx := context.Background()
+	token := c.csrf("/queues/public.events")
+	code, page := c.post("/actions/requeue", url.Values{"queue": {b.queue}, "key": {"acct-3"}, "csrf": {token}})
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, `requeue the 2 poisoned row(s) of key &#34;acct-3&#34;`)
+	require.Contains(t, page, `name="ids" value="3,7"`)
+
+	var late int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `INSERT INTO public.events (event_type, payload, account_id, attempt_count, last_error)
+		VALUES ('late', '{}', 'acct-3', 3, 'poisoned after the confirmation') RETURNING id`).Scan(&late))
+	code, _ = c.post("/actions/requeue", url.Values{"queue": {b.queue}, "key": {"acct-3"}, "ids": {"3,7"}, "csrf": {token}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	var poisoned []int64
+	rows, err := b.db.Pool.Query(ctx, `SELECT id FROM public.events WHERE account_id = 'acct-3' AND sent_at IS NULL AND attempt_count >= 3 ORDER BY id`)
+	require.NoError(t, err)
+	poisoned, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, []int64{late}, poisoned, "the two rows named were requeued, the late one was not")
+	_, page = c.get("/queues/public.events")
+	require.Contains(t, page, "1 row(s) of the key poisoned since the confirmation stay poisoned")
+}

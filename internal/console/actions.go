@@ -208,11 +208,28 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 			s.failedNote(w, r, back, err, note, "queue", queue, "key", key)
 			return
 		}
+		// The confirmation names the rows it counted (up to maxKeyFence of them): the click requeues
+		// those, not rows of the key poisoned between the two.
+		var late int
+		if shown := r.PostFormValue("ids"); shown != "" && r.PostFormValue("confirm") == "yes" {
+			named, bad := distinctIDs(strings.Split(shown, ","))
+			if bad != "" {
+				s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("ids: must be positive integers separated by commas, got %q", bad), back)
+				return
+			}
+			found, late = onlyNamed(found, named)
+		}
 		if len(found) == 0 {
 			s.message(w, r, http.StatusBadRequest, "Nothing to requeue", fmt.Sprintf("key: %q has no poisoned row in %s", key, queue), back)
 			return
 		}
 		list, what = found, fmt.Sprintf("the %d poisoned row(s) of key %q", len(found), key)
+		if len(found) >= maxKeyRequeue {
+			what = fmt.Sprintf("the first %d poisoned rows of key %q (more remain: requeue the key again for the rest)", len(found), key)
+		}
+		if late > 0 {
+			what += fmt.Sprintf("; %d row(s) of the key poisoned since the confirmation stay poisoned", late)
+		}
 	default:
 		var bad string
 		if list, bad = distinctIDs(ids); bad != "" {
@@ -228,6 +245,9 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 			fields = append(fields, field{"all", "yes"})
 		case key != "":
 			fields = append(fields, field{"key", key})
+			if len(list) <= maxKeyFence {
+				fields = append(fields, field{"ids", joinIDsComma(list)})
+			}
 		default:
 			for _, id := range list {
 				fields = append(fields, field{"id", strconv.FormatInt(id, 10)})
@@ -727,4 +747,33 @@ func (s *Server) acknowledgeAction(w http.ResponseWriter, r *http.Request) {
 		o.Lines = nil
 	}
 	s.done(w, r, back, o, "alert", alert, "note", typed, "acknowledged", acked, "running_ladders_stopped", runningBefore-runningAfter)
+}
+
+// maxKeyFence is how many ids of a key the requeue confirmation carries (about 20 characters
+// each: within the form's size limit); a key with more is requeued as it is at the click.
+const maxKeyFence = 1000
+
+// onlyNamed returns the ids of found that named lists, and how many of found it does not.
+func onlyNamed(found, named []int64) (kept []int64, left int) {
+	in := make(map[int64]bool, len(named))
+	for _, id := range named {
+		in[id] = true
+	}
+	for _, id := range found {
+		if in[id] {
+			kept = append(kept, id)
+		} else {
+			left++
+		}
+	}
+	return kept, left
+}
+
+// joinIDsComma writes ids as "1,2,3".
+func joinIDsComma(ids []int64) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(parts, ",")
 }
