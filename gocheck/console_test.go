@@ -7,10 +7,12 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/internal/console"
@@ -412,4 +414,41 @@ func TestConsole_RequeueOfAKeyRequeuesTheRowsItsConfirmationNamed(t *testing.T) 
 	require.Equal(t, []int64{late}, poisoned, "the two rows named were requeued, the late one was not")
 	_, page = c.get("/queues/public.events")
 	require.Contains(t, page, "1 row(s) of the key poisoned since the confirmation stay poisoned")
+}
+
+// The pages' reads leave the sampler its half of the reader pool: six open tabs of a queue page
+// whose table is locked ACCESS EXCLUSIVE hold at most the other half (before, they took every
+// connection, and the sampler's reads of every other queue timed out behind them, blamed on "a
+// lock held on the table"). The tabs beyond it wait, then answer 503 or their page.
+func TestConsole_PageReadsLeaveTheSamplerItsConnections(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	cfg.MaxConns = 4
+	reader, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer reader.Close()
+	c := startConsole(t, console.Config{Reader: reader, ReadOnly: true}, &syncBuffer{})
+
+	locker, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(ctx) }()
+	_, err = locker.Exec(ctx, `LOCK TABLE public.events IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.get("/queues/public.events")
+		}()
+	}
+	time.Sleep(time.Second)
+	held := reader.Stat().AcquiredConns()
+	require.NoError(t, locker.Rollback(ctx))
+	wg.Wait()
+	require.LessOrEqual(t, held, int32(2), "six tabs hold at most half of the 4 connections")
+	require.Positive(t, held, "the tabs were reading")
 }

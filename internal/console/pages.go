@@ -60,6 +60,12 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 	// The wedged partitions come from the sampler, like the figures they explain (and the sampler
 	// reads a queue again after an action on it).
 	b := queueBody{Q: v, WedgedAfter: s.cfg.WedgedAfter, Limit: listLimit}
+	release, ok := s.readSlot(ctx)
+	if !ok {
+		s.message(w, r, http.StatusServiceUnavailable, "Busy", "Every connection of the console's reader pool was busy for "+human(queryTimeout)+": reload in a moment.", "/")
+		return
+	}
+	defer release()
 	payload, err := payloadVisible(ctx, s.cfg.Reader, reg)
 	if err == nil {
 		b.PayloadHidden = !payload
@@ -108,6 +114,12 @@ func (s *Server) escalationsPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
 	b := escalationsBody{Limit: listLimit, OverdueAfter: s.cfg.WedgedAfter, Now: time.Now()}
+	release, free := s.readSlot(ctx)
+	if !free {
+		s.message(w, r, http.StatusServiceUnavailable, "Busy", "Every connection of the console's reader pool was busy for "+human(queryTimeout)+": reload in a moment.", "/")
+		return
+	}
+	defer release()
 	ok, err := alrInstalled(ctx, s.cfg.Reader)
 	if err == nil && ok {
 		b.Installed = true

@@ -22,6 +22,10 @@ type Server struct {
 	cfg     Config
 	key     []byte
 	sampler *sampler
+	// reading bounds the pages' reads in flight to the part of the reader pool the sampler leaves
+	// them (it takes at most half): open tabs of a slow page took every connection, and the
+	// sampler's reads of other queues timed out behind them ("a lock held on the table?").
+	reading chan struct{}
 	pages   *pages
 	handler http.Handler
 }
@@ -34,6 +38,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, key: make([]byte, 32), sampler: newSampler(cfg.Reader, cfg.Refresh, cfg.History, cfg.WedgedAfter)}
+	s.reading = make(chan struct{}, max(1, int(cfg.Reader.Config().MaxConns)-cap(s.sampler.slots)))
 	_, _ = rand.Read(s.key)
 	p, err := loadPages()
 	if err != nil {
@@ -154,4 +159,15 @@ func sqlState(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// readSlot waits for a page read's turn (see Server.reading) and returns its release; ok is false
+// when ctx ended first.
+func (s *Server) readSlot(ctx context.Context) (release func(), ok bool) {
+	select {
+	case s.reading <- struct{}{}:
+		return func() { <-s.reading }, true
+	case <-ctx.Done():
+		return nil, false
+	}
 }
