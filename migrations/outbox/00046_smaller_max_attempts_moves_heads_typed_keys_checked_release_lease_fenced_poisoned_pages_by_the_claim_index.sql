@@ -573,6 +573,27 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Raises the package's argument error: SQLSTATE 22023, message '<function>: <what is wrong>'.
+-- Every validation goes through here so that codes and message shapes stay one API.
+CREATE OR REPLACE FUNCTION outbox._invalid(p_function text, p_message text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  -- A message that quotes a huge argument (a 1 MB queue name or outcome) is cut: the rule comes
+  -- first in every message, and the client and the server log get 1,000 characters, not megabytes.
+  RAISE EXCEPTION '%: %', p_function,
+    CASE WHEN pg_catalog.length(p_message) > 1000
+         THEN pg_catalog.left(p_message, 1000) || pg_catalog.format('... (%s characters in all)', pg_catalog.length(p_message))
+         ELSE p_message END
+    USING ERRCODE = '22023';
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- The version of the outbox schema installed in this database: the release it belongs to and the
 -- number of the last migration applied (the file migrations/outbox/NNNNN_*.sql). A client that needs
 -- a function added by migration N checks migration >= N before it starts (the Go drainer does).
@@ -724,6 +745,21 @@ GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, 
 -- +goose StatementEnd
 
 -- +goose Down
+-- +goose StatementBegin
+-- Raises the package's argument error: SQLSTATE 22023, message '<function>: <what is wrong>'.
+-- Every validation goes through here so that codes and message shapes stay one API.
+CREATE OR REPLACE FUNCTION outbox._invalid(p_function text, p_message text)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  RAISE EXCEPTION '%: %', p_function, p_message USING ERRCODE = '22023';
+END;
+$$;
+-- +goose StatementEnd
+
 
 -- +goose StatementBegin
 -- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE

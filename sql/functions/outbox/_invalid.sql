@@ -7,6 +7,12 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-  RAISE EXCEPTION '%: %', p_function, p_message USING ERRCODE = '22023';
+  -- A message that quotes a huge argument (a 1 MB queue name or outcome) is cut: the rule comes
+  -- first in every message, and the client and the server log get 1,000 characters, not megabytes.
+  RAISE EXCEPTION '%: %', p_function,
+    CASE WHEN pg_catalog.length(p_message) > 1000
+         THEN pg_catalog.left(p_message, 1000) || pg_catalog.format('... (%s characters in all)', pg_catalog.length(p_message))
+         ELSE p_message END
+    USING ERRCODE = '22023';
 END;
 $$;
