@@ -26,7 +26,9 @@ import (
 // cancelled by Run's ctx. A call still running a second after its ctx ended is given up on: its
 // connection is closed under it (the server rolls the transaction back and unlocks its rows, which
 // are claimed again), no other batch is claimed until it returns, and Run does not wait for it
-// when it ends. tx must not be committed, rolled back or used after the call returns.
+// when it ends. tx must not be committed, rolled back or used after the call returns. tx is READ
+// COMMITTED whatever the database's default_transaction_isolation (pgdrain's claims need it; see
+// docs/go.md): business writes that need another level belong in a transaction of their own.
 type TxApplier func(ctx context.Context, tx pgx.Tx, batch []TxEvent) error
 
 // TxEvent is one claimed row as a TxApplier gets it.

@@ -56,7 +56,8 @@ type Engine struct {
 
 	health health // for Health
 
-	schemaChecked atomic.Bool // checkSchema passed once (Run's start or the first RunOnce)
+	schemaChecked atomic.Bool  // checkSchema passed once (Run's start or the first RunOnce)
+	alrMigration  atomic.Int64 // the alr schema's migration, as checkSchema read it
 }
 
 // TickResult counts what one RunOnce did.
@@ -248,6 +249,7 @@ func (e *Engine) checkSchema(ctx context.Context) error {
 	if schema.LacksSecurityFix() {
 		e.log.Warn(schema.SecurityAdvice())
 	}
+	e.alrMigration.Store(int64(schema.Migration))
 	level, err := e.db.Check(ctx)
 	if err != nil {
 		return err
@@ -504,7 +506,10 @@ func (e *Engine) applyRetrying(ctx context.Context, log *slog.Logger, s Step) (a
 	}
 	// The retry was refused after an attempt that may have committed (its answer lost: the
 	// connection died, a synchronous standby held the commit past DBTimeout). If it did, our token
-	// recorded this step (alr.recorded_by), and the step is ours to deliver, once.
+	// recorded this step (alr.recorded_by, alr 00012), and the step is ours to deliver, once.
+	if e.alrMigration.Load() < recordedByMigration {
+		return false, true, nil
+	}
 	idx, err := e.recordedBy(context.WithoutCancel(ctx), s)
 	if err != nil {
 		log.Warn("asking which step our token recorded failed; not delivering", "err", err)
@@ -516,6 +521,10 @@ func (e *Engine) applyRetrying(ctx context.Context, log *slog.Logger, s Step) (a
 	}
 	return false, true, nil
 }
+
+// recordedByMigration is the alr migration that added alr.recorded_by: with an older schema an
+// engine can not tell its own lost commit, and such a step stays recorded and undelivered.
+const recordedByMigration = 12
 
 // recordedBy is the step index s's token recorded (alr.recorded_by), nil when none (or the alert
 // no longer fires, or someone stopped the ladder).

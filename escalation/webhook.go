@@ -31,12 +31,13 @@ type WebhookNotifier struct {
 	// Headers are sent with every request (an API key, a tenant). The notifier's own headers
 	// (Content-Type, Idempotency-Key, webhook-*) are set over them.
 	Headers map[string]string
-	// Client sends the request. Defaults to a client that follows no redirect (a redirect is an
-	// answer outside 2xx: a failed delivery; followed, a 301 or 303 turned the POST into a GET
-	// without its body that a 200 counted as delivered). The engine's StepTimeout still bounds
-	// every call through the context. Whatever the client, a request is sent once: Go's transport
-	// silently sends again a request with an Idempotency-Key header whose connection dropped
-	// before the answer, which the notifier prevents (a step is delivered at most once).
+	// Client sends the request. Defaults to a client that follows no redirect. Whatever the client,
+	// a redirect is a failed delivery (followed, a 301 or 303 turned the POST into a GET without
+	// its body that a 200 counted as delivered; a 307 is not followed at all, the request keeping no
+	// body to send again), and a request is sent once: Go's transport silently sends again a
+	// request with an Idempotency-Key header whose connection dropped before the answer, which the
+	// notifier prevents (a step is delivered at most once). The engine's StepTimeout still bounds
+	// every call through the context.
 	Client *http.Client
 }
 
@@ -129,6 +130,12 @@ func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	// A client of the caller's that follows redirects answers with the last request's response: a
+	// 301, 302 or 303 followed made the POST a GET without its body, whose 2xx is no delivery.
+	if resp.Request != nil && resp.Request != req {
+		return fmt.Errorf("posting webhook: %s redirected to %s (redirects are not followed: fix the URL)",
+			redactedURL(target), redactedURL(resp.Request.URL.String()))
+	}
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
 		return fmt.Errorf("posting webhook: %s answered %s (redirects are not followed: fix the URL)", redactedURL(target), resp.Status)
 	}

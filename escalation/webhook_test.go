@@ -128,8 +128,14 @@ func TestWebhookNotifier_ARedirectIsAFailedDelivery(t *testing.T) {
 		require.ErrorContains(t, err, "redirects are not followed", path)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	require.Equal(t, []string{"POST /moved", "POST /see-other", "POST /temporary"}, got, "nothing followed")
+	got = nil
+	mu.Unlock()
+	// A client of the caller's that follows redirects: whatever it did, no delivery.
+	for _, path := range []string{"/moved", "/see-other", "/temporary"} {
+		err := WebhookNotifier{URL: srv.URL + path, Client: &http.Client{}}.Notify(context.Background(), Step{EscalationID: "e1"})
+		require.ErrorContains(t, err, "not followed", path)
+	}
 }
 
 // A webhook URL's path, query and user are its secret (Slack, Teams): a failed delivery's error,

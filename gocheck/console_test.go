@@ -452,3 +452,31 @@ func TestConsole_PageReadsLeaveTheSamplerItsConnections(t *testing.T) {
 	require.LessOrEqual(t, held, int32(2), "six tabs hold at most half of the 4 connections")
 	require.Positive(t, held, "the tabs were reading")
 }
+
+// Against an outbox schema before 00046 (release_lease without its fence), "Release lease…" still
+// ends the lease, unfenced as before, and says that the schema can not end only the lease shown.
+func TestConsole_ReleaseLeaseOnASchemaWithoutTheFence(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	log := &syncBuffer{}
+	ctx := context.Background()
+	exec(t, b.db.Pool, `DROP FUNCTION outbox.release_lease(text, bigint, timestamptz)`)
+	exec(t, b.db.Pool, `CREATE FUNCTION outbox.release_lease(queue text, id bigint) RETURNS boolean
+		LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+		AS $$ SELECT outbox._release_row(outbox._queue('release_lease', queue), id, NULL) $$`)
+	exec(t, b.db.Pool, `GRANT EXECUTE ON FUNCTION outbox.release_lease(text, bigint) TO pgdrain_operator`)
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, log)
+	var id int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT outbox.enqueue($1, 'stuck', '{}', 'acct-stuck')`, b.queue).Scan(&id))
+	worker := loginAs(t, b.db, "pgdrain_worker")
+	var until time.Time
+	require.NoError(t, worker.QueryRow(ctx, `SELECT leased_until FROM outbox.claim_batch($1, 100, '1 hour') WHERE id = $2`,
+		b.queue, id).Scan(&until))
+	token := c.csrf("/queues/public.events")
+	code, _ := c.post("/actions/release", url.Values{"queue": {b.queue}, "id": {fmt.Sprint(id)},
+		"leased_until": {until.Format(time.RFC3339Nano)}, "csrf": {token}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Contains(t, log.String(), "released=true")
+	_, page := c.get("/queues/public.events")
+	require.Contains(t, page, "older than migration 00046")
+}

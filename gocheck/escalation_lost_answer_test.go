@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"sync"
@@ -134,4 +135,42 @@ func TestEscalation_AStepWhoseApplyAnswerWasLostIsDeliveredOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, res.Delivered, "nothing more is due")
 	require.Len(t, telegram.messages(), 1, "delivered once")
+}
+
+// Against an alr schema before 00012 (no alr.recorded_by), the engine does not ask it: such a step
+// stays recorded and undelivered, logged at Error as before, and no call fails for a missing
+// function.
+func TestEscalation_ALostApplyAnswerOnASchemaWithoutRecordedBy(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	exec(t, db.Pool, `DROP FUNCTION alr.recorded_by(uuid, uuid)`)
+	exec(t, db.Pool, `CREATE OR REPLACE FUNCTION alr.version(OUT version text, OUT migration integer)
+		LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT '0.1.0'::text, 11 $$`)
+	policy := ladderPolicy(t, db.Pool, "telegram", "0s", "1 hour")
+	firingAlert(t, db.Pool, "payments down", policy, time.Second)
+
+	u, err := url.Parse(loginURL(t, db, "pgdrain_worker"))
+	require.NoError(t, err)
+	proxy := startAnswerDroppingProxy(t, u.Host, "apply_escalation")
+	u.Host = proxy.ln.Addr().String()
+	cfg, err := pgxpool.ParseConfig(u.String())
+	require.NoError(t, err)
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	var logs lockedBuffer
+	telegram := &fakeTelegram{}
+	engine := newEngine(t, pool, map[string]escalation.Notifier{"telegram": escalation.TelegramNotifier{Sender: telegram}},
+		escalation.Config{DBTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	res, err := engine.RunOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, proxy.fired.Load())
+	require.Zero(t, res.Delivered)
+	require.Empty(t, telegram.messages())
+	require.Contains(t, logs.String(), "may be recorded without delivery")
+	require.NotContains(t, logs.String(), "recorded_by", "the missing function is not called")
 }

@@ -370,7 +370,7 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
 	defer cancel()
 	before := s.snapshot(ctx, reg)
-	released, err := releaseLease(ctx, s.cfg.Operator, queue, id, until)
+	released, fenced, err := releaseLease(ctx, s.cfg.Operator, queue, id, until)
 	if err != nil {
 		s.failed(w, r, back, err, "queue", queue, "id", id)
 		return
@@ -379,6 +379,9 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 	s.sampler.refresh(ctx, queue)
 	o := outcome{Changed: released, Lines: changes(before, after),
 		Text: fmt.Sprintf("released the lease of row %d of %s: it is claimable now, no attempt counted; its worker can no longer record a result for it.", id, queue)}
+	if until != nil && !fenced {
+		o.Text += " (The database's outbox schema is older than migration 00046, which can end only the lease shown: whatever lease the row had was ended. Run goose-run up.)"
+	}
 	if !released {
 		o.Text = fmt.Sprintf("row %d of %s was not leased any more, or by another lease than the one shown (its lease had ended and a worker took it again, or its worker recorded a result, or it is gone): no lease was released.", id, queue)
 		o.Lines = nil // what moved meanwhile is not this action's

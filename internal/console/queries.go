@@ -408,12 +408,21 @@ func purgeSent(ctx context.Context, db *pgxpool.Pool, queue string, olderThan ti
 // resolveAlert is alr.resolve_alert: the alert resolved and its ladders stopped, idempotently.
 // releaseLease ends a stuck row's lease (outbox.release_lease, operators), only the one ending at
 // until when given: false when the row was not leased any more (or by another lease).
-func releaseLease(ctx context.Context, db *pgxpool.Pool, queue string, id int64, until *time.Time) (bool, error) {
-	var released bool
-	if err := db.QueryRow(ctx, `SELECT outbox.release_lease($1, $2, $3)`, queue, id, until).Scan(&released); err != nil {
-		return false, fmt.Errorf("releasing the lease of row %d of %s: %w", id, queue, err)
+// A schema before outbox 00046 has no fence: the lease is ended unfenced there, and fenced reports it.
+func releaseLease(ctx context.Context, db *pgxpool.Pool, queue string, id int64, until *time.Time) (released, fenced bool, err error) {
+	if until != nil {
+		if err := db.QueryRow(ctx, `SELECT pg_catalog.to_regprocedure('outbox.release_lease(text,bigint,timestamptz)') IS NOT NULL`).Scan(&fenced); err != nil {
+			return false, false, fmt.Errorf("releasing the lease of row %d of %s: %w", id, queue, err)
+		}
 	}
-	return released, nil
+	sql, args := `SELECT outbox.release_lease($1, $2)`, []any{queue, id}
+	if fenced {
+		sql, args = `SELECT outbox.release_lease($1, $2, $3)`, append(args, until)
+	}
+	if err := db.QueryRow(ctx, sql, args...).Scan(&released); err != nil {
+		return false, fenced, fmt.Errorf("releasing the lease of row %d of %s: %w", id, queue, err)
+	}
+	return released, fenced, nil
 }
 
 func resolveAlert(ctx context.Context, db *pgxpool.Pool, alertID string) error {

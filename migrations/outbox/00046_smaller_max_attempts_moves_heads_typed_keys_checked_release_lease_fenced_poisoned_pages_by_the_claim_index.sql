@@ -440,7 +440,10 @@ BEGIN
           'partition_key must be a value of column %s (%s) of %s, got %s: %s', v_q.partition_column,
           v_q.partition_type, v_q.queue, pg_catalog.quote_literal(pg_catalog.left(p_partition_key, 200)), v_cast_error));
       END;
-      IF v_q.partition_type ~ '^(character|character varying)\(' AND v_key_read <> p_partition_key THEN
+      -- A string type (varchar(n), char(n), a domain over one) cut the key short when the cast
+      -- changed more than trailing spaces, which PostgreSQL drops from such a value too.
+      IF v_key_read <> p_partition_key AND v_key_read <> pg_catalog.rtrim(p_partition_key, ' ')
+         AND (SELECT t.typcategory FROM pg_catalog.pg_type t WHERE t.oid = pg_catalog.to_regtype(v_q.partition_type)) = 'S' THEN
         PERFORM outbox._invalid(p_function, pg_catalog.format(
           'partition_key must fit column %s (%s) of %s, got %s characters', v_q.partition_column,
           v_q.partition_type, v_q.queue, pg_catalog.length(p_partition_key)));
@@ -468,6 +471,13 @@ $$;
 -- that ends exactly then. Without it, a lease that ran out and was taken by a healthy worker
 -- between the page and the click was ended instead, and the row delivered twice at once (the
 -- console passes the lease end its page showed, alr 00046).
+-- Grants of the old signature to roles of the installation's own (an on-call login) carry over to
+-- the new one: DROP FUNCTION takes them with it. pgdrain's roles get theirs from the privileges below.
+CREATE TEMP TABLE pgdrain_release_lease_grants ON COMMIT DROP AS
+  SELECT pg_catalog.pg_get_userbyid(a.grantee) AS grantee, a.is_grantable
+  FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+  WHERE p.oid = 'outbox.release_lease(text,bigint)'::regprocedure AND a.privilege_type = 'EXECUTE'
+    AND a.grantee <> 0 AND a.grantee <> p.proowner;
 DROP FUNCTION outbox.release_lease(text, bigint);
 CREATE OR REPLACE FUNCTION outbox.release_lease(queue text, id bigint, leased_until timestamptz DEFAULT NULL)
 RETURNS boolean
@@ -499,6 +509,17 @@ BEGIN
   RETURN outbox._release_row(v_q, release_lease.id, v_token);
 END;
 $$;
+
+DO $carry$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT * FROM pgdrain_release_lease_grants LOOP
+    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION outbox.release_lease(text, bigint, timestamptz) TO %I%s', r.grantee,
+      CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+  END LOOP;
+END;
+$carry$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
@@ -514,8 +535,10 @@ $$;
 -- rows (found by skipping from one count to the next: usually one), merged: "ORDER BY id DESC"
 -- over them all let the planner walk the primary key backwards through every sent row newer than
 -- the poisoned ones (1.2-3 s a page with 300,000 poisoned rows under 1.5M sent ones). A payload
--- stored in more than 64 kB is not read for its preview (its size is said instead): turning a 10 MB
--- payload into text to keep 200 characters cost 0.4 s a row, and a page of them timed out.
+-- that may be large is not read for its preview (its stored size is said instead): one stored in
+-- more than 64 kB, or compressed into more than 4 kB (a compressed 39 kB held 10 MB of text):
+-- turning a 10 MB payload into text to keep 200 characters cost 0.1-0.4 s a row, and a page of
+-- them timed out.
 CREATE OR REPLACE FUNCTION outbox.poisoned_rows(queue text, max_rows integer DEFAULT 50, before_id bigint DEFAULT NULL)
 RETURNS TABLE(id bigint, event_id uuid, event_type text, partition_key text, attempt_count integer,
               last_error text, created_at timestamptz, payload_preview text)
@@ -549,6 +572,7 @@ BEGIN
      SELECT t.id, %1$s, t.event_type, %2$s, t.attempt_count, t.last_error, t.created_at,
             CASE WHEN NOT $4 THEN NULL
                  WHEN pg_catalog.pg_column_size(t.payload) > 65536
+                   OR pg_catalog.pg_column_compression(t.payload) IS NOT NULL AND pg_catalog.pg_column_size(t.payload) > 4096
                  THEN pg_catalog.format(''(a payload of %%s bytes stored: not shown)'', pg_catalog.pg_column_size(t.payload))
                  ELSE pg_catalog.left(t.payload::text, 200) END
      FROM %3$s t
@@ -1191,6 +1215,13 @@ $$;
 -- leased_until): lease and token cleared together, no attempt counted, claimable at once. The
 -- holder's late result is then refused by the token, like any result after a lease ran out.
 -- false (nothing changed) when the row is not leased (or is sent).
+-- Grants of the old signature to roles of the installation's own (an on-call login) carry over to
+-- the new one: DROP FUNCTION takes them with it. pgdrain's roles get theirs from the privileges below.
+CREATE TEMP TABLE pgdrain_release_lease_grants ON COMMIT DROP AS
+  SELECT pg_catalog.pg_get_userbyid(a.grantee) AS grantee, a.is_grantable
+  FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+  WHERE p.oid = 'outbox.release_lease(text,bigint,timestamptz)'::regprocedure AND a.privilege_type = 'EXECUTE'
+    AND a.grantee <> 0 AND a.grantee <> p.proowner;
 DROP FUNCTION outbox.release_lease(text, bigint, timestamptz);
 CREATE OR REPLACE FUNCTION outbox.release_lease(queue text, id bigint)
 RETURNS boolean
@@ -1208,6 +1239,17 @@ BEGIN
   RETURN outbox._release_row(v_q, release_lease.id, NULL);
 END;
 $$;
+
+DO $carry$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT * FROM pgdrain_release_lease_grants LOOP
+    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION outbox.release_lease(text, bigint) TO %I%s', r.grantee,
+      CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+  END LOOP;
+END;
+$carry$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin

@@ -28,7 +28,9 @@ BEGIN
     SELECT d.id FROM alr.alert_escalations d
     WHERE d.stopped_at IS NULL AND d.next_at <= pg_catalog.now()
       AND (d.leased_until IS NULL OR d.leased_until <= pg_catalog.now()
-           OR d.leased_until > pg_catalog.now() + interval '1 day')
+           -- From the clock: a take whose transaction began earlier must not count another's
+           -- fresh 1-day lease as one from a jumped clock.
+           OR d.leased_until > pg_catalog.clock_timestamp() + interval '1 day')
     ORDER BY d.next_at, d.id
     LIMIT take_due_steps.batch_size
     FOR UPDATE SKIP LOCKED

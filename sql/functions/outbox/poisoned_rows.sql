@@ -10,8 +10,10 @@
 -- rows (found by skipping from one count to the next: usually one), merged: "ORDER BY id DESC"
 -- over them all let the planner walk the primary key backwards through every sent row newer than
 -- the poisoned ones (1.2-3 s a page with 300,000 poisoned rows under 1.5M sent ones). A payload
--- stored in more than 64 kB is not read for its preview (its size is said instead): turning a 10 MB
--- payload into text to keep 200 characters cost 0.4 s a row, and a page of them timed out.
+-- that may be large is not read for its preview (its stored size is said instead): one stored in
+-- more than 64 kB, or compressed into more than 4 kB (a compressed 39 kB held 10 MB of text):
+-- turning a 10 MB payload into text to keep 200 characters cost 0.1-0.4 s a row, and a page of
+-- them timed out.
 CREATE OR REPLACE FUNCTION outbox.poisoned_rows(queue text, max_rows integer DEFAULT 50, before_id bigint DEFAULT NULL)
 RETURNS TABLE(id bigint, event_id uuid, event_type text, partition_key text, attempt_count integer,
               last_error text, created_at timestamptz, payload_preview text)
@@ -45,6 +47,7 @@ BEGIN
      SELECT t.id, %1$s, t.event_type, %2$s, t.attempt_count, t.last_error, t.created_at,
             CASE WHEN NOT $4 THEN NULL
                  WHEN pg_catalog.pg_column_size(t.payload) > 65536
+                   OR pg_catalog.pg_column_compression(t.payload) IS NOT NULL AND pg_catalog.pg_column_size(t.payload) > 4096
                  THEN pg_catalog.format(''(a payload of %%s bytes stored: not shown)'', pg_catalog.pg_column_size(t.payload))
                  ELSE pg_catalog.left(t.payload::text, 200) END
      FROM %3$s t

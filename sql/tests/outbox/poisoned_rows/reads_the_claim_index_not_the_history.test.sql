@@ -2,10 +2,10 @@
 -- among poisoned rows, and never walks the sent rows: with 20,000 rows sent after 2,000 poisoned
 -- ones, a page of 50 fetches a few hundred blocks (ordered by id over all of them, the planner
 -- walked the primary key backwards through every sent row: thousands). Rows of several attempt
--- counts (a max_attempts lowered since) merge newest first, across pages too; a payload stored in
--- more than 64 kB is not read for its preview.
+-- counts (a max_attempts lowered since) merge newest first, across pages too; a payload that may be
+-- large (stored in more than 64 kB, or compressed into more than 4 kB) is not read for its preview.
 BEGIN;
-SELECT plan(6);
+SELECT plan(7);
 
 SELECT test_helpers.new_queue('k', max_attempts => 3) AS q \gset
 SELECT format('INSERT INTO %s (event_type, payload, k, attempt_count, last_error)
@@ -40,6 +40,11 @@ SELECT format('INSERT INTO %s (event_type, payload, k, attempt_count, last_error
                FROM generate_series(1, 20000) g', :'q') \gexec
 SELECT ok((SELECT payload_preview FROM outbox.poisoned_rows(:'q', 1)) ~ '^\(a payload of \d+ bytes stored: not shown\)$',
   'a payload stored in more than 64 kB is not read for its preview');
+-- 10 MB of text compressed into a few dozen kB: not read either.
+SELECT format('INSERT INTO %s (event_type, payload, k, attempt_count, last_error)
+               VALUES (''compressed'', jsonb_build_object(''blob'', repeat(''abcdefgh'', 1250000)), ''compressed'', 3, ''x'')', :'q') \gexec
+SELECT ok((SELECT payload_preview FROM outbox.poisoned_rows(:'q', 1)) ~ '^\(a payload of \d+ bytes stored: not shown\)$',
+  'a payload compressed into more than 4 kB is not read for its preview');
 SELECT format('INSERT INTO %s (event_type, payload, k, attempt_count, last_error)
                VALUES (''small'', ''{"a": 1}'', ''small'', 3, ''x'')', :'q') \gexec
 SELECT is((SELECT payload_preview FROM outbox.poisoned_rows(:'q', 1)), '{"a": 1}', 'a small payload is previewed');
