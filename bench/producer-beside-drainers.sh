@@ -2,7 +2,8 @@
 # Producers beside running drainers (issue 29 item 4): four pgbench clients run demo-like
 # transactions (UPDATE an account, INSERT its event into a partitioned queue with create_queue's
 # defaults) alone, then beside 1 and 3 Go drainers (bench/cmd/beside: one process, no-op Applier,
-# ApplyConcurrency 8) in lease and lock mode, which keep the queue empty. Each scenario is measured
+# ApplyConcurrency 8) in lease and lock mode, which keep the queue empty, each paired with a run
+# without drainers just before it on the same tables. Each scenario is measured
 # at a fixed rate well under the machine's capacity (average latency: what a producer pays) and at
 # full speed (the rate the CPU left to the producers allows).
 # Usage: scripts/with-postgres.sh --fsync -- bench/producer-beside-drainers.sh [seconds] [rate] [busy-poll] [runs] [trickle] [async]
@@ -65,34 +66,42 @@ measure() {
   full=$("$pgbench" -n -c 4 -j 2 -T "$seconds" -f "$tmp/tx.sql" "$DATABASE_URL" 2>&1)
   echo "$(sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p' <<<"$fixed") $(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$full" | head -1) $(awk -v a="$after" -v b="$before" -v h="$hz" -v s="$seconds" 'BEGIN {printf "%.3f", (a - b) / h / s}')" >>"$tmp/$1"
 }
-labels=(none "1 × lease" "3 × lease" "1 × lock" "3 × lock")
-# The scenarios run in turn, runs times over, so that each meets the machine's moods as often.
+labels=("1 × lease" "3 × lease" "1 × lock" "3 × lock")
+# Each scenario is paired with a run without drainers just before it, on the same tables (both
+# vacuumed first): the tables grow by every full-speed run, and a baseline measured once, at the
+# start on empty tables, made every later scenario look slower than the drainers made it (the
+# ratio is the median of the pairs' ratios). The scenarios run in turn, runs times over, so that
+# each meets the machine's moods as often.
 # pending: rows not yet sent (a full-speed run leaves a backlog that the next drainers must not
 # still be draining while the fixed rate is measured).
 pending() { psql -X -At "$DATABASE_URL" -c "SELECT count(*) FROM public.bd_events WHERE sent_at IS NULL"; }
 for ((r = 1; r <= runs; r++)); do
   psql -X -q "$DATABASE_URL" -c "TRUNCATE public.bd_events" >/dev/null
-  measure none
   for mode in lease lock; do
     for replicas in 1 3; do
-      psql -X -q "$DATABASE_URL" -c "VACUUM public.bd_events" >/dev/null
+      label="$replicas × $mode"
+      psql -X -q "$DATABASE_URL" -c "VACUUM public.bd_events, public.bd_accounts" >/dev/null
+      measure "none before $label"
       "$tmp/beside" -table public.bd_events -mode "$mode" -replicas "$replicas" -busy-poll "$busy" -trickle "$trickle" -async-results="$async" >"$tmp/beside.out" 2>&1 &
       pid=$!
       sleep 1
       for ((w = 0; w < 300; w++)); do [[ $(pending) == 0 ]] && break; sleep 0.2; done
+      psql -X -q "$DATABASE_URL" -c "VACUUM public.bd_events, public.bd_accounts" >/dev/null
       sleep 1
-      measure "$replicas × $mode" "$pid"
+      measure "$label" "$pid"
       kill -INT "$pid"; wait "$pid" || true
+      paste -d' ' <(tail -1 "$tmp/$label") <(tail -1 "$tmp/none before $label") | awk '{print $1 / $4}' >>"$tmp/ratio $label"
+      cat "$tmp/none before $label" >>"$tmp/none"
     done
   done
 done
 # median COLUMN FILE FORMAT: the median (min–max) of a column.
 median() { sort -n -k"$1" "$2" | awk -v c="$1" -v f="$3" '{v[NR]=$c} END {printf f " (" f "–" f ")", v[int((NR+1)/2)], v[1], v[NR]}'; }
-base=$(sort -n -k1 "$tmp/none" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
-echo "producers beside drainers: 4 pgbench clients, ${seconds}s each, fixed rate ${rate} tps, busy-poll ${busy}, trickle interval ${trickle}, async results ${async}, median (min–max) of ${runs}"
-echo "| drainers | latency at ${rate}/s, ms | latency / none | full speed, tps | drainers' CPU at ${rate}/s, cores |"
-echo "|---|---:|---:|---:|---:|"
+echo "producers beside drainers: 4 pgbench clients, ${seconds}s each, fixed rate ${rate} tps, busy-poll ${busy}, trickle interval ${trickle}, async results ${async}, median (min–max) of ${runs}, each scenario paired with a run without drainers just before it"
+echo "| drainers | latency at ${rate}/s, ms | without drainers just before, ms | latency / without (paired) | full speed, tps | drainers' CPU at ${rate}/s, cores |"
+echo "|---|---:|---:|---:|---:|---:|"
+printf '| none (every pair) | %s | | 1.00 | %s | |\n' "$(median 1 "$tmp/none" %.2f)" "$(median 2 "$tmp/none" %.0f)"
 for l in "${labels[@]}"; do
-  lat=$(sort -n -k1 "$tmp/$l" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
-  printf '| %s | %s | %.2f | %s | %s |\n' "$l" "$(median 1 "$tmp/$l" %.2f)" "$(awk -v a="$lat" -v b="$base" 'BEGIN {print a / b}')" "$(median 2 "$tmp/$l" %.0f)" "$(median 3 "$tmp/$l" %.2f)"
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$l" "$(median 1 "$tmp/$l" %.2f)" "$(median 1 "$tmp/none before $l" %.2f)" \
+    "$(median 1 "$tmp/ratio $l" %.2f)" "$(median 2 "$tmp/$l" %.0f)" "$(median 3 "$tmp/$l" %.2f)"
 done
