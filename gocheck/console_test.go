@@ -480,3 +480,18 @@ func TestConsole_ReleaseLeaseOnASchemaWithoutTheFence(t *testing.T) {
 	_, page := c.get("/queues/public.events")
 	require.Contains(t, page, "older than migration 00046")
 }
+
+// A reader login that may not read the registry is not told that no queue is registered: the
+// overview says the registry's read failed, and why (it said "outbox.queues is empty" under the
+// permission error).
+func TestConsole_AReaderWithoutTheRegistryIsNotToldItIsEmpty(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	login := consoleLogin(t, b.db, "pgdrain_producer")
+	c := startConsole(t, console.Config{Reader: consolePool(t, consoleURL(b.db, login)), ReadOnly: true}, &syncBuffer{})
+	code, page := c.get("/")
+	require.Equal(t, http.StatusOK, code, page)
+	require.NotContains(t, page, "outbox.queues is empty")
+	require.Contains(t, page, "No queue could be read")
+	require.Contains(t, page, "permission denied")
+}

@@ -44,8 +44,6 @@ const (
 	csrfKey
 )
 
-const authCookie = "pgdrain_console_auth"
-
 // who names the person behind a request for the action log: the basic-auth user, "token" (the
 // shared token proves no more), or "local" for an unauthenticated loopback console.
 func who(r *http.Request) string {
@@ -103,12 +101,12 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (string, b
 		if b, ok := bearer(r.Header.Get("Authorization")); ok && secretEqual(b, s.cfg.Token) == 1 {
 			return "token", true
 		}
-		if c, err := r.Cookie(authCookie); err == nil && s.validAuthCookie(c.Value, time.Now()) {
+		if c, err := r.Cookie(s.cookies.auth); err == nil && s.validAuthCookie(c.Value, time.Now()) {
 			return "token", true
 		}
 		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && secretEqual(t, s.cfg.Token) == 1 {
 			expires := time.Now().Add(s.cfg.SessionTTL)
-			http.SetCookie(w, &http.Cookie{Name: authCookie, Value: s.authCookieValue(expires), Path: "/",
+			http.SetCookie(w, &http.Cookie{Name: s.cookies.auth, Value: s.authCookieValue(expires), Path: "/",
 				Expires: expires, MaxAge: int(s.cfg.SessionTTL / time.Second),
 				HttpOnly: true, Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 			q := r.URL.Query()

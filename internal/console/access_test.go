@@ -109,7 +109,7 @@ func TestCookies_SecureWhenServedOverTLS(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	auth := cookieNamed(resp, authCookie)
+	auth := cookieNamed(resp, s.cookies.auth)
 	require.NotNil(t, auth)
 	require.True(t, auth.Secure, "the auth cookie over TLS")
 	require.True(t, auth.HttpOnly)
@@ -122,7 +122,7 @@ func TestCookies_SecureWhenServedOverTLS(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	csrf := cookieNamed(resp, csrfCookie)
+	csrf := cookieNamed(resp, s.cookies.csrf)
 	require.NotNil(t, csrf)
 	require.True(t, csrf.Secure, "the CSRF cookie over TLS")
 
@@ -130,16 +130,16 @@ func TestCookies_SecureWhenServedOverTLS(t *testing.T) {
 	tlsReq := httptest.NewRequest(http.MethodGet, "https://127.0.0.1/", nil)
 	tlsReq.TLS = &tls.ConnectionState{}
 	s.setFlash(rec, tlsReq, outcome{Changed: true, Text: "done"})
-	flash := cookieNamed(rec.Result(), flashCookie)
+	flash := cookieNamed(rec.Result(), s.cookies.flash)
 	require.NotNil(t, flash)
 	require.True(t, flash.Secure, "the flash cookie over TLS")
 
 	proxied := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/?token=s3cret", nil)
 	proxied.Header.Set("X-Forwarded-Proto", "https")
-	require.True(t, cookieNamed(serve(s, proxied), authCookie).Secure, "behind a TLS proxy")
+	require.True(t, cookieNamed(serve(s, proxied), s.cookies.auth).Secure, "behind a TLS proxy")
 
 	plain := serve(s, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/?token=s3cret", nil))
-	require.False(t, cookieNamed(plain, authCookie).Secure, "over plain HTTP a Secure cookie would be dropped")
+	require.False(t, cookieNamed(plain, s.cookies.auth).Secure, "over plain HTTP a Secure cookie would be dropped")
 }
 
 // The auth cookie expires after SessionTTL (12h by default): the browser is told, and the server
@@ -150,14 +150,14 @@ func TestAuthCookie_Expires(t *testing.T) {
 	s := newTestServer(t, Config{Token: "s3cret", ReadOnly: true, SessionTTL: time.Hour})
 	before := time.Now()
 	resp := serve(s, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/?token=s3cret", nil))
-	auth := cookieNamed(resp, authCookie)
+	auth := cookieNamed(resp, s.cookies.auth)
 	require.NotNil(t, auth)
 	require.Equal(t, 3600, auth.MaxAge)
 	require.WithinDuration(t, before.Add(time.Hour), auth.Expires, 2*time.Second)
 
 	get := func(value string) int {
 		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
-		req.AddCookie(&http.Cookie{Name: authCookie, Value: value})
+		req.AddCookie(&http.Cookie{Name: s.cookies.auth, Value: value})
 		return serve(s, req).StatusCode
 	}
 	require.Equal(t, http.StatusOK, get(auth.Value))
@@ -226,7 +226,7 @@ func TestFlash_OnlyASignedFreshMessageIsShown(t *testing.T) {
 	s := newTestServer(t, Config{ReadOnly: true})
 	page := func(value string) string {
 		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
-		req.AddCookie(&http.Cookie{Name: flashCookie, Value: value})
+		req.AddCookie(&http.Cookie{Name: s.cookies.flash, Value: value})
 		resp := serve(s, req)
 		body, _ := io.ReadAll(resp.Body)
 		return string(body)
@@ -234,11 +234,11 @@ func TestFlash_OnlyASignedFreshMessageIsShown(t *testing.T) {
 	rec := httptest.NewRecorder()
 	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/purge", nil),
 		outcome{Changed: true, Text: "deleted 2 sent row(s).", Lines: []string{"<b>x</b> 2 → 0"}})
-	signed := cookieNamed(rec.Result(), flashCookie)
+	signed := cookieNamed(rec.Result(), s.cookies.flash)
 	require.Contains(t, page(signed.Value), `<div class="flash changed" role="status" id="outcome"><p><strong>Done:</strong> deleted 2 sent row(s).</p><ul><li>&lt;b&gt;x&lt;/b&gt; 2 → 0</li></ul></div>`)
 	rec = httptest.NewRecorder()
 	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/release", nil), outcome{Text: "row 7 was not leased any more."})
-	require.Contains(t, page(cookieNamed(rec.Result(), flashCookie).Value),
+	require.Contains(t, page(cookieNamed(rec.Result(), s.cookies.flash).Value),
 		`<div class="flash unchanged" role="status" id="outcome"><p><strong>Nothing changed:</strong> row 7 was not leased any more.</p></div>`,
 		"an action that changed nothing does not look like one that worked")
 
@@ -268,7 +268,7 @@ func TestCSRF_CheckedBeforeTheBodyIsRead(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, Config{})
 	resp := serve(s, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil))
-	cookie := cookieNamed(resp, csrfCookie)
+	cookie := cookieNamed(resp, s.cookies.csrf)
 	require.NotNil(t, cookie)
 	token := s.mac("csrf", cookie.Value)
 
@@ -345,7 +345,7 @@ func TestFlash_ABigOutcomeStillFitsItsCookie(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	s.setFlash(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/requeue", nil), o)
-	c := cookieNamed(rec.Result(), flashCookie)
+	c := cookieNamed(rec.Result(), s.cookies.flash)
 	require.NotNil(t, c)
 	require.Less(t, len(c.String()), 4000)
 	var got outcome

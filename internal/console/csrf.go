@@ -10,8 +10,6 @@ import (
 	"net/http"
 )
 
-const csrfCookie = "pgdrain_console_csrf"
-
 // csrfHeader carries the CSRF token for a client that posts without a form (a script); the forms
 // carry it in their action's query string (?csrf=...).
 const csrfHeader = "X-Pgdrain-Csrf"
@@ -38,7 +36,7 @@ var crossOrigin = http.NewCrossOriginProtection()
 // matches its token. A tossed cookie can thus neither block an action nor stand for the console's.
 func (s *Server) csrf(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cookies := csrfCookies(r)
+		cookies := s.csrfCookies(r)
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			if err := s.checkCSRF(r, cookies); err != nil {
 				s.cfg.Logger.Warn("console action refused: missing or wrong CSRF token", "who", who(r), "remote", r.RemoteAddr,
@@ -72,7 +70,7 @@ func (s *Server) csrf(h http.Handler) http.Handler {
 			_, _ = rand.Read(b)
 			nonce := hex.EncodeToString(b)
 			value = nonce + s.mac("csrf-cookie", nonce)[:csrfNonceLen]
-			http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: value, Path: "/", HttpOnly: true,
+			http.SetCookie(w, &http.Cookie{Name: s.cookies.csrf, Value: value, Path: "/", HttpOnly: true,
 				Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), csrfKey, s.mac("csrf", value))))
@@ -83,12 +81,12 @@ func (s *Server) csrf(h http.Handler) http.Handler {
 // the first 32 hex digits of their HMAC under the server's key.
 const csrfNonceLen = 32
 
-// csrfCookies returns the values of every cookie named csrfCookie, in the order the browser sent
-// them (r.Cookie would return only the first).
-func csrfCookies(r *http.Request) []string {
+// csrfCookies returns the values of every cookie of this console's CSRF cookie name, in the order
+// the browser sent them (r.Cookie would return only the first).
+func (s *Server) csrfCookies(r *http.Request) []string {
 	var values []string
 	for _, c := range r.Cookies() {
-		if c.Name == csrfCookie {
+		if c.Name == s.cookies.csrf {
 			values = append(values, c.Value)
 		}
 	}

@@ -15,9 +15,11 @@ import (
 	"github.com/pgdrain/pgdrain/internal/console/timetext"
 )
 
-// tossedCSRF is a cookie of the CSRF cookie's name that another origin of this host set (cookies
-// do not isolate ports): 32 characters, like a cookie the console once minted, but not this one.
-var tossedCSRF = &http.Cookie{Name: csrfCookie, Value: strings.Repeat("a", 32)}
+// tossedCSRF is a cookie of s's CSRF cookie name that another origin of this host set (cookies do
+// not isolate ports): 32 characters, like a cookie the console once minted, but not this one.
+func tossedCSRF(s *Server) *http.Cookie {
+	return &http.Cookie{Name: s.cookies.csrf, Value: strings.Repeat("a", 32)}
+}
 
 // A page on another port of this host can set a CSRF cookie of the console's name with a longer
 // path (Path=/actions, or the path of a page); the browser then sends it before the console's own.
@@ -26,7 +28,7 @@ func TestCSRF_ACookieTossedByAnotherPortBlocksNoAction(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, Config{})
 	resp := serve(s, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil))
-	own := cookieNamed(resp, csrfCookie)
+	own := cookieNamed(resp, s.cookies.csrf)
 	require.NotNil(t, own)
 	token := s.mac("csrf", own.Value)
 
@@ -41,9 +43,9 @@ func TestCSRF_ACookieTossedByAnotherPortBlocksNoAction(t *testing.T) {
 	}
 	// Past the CSRF check, the action answers that no such queue is registered (400).
 	require.Equal(t, http.StatusBadRequest, post(own), "the console's own cookie")
-	require.Equal(t, http.StatusBadRequest, post(tossedCSRF, own), "a tossed cookie sent first")
-	require.Equal(t, http.StatusBadRequest, post(own, tossedCSRF), "a tossed cookie sent after")
-	require.Equal(t, http.StatusForbidden, post(tossedCSRF), "only a tossed cookie")
+	require.Equal(t, http.StatusBadRequest, post(tossedCSRF(s), own), "a tossed cookie sent first")
+	require.Equal(t, http.StatusBadRequest, post(own, tossedCSRF(s)), "a tossed cookie sent after")
+	require.Equal(t, http.StatusForbidden, post(tossedCSRF(s)), "only a tossed cookie")
 	require.Equal(t, http.StatusForbidden, post(), "no cookie")
 
 	// A cookie tossed with the path of a page (Path=/queues) comes first on that page: its forms
@@ -51,7 +53,7 @@ func TestCSRF_ACookieTossedByAnotherPortBlocksNoAction(t *testing.T) {
 	var formToken string
 	h := s.csrf(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { formToken = csrfToken(r) }))
 	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/queues/public.events", nil)
-	req.AddCookie(tossedCSRF)
+	req.AddCookie(tossedCSRF(s))
 	req.AddCookie(own)
 	h.ServeHTTP(httptest.NewRecorder(), req)
 	require.Equal(t, token, formToken, "the forms of a page carry the token of the console's own cookie")
@@ -125,4 +127,48 @@ func TestOverview_RegistryFailingKeepsTheTimeOfTheFiguresAndSaysSince(t *testing
 	require.NoError(t, err)
 	require.WithinRange(t, at, failedAt.Add(-time.Second), time.Now())
 	require.Contains(t, page, "outbox.queues", "why")
+}
+
+// Two consoles on one host (two local ports: two SSH tunnels to two environments) keep their own
+// cookies: a browser keeps cookies by name, host and path, not port, and with one fixed name each
+// console's page replaced the other's CSRF and auth cookies, so each refused the other's next
+// action (403) or asked for its token again. Their names differ; an action of A passes with B's
+// cookies beside its own.
+func TestCSRF_TwoConsolesOnOneHostKeepTheirOwnCookies(t *testing.T) {
+	t.Parallel()
+	a := newTestServer(t, Config{Token: "a-secret"})
+	b := newTestServer(t, Config{Token: "b-secret"})
+	require.NotEqual(t, a.cookies.csrf, b.cookies.csrf)
+	require.NotEqual(t, a.cookies.auth, b.cookies.auth)
+	require.NotEqual(t, a.cookies.flash, b.cookies.flash)
+
+	// The page with ?token= sets the auth cookie (and redirects); the next page, the CSRF cookie.
+	cookiesOf := func(s *Server, token string) []*http.Cookie {
+		got := serve(s, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/?token="+token, nil)).Cookies()
+		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
+		for _, c := range got {
+			req.AddCookie(c)
+		}
+		return append(got, serve(s, req).Cookies()...)
+	}
+	jar := append(cookiesOf(a, "a-secret"), cookiesOf(b, "b-secret")...) // A's page, then B's
+	var aCSRF, aAuth *http.Cookie
+	for _, c := range jar {
+		switch c.Name {
+		case a.cookies.csrf:
+			aCSRF = c
+		case a.cookies.auth:
+			aAuth = c
+		}
+	}
+	require.NotNil(t, aCSRF, "A's CSRF cookie survives B's page")
+	require.NotNil(t, aAuth, "A's auth cookie survives B's page")
+	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/actions/requeue?csrf="+a.mac("csrf", aCSRF.Value),
+		strings.NewReader("queue=public.none&all=yes"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for _, c := range jar {
+		req.AddCookie(c)
+	}
+	// Past authentication and the CSRF check, the action answers that no such queue is registered.
+	require.Equal(t, http.StatusBadRequest, serve(a, req).StatusCode)
 }

@@ -26,6 +26,8 @@ type Server struct {
 	// them (it takes at most half): open tabs of a slow page took every connection, and the
 	// sampler's reads of other queues timed out behind them ("a lock held on the table?").
 	reading chan struct{}
+	// cookies are this console's cookie names (cookieNames).
+	cookies cookieNames
 	pages   *pages
 	handler http.Handler
 }
@@ -40,6 +42,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, key: make([]byte, 32), sampler: newSampler(cfg.Reader, cfg.Refresh, cfg.History, cfg.WedgedAfter)}
 	s.reading = make(chan struct{}, max(1, int(cfg.Reader.Config().MaxConns)-cap(s.sampler.slots)))
 	_, _ = rand.Read(s.key)
+	s.cookies = newCookieNames(s.mac("cookie-names", ""))
 	p, err := loadPages()
 	if err != nil {
 		return nil, err
@@ -170,4 +173,15 @@ func (s *Server) readSlot(ctx context.Context) (release func(), ok bool) {
 	case <-ctx.Done():
 		return nil, false
 	}
+}
+
+// cookieNames are the names of a console's cookies: a fixed prefix and a part of its own (from its
+// key). A browser keeps cookies by name, host and path, not port: two consoles on one host (two
+// SSH tunnels to two environments) each replaced the other's cookies of the same name, and each
+// refused the other's next action (403) or asked for its token again.
+type cookieNames struct{ csrf, auth, flash string }
+
+func newCookieNames(unique string) cookieNames {
+	u := unique[:12]
+	return cookieNames{csrf: "pgdrain_console_csrf_" + u, auth: "pgdrain_console_auth_" + u, flash: "pgdrain_console_flash_" + u}
 }

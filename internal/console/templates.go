@@ -65,8 +65,6 @@ type pageData struct {
 	Body     any
 }
 
-const flashCookie = "pgdrain_console_flash"
-
 // Bounds of an outcome in the flash cookie: a browser drops a cookie over 4 KiB, and with it the
 // outcome. At most maxOutcomeLines lines (then "and N more"), the sentence at most
 // maxOutcomeText bytes and each line at most maxOutcomeLine: about 3 KiB once encoded.
@@ -116,7 +114,7 @@ type outcome struct {
 // console receives, but not one it shows.
 func (s *Server) setFlash(w http.ResponseWriter, r *http.Request, o outcome) {
 	msg, _ := json.Marshal(o.bounded())
-	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: s.flashValue(string(msg), time.Now().Add(flashTTL)), Path: "/",
+	http.SetCookie(w, &http.Cookie{Name: s.cookies.flash, Value: s.flashValue(string(msg), time.Now().Add(flashTTL)), Path: "/",
 		MaxAge: int(flashTTL / time.Second), HttpOnly: true, Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 }
 
@@ -151,12 +149,12 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	d.Refresh = int(s.cfg.Refresh / time.Second)
 	d.Who = who(r)
 	fragment := r.Header.Get("X-Pgdrain-Fragment") != ""
-	if c, err := r.Cookie(flashCookie); err == nil && !fragment {
+	if c, err := r.Cookie(s.cookies.flash); err == nil && !fragment {
 		var o outcome
 		if msg := s.readFlash(c.Value, time.Now()); msg != "" && json.Unmarshal([]byte(msg), &o) == nil && o.Text != "" {
 			d.Flash = &o
 		}
-		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true,
+		http.SetCookie(w, &http.Cookie{Name: s.cookies.flash, Path: "/", MaxAge: -1, HttpOnly: true,
 			Secure: servedOverTLS(r), SameSite: http.SameSiteStrictMode})
 	}
 	tmpl := "layout.html"

@@ -9,6 +9,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
   v_bad text;
+  v_n bigint;
 BEGIN
   IF p_ids IS NULL THEN
     PERFORM outbox._invalid(p_function, 'ids must not be NULL');
@@ -36,12 +37,15 @@ BEGIN
   IF (SELECT pg_catalog.count(DISTINCT x) FROM pg_catalog.unnest(p_ids) x) <> pg_catalog.cardinality(p_ids) THEN
     PERFORM outbox._invalid(p_function, 'ids must be distinct');
   END IF;
-  SELECT o INTO v_bad FROM pg_catalog.unnest(p_outcomes) o
-  WHERE o IS NULL OR o NOT IN ('sent', 'transient', 'permanent') LIMIT 1;
+  SELECT u.o, u.n INTO v_bad, v_n FROM pg_catalog.unnest(p_outcomes) WITH ORDINALITY AS u(o, n)
+  WHERE u.o IS NULL OR u.o NOT IN ('sent', 'transient', 'permanent') LIMIT 1;
   IF FOUND THEN
-    PERFORM outbox._invalid(p_function, pg_catalog.format(
-      'outcome must be ''sent'', ''transient'' or ''permanent'', got %s',
-      COALESCE(pg_catalog.quote_literal(v_bad), 'NULL')));
+    -- Named as the caller knows it: apply_result's one outcome, or an element of outcomes.
+    PERFORM outbox._invalid(p_function, CASE WHEN p_function = 'apply_result'
+      THEN pg_catalog.format('outcome must be ''sent'', ''transient'' or ''permanent'', got %s',
+                             COALESCE(pg_catalog.quote_literal(v_bad), 'NULL'))
+      ELSE pg_catalog.format('outcomes must hold only ''sent'', ''transient'' or ''permanent'', got %s (element %s)',
+                             COALESCE(pg_catalog.quote_literal(v_bad), 'NULL'), v_n) END);
   END IF;
 END;
 $$;

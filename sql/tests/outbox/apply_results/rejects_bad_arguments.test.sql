@@ -30,7 +30,7 @@ SELECT throws_ok(format('SELECT * FROM outbox.apply_results(%L, %L, %L, %L)', :'
 SELECT throws_ok(format('SELECT * FROM outbox.apply_results(%L, %L, %L, %L)', :'q', :'ids', ARRAY[(:'toks'::uuid[])[1], NULL], '{sent,sent}'), '22023',
   'apply_results: lease_tokens must not contain NULL', 'apply_results rejects a NULL token');
 SELECT throws_ok(format('SELECT * FROM outbox.apply_results(%L, %L, %L, %L)', :'q', :'ids', :'toks', '{sent,ok}'), '22023',
-  'apply_results: outcome must be ''sent'', ''transient'' or ''permanent'', got ''ok''',
+  'apply_results: outcomes must hold only ''sent'', ''transient'' or ''permanent'', got ''ok'' (element 2)',
   'apply_results rejects an unknown outcome even after a valid one');
 SELECT throws_ok(format('SELECT * FROM outbox.apply_results(%L, %L, %L, %L)', :'q',
                         (SELECT array_agg(i) FROM generate_series(1, 10001) i)::text,

@@ -31,7 +31,7 @@ SELECT throws_ok(format('SELECT outbox.settle_locked(%L, %L, %L)', :'q', ARRAY[:
 SELECT throws_ok(format('SELECT outbox.settle_locked(%L, %L, %L)', :'q', ARRAY[:held::bigint, :held::bigint], '{sent,sent}'), '22023',
   'settle_locked: ids must be distinct', 'settle_locked rejects duplicate ids');
 SELECT throws_ok(format('SELECT outbox.settle_locked(%L, %L, %L)', :'q', ARRAY[:held::bigint], '{delivered}'), '22023',
-  'settle_locked: outcome must be ''sent'', ''transient'' or ''permanent'', got ''delivered''', 'settle_locked rejects an unknown outcome');
+  'settle_locked: outcomes must hold only ''sent'', ''transient'' or ''permanent'', got ''delivered'' (element 1)', 'settle_locked rejects an unknown outcome');
 SELECT throws_ok(format('SELECT outbox.settle_locked(%L, %L, %L)', 'a.b.c', ARRAY[:held::bigint], '{sent}'), '22023',
   'settle_locked: queue must be a plain name "schema.table" (letters, digits, _), got ''a.b.c''', 'settle_locked rejects a three-part name');
 SELECT is(test_helpers.state(:'q'), :'before'::jsonb, 'none of the refused calls recorded anything');
