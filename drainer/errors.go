@@ -244,9 +244,20 @@ func (d *Drainer[T]) logRetry(ctx context.Context, msg string, err error, retryI
 	}
 	if cause := pgerr.Conflict(err); cause != "" {
 		d.logger.WarnContext(ctx, msg+" (a passing conflict; retrying)", "err", err, "cause", cause, "retry_in", retryIn)
+		d.recheckIsolation(ctx, err)
 		return
 	}
 	d.logger.ErrorContext(ctx, msg, "err", err, "retry_in", retryIn)
+}
+
+// recheckIsolation switches the drainer's statements to READ COMMITTED transactions of their own
+// after a serialization failure that says a connection began in another level (readcommitted.Recheck).
+func (d *Drainer[T]) recheckIsolation(ctx context.Context, err error) {
+	if d.db.Recheck(err) {
+		d.logger.InfoContext(ctx, "a statement failed with a serialization failure: the pool's connections now begin in another "+
+			"level than READ COMMITTED (default_transaction_isolation changed); the drainer runs each statement in a READ "+
+			"COMMITTED transaction of its own from now on")
+	}
 }
 
 // lostStatement tells whether pgErr is what pgx's prepared statements (default_query_exec_mode

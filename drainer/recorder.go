@@ -226,6 +226,7 @@ func (rec *recorder[T]) retry(ctx context.Context, jobs []*job, err error, delay
 	// The database unavailable, or a passing conflict with other transactions (the same call gets
 	// past it): retried while leases last.
 	cause := cmp.Or(unavailable(err), pgerr.Conflict(err))
+	rec.r.d.recheckIsolation(ctx, err)
 	now := time.Now()
 	var kept, dropped int
 	var earliest time.Time

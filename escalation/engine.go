@@ -586,6 +586,7 @@ func sentNothing(err error) bool {
 // logRetry logs a failed database call that Run retries after retryIn: at Warn with its cause when
 // the database is unavailable (internal/pgerr, as the drainer), otherwise at Error.
 func (e *Engine) logRetry(msg string, err error, retryIn time.Duration) {
+	e.recheckIsolation(err)
 	if cause := pgerr.Unavailable(err); cause != "" {
 		e.log.Warn(msg+" (database unavailable)", "err", err, "cause", cause, "retry_in", retryIn)
 		return
@@ -593,9 +594,20 @@ func (e *Engine) logRetry(msg string, err error, retryIn time.Duration) {
 	e.log.Error(msg, "err", err, "retry_in", retryIn)
 }
 
+// recheckIsolation switches the engine's statements to READ COMMITTED transactions of their own
+// after a serialization failure that says a connection began in another level (readcommitted.Recheck).
+func (e *Engine) recheckIsolation(err error) {
+	if e.db.Recheck(err) {
+		e.log.Info("a statement failed with a serialization failure: the pool's connections now begin in another level than " +
+			"READ COMMITTED (default_transaction_isolation changed); the engine runs each statement in a READ COMMITTED " +
+			"transaction of its own from now on")
+	}
+}
+
 // logStepError logs a step's failed statement that is not retried any more: at Warn with its cause
 // when the database is unavailable, otherwise at Error.
 func (e *Engine) logStepError(log *slog.Logger, msg string, err error) {
+	e.recheckIsolation(err)
 	if cause := pgerr.Unavailable(err); cause != "" {
 		log.Warn(msg+" (database unavailable)", "err", err, "cause", cause)
 		return

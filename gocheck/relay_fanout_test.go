@@ -466,3 +466,50 @@ func TestRelayFanOut_UnpartitionedQueuesAndAPartitioningMismatch(t *testing.T) {
 	}
 	require.Len(t, seen, 20)
 }
+
+// fanout add --from oldest in a database whose default isolation is REPEATABLE READ: events a
+// fan-out transaction marks sent while the add waits for the fan-out's lock are copied too (the
+// add reads in READ COMMITTED after its wait). Before, its snapshot was taken by the lock's
+// statement, before the wait, and such events reached neither the new sink's copy nor the fan-out
+// (which did not know the new queue yet): lost for that sink.
+func TestRelayFanOut_AddFromOldestCopiesWhatWasSentWhileItWaited(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	exec(t, db.Pool, `ALTER DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` SET default_transaction_isolation = 'repeatable read'`)
+	exec(t, db.Pool, `SELECT outbox.create_queue('public.orders', 'customer_id');
+		INSERT INTO public.orders (event_type, payload, customer_id) SELECT 'e', '{}', 'c' || g FROM generate_series(1, 6) g;
+		UPDATE public.orders SET sent_at = now() WHERE id <= 3`)
+	pool, err := pgxpool.New(ctx, db.URL) // new connections: the database's default applies
+	require.NoError(t, err)
+	defer pool.Close()
+
+	// A fan-out transaction in flight: it holds the fan-out's lock shared, and marks rows sent.
+	fanout, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	require.NoError(t, err)
+	defer func() { _ = fanout.Rollback(ctx) }()
+	_, err = fanout.Exec(ctx, `SELECT pg_catalog.pg_advisory_xact_lock_shared(`+relay.FanOutLockKey("public.orders")+`)`)
+	require.NoError(t, err)
+	_, err = fanout.Exec(ctx, `UPDATE public.orders SET sent_at = now() WHERE id IN (4, 5)`)
+	require.NoError(t, err)
+
+	added := make(chan error, 1)
+	var copied int64
+	go func() {
+		var err error
+		copied, err = relay.AddFanOutSink(ctx, pool, "public.orders", "late", relay.FromOldest)
+		added <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 20*time.Millisecond, "the add waits for the fan-out's lock")
+	require.NoError(t, fanout.Commit(ctx))
+	require.NoError(t, <-added)
+	require.EqualValues(t, 5, copied, "the 3 sent before and the 2 sent while it waited")
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM public.orders__late`).Scan(&n))
+	require.Equal(t, 5, n)
+}

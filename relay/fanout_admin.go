@@ -61,6 +61,13 @@ func AddFanOutSink(ctx context.Context, db Beginner, queue, sink string, start F
 		return 0, fmt.Errorf("adding sink %s: %w", sink, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// READ COMMITTED whatever the database's default: under REPEATABLE READ or SERIALIZABLE the
+	// snapshot was taken by the lock's statement, before its wait, and the copy below missed the
+	// events that the fan-out transactions it waited for committed as sent meanwhile (they did not
+	// know the new queue either): the sink never got them.
+	if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
+		return 0, fmt.Errorf("adding sink %s: %w", sink, err)
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`, fanOutLockName(queue)); err != nil {
 		return 0, fmt.Errorf("taking the fan-out's lock of %s: %w", queue, err)
 	}

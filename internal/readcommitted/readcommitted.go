@@ -12,6 +12,7 @@ package readcommitted
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -50,6 +51,19 @@ func (db *DB) Check(ctx context.Context) (string, error) {
 // Explicit reports whether statements run in transactions of their own (the connections begin in
 // another isolation level).
 func (db *DB) Explicit() bool { return db.explicit.Load() }
+
+// Recheck is told of a failed statement: a serialization failure (40001) while statements go to
+// the pool as they are means a connection began in another level than Check saw (the database's
+// or role's default changed under a running client, and a new connection took it: READ COMMITTED
+// never raises one on pgdrain's statements). From then on every statement runs in a READ COMMITTED
+// transaction of its own. It reports whether it switched.
+func (db *DB) Recheck(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		return false
+	}
+	return db.explicit.CompareAndSwap(false, true)
+}
 
 // Begin starts a READ COMMITTED transaction.
 func (db *DB) Begin(ctx context.Context) (pgx.Tx, error) {
