@@ -95,6 +95,26 @@ func (p *answerDroppingProxy) serve(client net.Conn) {
 	_, _ = io.Copy(io.Discard, client)
 }
 
+// answerDroppedWorkerPool is a pool of a pgdrain_worker login of db through an
+// answerDroppingProxy that drops the answer of the first statement containing trigger.
+func answerDroppedWorkerPool(t *testing.T, db *testdb.DB, trigger string) (*pgxpool.Pool, *answerDroppingProxy) {
+	t.Helper()
+	u, err := url.Parse(loginURL(t, db, "pgdrain_worker"))
+	require.NoError(t, err)
+	proxy := startAnswerDroppingProxy(t, u.Host, trigger)
+	u.Host = proxy.ln.Addr().String()
+	cfg, err := pgxpool.ParseConfig(u.String())
+	require.NoError(t, err)
+	// One message per statement (the text and its execution together), so the statement the proxy
+	// lets through runs and commits; the extended protocol sends a statement's text to be prepared
+	// first, whose answer the proxy would drop before anything ran.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool, proxy
+}
+
 // An engine whose apply_escalation committed but whose answer was lost (the connection died after
 // the commit) retries it, is refused (its token was cleared), and then delivers the step its token
 // recorded (alr.recorded_by), once. Before, the step was recorded and never delivered: the page
@@ -107,19 +127,7 @@ func TestEscalation_AStepWhoseApplyAnswerWasLostIsDeliveredOnce(t *testing.T) {
 	policy := ladderPolicy(t, db.Pool, "telegram", "0s", "1 hour")
 	_, ladder := firingAlert(t, db.Pool, "payments down", policy, time.Second)
 
-	u, err := url.Parse(loginURL(t, db, "pgdrain_worker"))
-	require.NoError(t, err)
-	proxy := startAnswerDroppingProxy(t, u.Host, "apply_escalation")
-	u.Host = proxy.ln.Addr().String()
-	cfg, err := pgxpool.ParseConfig(u.String())
-	require.NoError(t, err)
-	// One message per statement (the text and its execution together), so the statement the proxy
-	// lets through runs and commits; the extended protocol sends a statement's text to be prepared
-	// first, whose answer the proxy would drop before anything ran.
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool, proxy := answerDroppedWorkerPool(t, db, "apply_escalation")
 
 	telegram := &fakeTelegram{}
 	engine := newEngine(t, pool, map[string]escalation.Notifier{"telegram": escalation.TelegramNotifier{Sender: telegram}},
@@ -151,18 +159,9 @@ func TestEscalation_ALostApplyAnswerOnASchemaWithoutRecordedBy(t *testing.T) {
 	policy := ladderPolicy(t, db.Pool, "telegram", "0s", "1 hour")
 	firingAlert(t, db.Pool, "payments down", policy, time.Second)
 
-	u, err := url.Parse(loginURL(t, db, "pgdrain_worker"))
-	require.NoError(t, err)
-	proxy := startAnswerDroppingProxy(t, u.Host, "apply_escalation")
-	u.Host = proxy.ln.Addr().String()
-	cfg, err := pgxpool.ParseConfig(u.String())
-	require.NoError(t, err)
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool, proxy := answerDroppedWorkerPool(t, db, "apply_escalation")
 
-	var logs lockedBuffer
+	var logs syncBuffer
 	telegram := &fakeTelegram{}
 	engine := newEngine(t, pool, map[string]escalation.Notifier{"telegram": escalation.TelegramNotifier{Sender: telegram}},
 		escalation.Config{DBTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

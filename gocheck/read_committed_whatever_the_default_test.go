@@ -1,7 +1,6 @@
 package gocheck
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,24 +19,6 @@ import (
 	"github.com/pgdrain/pgdrain/escalation"
 	"github.com/pgdrain/pgdrain/internal/testdb"
 )
-
-// lockedBuffer is a log destination several goroutines write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // defaultIsolation makes new connections to db begin transactions in level, as a team that sets
 // default_transaction_isolation for its whole database does.
@@ -74,7 +55,7 @@ func TestDrainer_RunsInReadCommittedWhateverTheDatabaseDefault(t *testing.T) {
 				seen[e.ID] = true
 				return nil
 			}
-			var logs lockedBuffer
+			var logs syncBuffer
 			drainCtx, stopDrain := context.WithCancel(ctx)
 			var runs []chan error
 			for i, mode := range []drainer.ClaimMode{drainer.ClaimLease, drainer.ClaimLease, drainer.ClaimLock, drainer.ClaimLock} {
@@ -171,7 +152,7 @@ func TestEscalation_RunsInReadCommittedWhateverTheDatabaseDefault(t *testing.T) 
 		firingAlert(t, pool, fmt.Sprintf("alert %d", i), policy, time.Second)
 	}
 
-	var logs lockedBuffer
+	var logs syncBuffer
 	runCtx, stop := context.WithCancel(ctx)
 	var runs []chan error
 	for i := range 3 {
@@ -221,7 +202,7 @@ func TestDrainer_SwitchesToReadCommittedWhenTheDefaultChangesUnderIt(t *testing.
 		seen[e.ID] = true
 		return nil
 	}
-	var logs lockedBuffer
+	var logs syncBuffer
 	drainCtx, stopDrain := context.WithCancel(ctx)
 	var runs []chan error
 	for i, mode := range []drainer.ClaimMode{drainer.ClaimLease, drainer.ClaimLease, drainer.ClaimLock, drainer.ClaimLock} {
