@@ -230,10 +230,10 @@ type Config struct {
 	// context) is still running: its row is unlocked untouched and claimed again (delivered again).
 	// It must leave every row of a batch its full ApplyTimeout: at least ceil(claimed rows /
 	// ApplyConcurrency) * ApplyTimeout + LeaseMargin, where a claim takes BatchSize rows
-	// (ApplyConcurrency when that is above 1). Keep the server's idle_in_transaction_session_timeout
-	// for the drainer's role above it: the server ends a transaction idle for longer (its rows are
-	// claimed again, delivered again), and Run warns at start when it is lower. Lock mode only.
-	// Defaults to that minimum (DefaultLockTransactionTimeout).
+	// (ApplyConcurrency when that is above 1). The claim transaction runs with the server's
+	// idle_in_transaction_session_timeout set to this bound plus 2*LeaseMargin (local to it,
+	// whatever the role's or database's setting), so that the server ends a batch whose drainer
+	// vanished. Lock mode only. Defaults to that minimum (DefaultLockTransactionTimeout).
 	LockTransactionTimeout time.Duration
 	// ClaimTimeout bounds every short database call of the drainer, each on its own: a claim
 	// (outbox.claim_batch; in lock mode BEGIN and outbox.claim_locked), the next wake-up time

@@ -27,9 +27,10 @@
 // LeaseMargin before the bound, and at that point what returned is settled and committed, while a
 // row whose Applier ignores its context is left untouched (claimed and delivered again once that
 // apply returns: it keeps its apply slot until then). Its
-// default, and its minimum, gives every row of a batch its full ApplyTimeout. Keep the role's
-// idle_in_transaction_session_timeout above it (Run warns when it is not): the server ends a
-// transaction idle for longer, nothing of the batch is recorded, and its rows are claimed again.
+// default, and its minimum, gives every row of a batch its full ApplyTimeout. The claim transaction
+// runs with idle_in_transaction_session_timeout set to that bound plus 2*LeaseMargin, whatever the
+// role's setting: a shorter one does not end its batches, and the server frees the row locks of a
+// batch whose drainer vanished (a partition) soon after the bound.
 // Pick lock mode for fast peers (milliseconds), with a modest BatchSize or ApplyConcurrency > 1.
 //
 // # Guarantees

@@ -229,7 +229,6 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 	defer leaveMetrics()
 
 	r := &runner[T]{d: d, cfg: d.cfg.withDefaults(), reg: reg, wake: make(chan struct{}, 1), runCtx: ctx, metrics: m}
-	r.warnIdleInTransactionTimeout(ctx)
 	ready := closedChan
 	if !r.cfg.PollOnly {
 		r.sub = d.subscribe(reg.channel, r.listenWake)

@@ -41,7 +41,7 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	if r.cfg.ApplyConcurrency > 1 { // a claim fills the free slots (see lockLoop)
 		size = max(min(size, r.freeSlots()), 1)
 	}
-	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, size, r.cfg.RunLength)
+	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, size, r.cfg.RunLength, lockIdleBound(r.cfg.LockTransactionTimeout))
 	cancelClaim()
 	if err != nil {
 		return 0, err
@@ -216,37 +216,23 @@ func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.
 	}
 }
 
+// lockIdleBound is the idle_in_transaction_session_timeout a claim transaction runs with: it is
+// idle while its applies run, and the drainer settles and commits it within LockTransactionTimeout
+// (its last call may start at that bound and has LeaseMargin). Past that its client is gone or
+// stalled, and the server ends it, freeing its row locks.
+func lockIdleBound(lockTransactionTimeout time.Duration) time.Duration {
+	return lockTransactionTimeout + 2*LeaseMargin
+}
+
 // lockTxEnded explains a failed settle or commit: when the server ended the claim transaction
-// (idle_in_transaction_session_timeout, or the connection died) nothing of the batch was written,
-// so its rows, unlocked, are claimed again (and the applied ones delivered again).
+// (the process stalled past lockIdleBound, or the connection died) nothing of the batch was
+// written, so its rows, unlocked, are claimed again (and the applied ones delivered again).
 func (r *runner[T]) lockTxEnded(err error, applied int) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "25P03" {
-		return fmt.Errorf("the server ended the claim transaction (idle_in_transaction_session_timeout is shorter than the batch's applies; "+
-			"keep it above LockTransactionTimeout %s for the drainer's role): the %d applied rows were not recorded and will be claimed again: %w",
-			r.cfg.LockTransactionTimeout, applied, err)
+		return fmt.Errorf("the server ended the claim transaction (idle for longer than LockTransactionTimeout %s + %s: "+
+			"was this process stalled?): the %d applied rows were not recorded and will be claimed again: %w",
+			r.cfg.LockTransactionTimeout, 2*LeaseMargin, applied, err)
 	}
 	return fmt.Errorf("the claim transaction failed: the %d applied rows were not recorded and will be claimed again: %w", applied, err)
-}
-
-// warnIdleInTransactionTimeout warns, in lock mode, when the server would end a claim transaction
-// before LockTransactionTimeout (idle_in_transaction_session_timeout as the drainer's connections
-// see it). A failed check is logged at debug level and does not stop Run.
-func (r *runner[T]) warnIdleInTransactionTimeout(ctx context.Context) {
-	if r.cfg.ClaimMode != ClaimLock {
-		return
-	}
-	cctx, cancel := r.bounded(ctx)
-	defer cancel()
-	idle, err := queryIdleInTransactionTimeout(cctx, r.d.pool)
-	if err != nil {
-		r.d.logger.DebugContext(ctx, "reading idle_in_transaction_session_timeout", "err", err)
-		return
-	}
-	if idle > 0 && idle < r.cfg.LockTransactionTimeout {
-		r.d.logger.WarnContext(ctx, "idle_in_transaction_session_timeout is shorter than LockTransactionTimeout: the server ends a "+
-			"lock-mode batch whose applies take longer; its rows are then claimed again (delivered again). Raise it for the drainer's "+
-			"role, or lower BatchSize or ApplyTimeout", "idle_in_transaction_session_timeout", idle,
-			"lock_transaction_timeout", r.cfg.LockTransactionTimeout)
-	}
 }

@@ -3,6 +3,7 @@ package drainer
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +12,7 @@ import (
 )
 
 // Every statement the drainer sends is here (but LISTEN/UNLISTEN, in listen.go). Each calls an
-// outbox SQL function granted to pgdrain_worker (docs/security.md), or reads pg_settings; the
+// outbox SQL function granted to pgdrain_worker (docs/security.md) or sets a setting of its own; the
 // drainer reads and writes no table itself, so a login role that is only a member of
 // pgdrain_worker can run it.
 const (
@@ -37,14 +38,21 @@ const (
 		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
 		       event_id::text, headers, pg_catalog.statement_timestamp()
 		FROM outbox.claim_runs($1, $2, $3, $4)`
+	// The lock-mode claims also give their transaction the server's bound on idle time that the
+	// drainer keeps itself (lockIdleBound): a role's shorter idle_in_transaction_session_timeout
+	// would end every batch whose applies take longer, for ever, and with none set the server
+	// would keep a batch whose client vanished (a partition) until TCP keepalive gave up.
+	// set_config's is_local lasts until the transaction ends.
 	sqlClaimLocked = `
-		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, NULL::uuid,
-		       event_id::text, headers, pg_catalog.statement_timestamp()
-		FROM outbox.claim_locked($1, $2)`
+		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count, c.created_at, NULL::uuid,
+		       c.event_id::text, c.headers, pg_catalog.statement_timestamp()
+		FROM outbox.claim_locked($1, $2) AS c,
+		     pg_catalog.set_config('idle_in_transaction_session_timeout', $3, true) AS s`
 	sqlClaimLockedRuns = `
-		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, NULL::uuid,
-		       event_id::text, headers, pg_catalog.statement_timestamp()
-		FROM outbox.claim_locked_runs($1, $2, $3)`
+		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count, c.created_at, NULL::uuid,
+		       c.event_id::text, c.headers, pg_catalog.statement_timestamp()
+		FROM outbox.claim_locked_runs($1, $2, $4) AS c,
+		     pg_catalog.set_config('idle_in_transaction_session_timeout', $3, true) AS s`
 	sqlExtendLease  = `SELECT outbox.extend_lease($1, $2, $3, $4)`
 	sqlApplyResults = `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5, $6)`
 	// sqlApplyResultsAsync is sqlApplyResults in a transaction that commits without waiting for
@@ -66,10 +74,6 @@ const (
 		SELECT partition_key, head_id, head_attempt_count, coalesce(head_last_error, ''), oldest_pending_at,
 		       pending, reason, extract(epoch FROM now() - oldest_pending_at)::float8
 		FROM outbox.wedged_partitions($1, $2, $3)`
-	// sqlIdleInTransactionTimeout reads the setting as this session sees it (role and database
-	// defaults applied), in milliseconds.
-	sqlIdleInTransactionTimeout = `
-		SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'idle_in_transaction_session_timeout'`
 	sqlRepair = `
 		SELECT coalesce(partition_key, ''), head_id, cause, coalesce(detail, '')
 		FROM outbox.repair($1, $2)`
@@ -199,9 +203,10 @@ func queryClaimBatch(ctx context.Context, db querier, queue string, n, run int, 
 }
 
 // queryClaimLocked locks up to n rows, runs of up to run rows per partition, in tx
-// (outbox.claim_locked, or claim_locked_runs).
-func queryClaimLocked(ctx context.Context, tx querier, queue string, n, run int) ([]*job, error) {
-	sql, args := sqlClaimLocked, []any{queue, n}
+// (outbox.claim_locked, or claim_locked_runs), and sets tx's idle_in_transaction_session_timeout
+// to idleBound.
+func queryClaimLocked(ctx context.Context, tx querier, queue string, n, run int, idleBound time.Duration) ([]*job, error) {
+	sql, args := sqlClaimLocked, []any{queue, n, strconv.FormatInt(idleBound.Milliseconds(), 10)}
 	if run > 1 {
 		sql, args = sqlClaimLockedRuns, append(args, run)
 	}
@@ -401,14 +406,4 @@ func queryRepair(ctx context.Context, db querier, queue string, dryRun bool) ([]
 		return nil, translate("repairing derived state", err)
 	}
 	return list, nil
-}
-
-// queryIdleInTransactionTimeout returns idle_in_transaction_session_timeout as a pooled
-// connection sees it (0: off).
-func queryIdleInTransactionTimeout(ctx context.Context, db querier) (time.Duration, error) {
-	var ms int64
-	if err := db.QueryRow(ctx, sqlIdleInTransactionTimeout).Scan(&ms); err != nil {
-		return 0, translate("reading idle_in_transaction_session_timeout", err)
-	}
-	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -113,7 +113,7 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time.Time) (int, error) {
 	start := time.Now()
 	cctx, cancel := r.bounded(ctx)
-	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, n, r.cfg.RunLength)
+	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, n, r.cfg.RunLength, lockIdleBound(r.cfg.LockTransactionTimeout))
 	cancel()
 	if err != nil {
 		return 0, err

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -37,8 +36,8 @@ import (
 //   - lease/reset: both ends get resets; A retries recording while the leases last, then drops the
 //     results; the rows go to B when the leases end.
 //   - lock/blackhole: the server keeps A's abandoned claim transaction, idle in transaction, with
-//     its row locks, until idle_in_transaction_session_timeout (set for A's login role, above
-//     LockTransactionTimeout, as docs/failover.md says) ends it; then B takes the rows.
+//     its row locks, until idle_in_transaction_session_timeout ends it (the drainer sets it for its
+//     claim transactions, above LockTransactionTimeout; A's role has none); then B takes the rows.
 //   - lock/reset: the server's backend gets a reset and ends at once, freeing the row locks.
 //   - relay: a relay (lease mode, webhook sink) cut off by a blackhole, another relay direct.
 //
@@ -70,10 +69,10 @@ const (
 	ptSeqs    = 10 // events per key before the partition
 	ptAfter   = 2  // events per key after it
 	ptBatch   = 8
-	ptApply   = 4 * time.Second // ApplyTimeout
-	ptLease   = 6 * time.Second // lease mode: Lease and ClaimTimeout
-	ptLockTx  = 5 * time.Second // lock mode: LockTransactionTimeout (at least ApplyTimeout + LeaseMargin)
-	ptIdleTx  = 6 * time.Second // lock mode: the logins' idle_in_transaction_session_timeout
+	ptApply   = 4 * time.Second                  // ApplyTimeout
+	ptLease   = 6 * time.Second                  // lease mode: Lease and ClaimTimeout
+	ptLockTx  = 5 * time.Second                  // lock mode: LockTransactionTimeout (at least ApplyTimeout + LeaseMargin)
+	ptIdleTx  = ptLockTx + 2*drainer.LeaseMargin // lock mode: what the drainer sets for its claim transactions
 	ptStallBy = 3500 * time.Millisecond
 )
 
@@ -146,8 +145,8 @@ func runPartition(t *testing.T, c ptCase) {
 	ptProduce(t, q, 0, ptSeqs)
 	total := ptKeys * ptSeqs
 
-	urlA, loginA := ptLogin(t, q, c)
-	urlB, _ := ptLogin(t, q, c)
+	urlA, loginA := ptLogin(t, q)
+	urlB, _ := ptLogin(t, q)
 	direct, err := url.Parse(urlA)
 	require.NoError(t, err)
 	link := startPartitionLink(t, direct.Host)
@@ -318,19 +317,18 @@ func ptProduce(t *testing.T, q *drQueue, from, seqs int) {
 	require.NoError(t, err)
 }
 
-// ptLogin is a pgdrain_worker login; in lock mode its role's idle_in_transaction_session_timeout
-// bounds how long the server keeps a claim transaction whose client is gone.
-func ptLogin(t *testing.T, q *drQueue, c ptCase) (dsn, login string) {
+// ptLogin is a pgdrain_worker login with no idle_in_transaction_session_timeout of its own: in
+// lock mode what bounds a claim transaction whose client is gone is the drainer's.
+func ptLogin(t *testing.T, q *drQueue) (dsn, login string) {
 	t.Helper()
 	dsn = loginURL(t, q.db, "pgdrain_worker")
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	login = u.User.Username()
-	if c.mode == drainer.ClaimLock {
-		_, err := q.pool.Exec(context.Background(), fmt.Sprintf(`ALTER ROLE %s SET idle_in_transaction_session_timeout = %d`,
-			pgx.Identifier{login}.Sanitize(), ptIdleTx.Milliseconds()))
-		require.NoError(t, err)
-	}
+	var idle string
+	require.NoError(t, q.pool.QueryRow(context.Background(), `SELECT coalesce((SELECT s FROM pg_catalog.pg_db_role_setting,
+		unnest(setconfig) s WHERE setrole = $1::regrole AND s LIKE 'idle_in_transaction_session_timeout=%'), '')`, login).Scan(&idle))
+	require.Empty(t, idle, "the login's role sets no idle_in_transaction_session_timeout")
 	return dsn, login
 }
 
