@@ -131,8 +131,10 @@
 // fail Run. Every database call has a deadline (Config.ClaimTimeout for claims, next_due, result
 // flushes and releases; the lease for extensions; LockTransactionTimeout for lock-mode settling), so
 // a connection to a host that vanished without a reset is abandoned and the pool dials again. A
-// lease-mode result flush that failed because the database was unavailable is retried while the
-// results' leases last. docs/failover.md has the details.
+// lease-mode result flush that failed because the database was unavailable, on a passing conflict
+// with other transactions (a deadlock, a serialization failure) or because the server cancelled it
+// (its lock_timeout or statement_timeout, pg_cancel_backend) is retried while the results' leases
+// last. docs/failover.md has the details.
 //
 // Besides NOTIFY, a drainer polls every PollFallback; claims again when there is room after a
 // claim that found rows, and after recording results (a recorded head unblocks its partition's

@@ -235,8 +235,9 @@ func dataException(err error) *pgconn.PgError {
 }
 
 // logRetry logs a failed database call that the drainer retries after retryIn: at Warn with its
-// cause when the database is unavailable (see unavailable) or the call met a passing conflict
-// with other transactions (pgerr.Conflict), otherwise at Error.
+// cause when the database is unavailable (see unavailable), the call met a passing conflict
+// with other transactions (pgerr.Conflict) or the server cancelled it on its own timeouts
+// (pgerr.Cancelled), otherwise at Error.
 func (d *Drainer[T]) logRetry(ctx context.Context, msg string, err error, retryIn time.Duration) {
 	if cause := unavailable(err); cause != "" {
 		d.logger.WarnContext(ctx, msg+" (database unavailable)", "err", err, "cause", cause, "retry_in", retryIn)
@@ -245,6 +246,10 @@ func (d *Drainer[T]) logRetry(ctx context.Context, msg string, err error, retryI
 	if cause := pgerr.Conflict(err); cause != "" {
 		d.logger.WarnContext(ctx, msg+" (a passing conflict; retrying)", "err", err, "cause", cause, "retry_in", retryIn)
 		d.recheckIsolation(ctx, err)
+		return
+	}
+	if cause := pgerr.Cancelled(err); cause != "" {
+		d.logger.WarnContext(ctx, msg+" (cancelled by the server; retrying)", "err", err, "cause", cause, "retry_in", retryIn)
 		return
 	}
 	d.logger.ErrorContext(ctx, msg, "err", err, "retry_in", retryIn)

@@ -29,8 +29,10 @@ const maxResultsPerFlush = MaxBatchSize
 // announces.
 //
 // A flush that fails because the database is unavailable (a restart, a failover, a killed
-// connection: see unavailable), or on a passing conflict with other transactions (pgerr.Conflict:
-// a deadlock, a serialization failure, PostgreSQL's multixact race), is retried with backoff, together with whatever finished meanwhile,
+// connection: see unavailable), on a passing conflict with other transactions (pgerr.Conflict:
+// a deadlock, a serialization failure, PostgreSQL's multixact race), or cancelled by the server
+// (pgerr.Cancelled: its lock_timeout or statement_timeout, pg_cancel_backend), is retried with
+// backoff, together with whatever finished meanwhile,
 // for as long as a result still has time before its deadline (its lease end minus LeaseMargin);
 // results whose deadline passed are dropped (their rows are delivered again after their leases).
 // Any other failure drops the flush's results at once: retrying would not help.
@@ -223,9 +225,9 @@ func (rec *recorder[T]) takeLocked() []*job {
 // logged: their rows are claimed again when their leases end.
 func (rec *recorder[T]) retry(ctx context.Context, jobs []*job, err error, delay time.Duration) {
 	logger := rec.r.d.logger
-	// The database unavailable, or a passing conflict with other transactions (the same call gets
-	// past it): retried while leases last.
-	cause := cmp.Or(unavailable(err), pgerr.Conflict(err))
+	// The database unavailable, a passing conflict with other transactions, or the server's own
+	// timeouts (the same call may get past them): retried while leases last.
+	cause := cmp.Or(unavailable(err), pgerr.Conflict(err), pgerr.Cancelled(err))
 	rec.r.d.recheckIsolation(ctx, err)
 	now := time.Now()
 	var kept, dropped int

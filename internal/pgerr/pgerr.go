@@ -102,3 +102,24 @@ func Conflict(err error) string {
 	}
 	return ""
 }
+
+// Cancelled says why err is the server cancelling a call on its own timeouts or an operator's
+// request, which the same call, made again, may get past: its lock_timeout ended a wait for a
+// lock another transaction held (55P03), its statement_timeout ran out, or pg_cancel_backend
+// (57014). "" for any other error. A caller that retries these must bound its retries: a timeout
+// set too short for the call fails it every time.
+func Cancelled(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return ""
+	}
+	switch {
+	case pgErr.Code == "55P03":
+		return "the server's lock_timeout ended a wait for a lock another transaction held"
+	case pgErr.Code == "57014" && strings.Contains(pgErr.Message, "statement timeout"):
+		return "the server's statement_timeout cancelled the statement"
+	case pgErr.Code == "57014":
+		return "the server cancelled the statement (a cancel request, such as pg_cancel_backend)"
+	}
+	return ""
+}

@@ -93,3 +93,29 @@ func TestConflict(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelled pins which server errors are the server cancelling a call on its own timeouts or
+// an operator's request (a result flush is retried while its leases last), and nothing else.
+func TestCancelled(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		&pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"},
+		&pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"},
+		fmt.Errorf("recording results: %w", &pgconn.PgError{Code: "57014", Message: "canceling statement due to user request"}),
+	} {
+		if Cancelled(err) == "" {
+			t.Errorf("Cancelled(%v) = \"\", want a cause", err)
+		}
+	}
+	for _, err := range []error{
+		nil,
+		errors.New("canceling statement due to lock timeout"),
+		&pgconn.PgError{Code: "40P01", Message: "deadlock detected"},
+		&pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"},
+		&pgconn.PgError{Code: "55000", Message: "object not in prerequisite state"},
+	} {
+		if cause := Cancelled(err); cause != "" {
+			t.Errorf("Cancelled(%v) = %q, want \"\"", err, cause)
+		}
+	}
+}
