@@ -57,8 +57,10 @@ type Config struct {
 	// pgdrain_escalation_steps_total{outcome} and pgdrain_escalation_unserved_steps_total{channel}
 	// (steps given back because no Notifier serves their channel), and
 	// pgdrain_escalation_unserved_channels (channels the policies use that no Notifier serves, as of
-	// the last check), and pgdrain_escalation_overrunning_deliveries (Notifier calls given up on
-	// that still run; see Notifier). Defaults to nil: counted, not exported.
+	// the last check), pgdrain_escalation_overrunning_deliveries (Notifier calls given up on
+	// that still run; see Notifier) and pgdrain_escalation_unjournaled_steps (steps recorded and
+	// never journaled: an engine killed between recording and delivering them; Run asks every
+	// minute). Defaults to nil: counted, not exported.
 	Registerer prometheus.Registerer
 }
 

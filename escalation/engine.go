@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -53,6 +55,9 @@ type Engine struct {
 	mu             sync.Mutex
 	unservedLogged map[string]time.Time // channel -> when its unserved steps were last logged at Error
 	carried        []Step               // unserved steps kept leased from one runOnce to the next
+	// unjournaledSeen holds the steps recorded and never journaled that the last check found
+	// ("<escalation_id>/<step_idx>"), each logged once.
+	unjournaledSeen map[string]bool
 
 	health health // for Health
 
@@ -172,7 +177,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	defer func() { e.release(e.takeCarried(), outcomeUnserved) }()
 	errDelay := time.Duration(0)
+	var unjournaledChecked time.Time
 	for {
+		if time.Since(unjournaledChecked) >= unjournaledCheckEvery {
+			e.checkUnjournaled(ctx)
+			unjournaledChecked = time.Now()
+		}
 		res, full, err := e.runOnce(ctx)
 		e.health.took(time.Now(), err)
 		if ctx.Err() != nil {
@@ -627,15 +637,19 @@ func (e *Engine) apply(ctx context.Context, s Step) (bool, error) {
 
 // journal records delivery d of s (alr.record_delivery): error NULL when delivered, otherwise
 // d's text, already made recordable by deliver (a channel's error may carry anything its peer said;
-// a text PostgreSQL refuses would cost the delivery its journal row).
-// journal records the delivery of s (alr.record_delivery); false when the journal refused the
-// token (NULL: it journaled this step already, or never kept its token).
+// a text PostgreSQL refuses would cost the delivery its journal row), or a reason of its own when
+// that text shows nothing (record_delivery refuses a blank one). false when the journal refused
+// the token (NULL: it journaled this step already, or never kept its token).
 func (e *Engine) journal(ctx context.Context, s Step, d delivery) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.DBTimeout)
 	defer cancel()
 	var errText *string
 	if d.failed {
-		errText = &d.text
+		text := d.text
+		if blank(text) {
+			text = "the notifier failed without saying why (its error has no text)"
+		}
+		errText = &text
 	}
 	var id *int64
 	if err := e.db.QueryRow(ctx, sqlRecordDelivery, s.EscalationID, s.StepIdx, s.LeaseToken, errText).Scan(&id); err != nil {
@@ -718,4 +732,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// blank tells whether s shows nothing: empty, white space (Unicode's) or zero-width characters
+// only, as alr._is_blank decides.
+func blank(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool {
+		return !unicode.IsSpace(r) && !strings.ContainsRune("\u180e\u200b\u200c\u200d\u2060\ufeff", r)
+	}) < 0
 }

@@ -18,6 +18,7 @@ type metrics struct {
 	unservedSteps    *prometheus.CounterVec
 	unservedChannels prometheus.Gauge
 	overrunning      prometheus.Gauge
+	unjournaled      prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -42,6 +43,13 @@ func newMetrics() *metrics {
 			Help: "Deliveries this engine gave up on because their notifier ignores its context (still running " +
 				"a second past StepTimeout), and that have not returned yet. Each holds a goroutine; any needs a person.",
 		}),
+		unjournaled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pgdrain_escalation_unjournaled_steps",
+			Help: "Escalation steps recorded (apply_escalation) and never journaled for longer than an engine delivers " +
+				"and journals one: pages an engine killed between recording and delivering probably never sent " +
+				"(alr.unjournaled_steps). The database's count, the same from every engine, as of the last check " +
+				"(every minute); any needs a person.",
+		}),
 	}
 	for _, o := range []string{outcomeDelivered, outcomeFailed, outcomeNotOurs, outcomeReleased, outcomeUnserved, outcomeError} {
 		m.steps.WithLabelValues(o)
@@ -55,6 +63,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.unservedSteps.Describe(ch)
 	m.unservedChannels.Describe(ch)
 	m.overrunning.Describe(ch)
+	m.unjournaled.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -63,4 +72,5 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.unservedSteps.Collect(ch)
 	m.unservedChannels.Collect(ch)
 	m.overrunning.Collect(ch)
+	m.unjournaled.Collect(ch)
 }

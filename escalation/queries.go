@@ -14,4 +14,11 @@ const (
 	sqlRelease        = `SELECT alr.release_step($1::uuid, $2::uuid)`
 	sqlRecordedBy     = `SELECT alr.recorded_by($1::uuid, $2::uuid)`
 	sqlChannelsInUse  = `SELECT channel, policies, running_ladders FROM alr.channels_in_use()`
+	// sqlUnjournaled lists the steps recorded and never journaled for longer than $1, the first
+	// $2 of them, each row with their total.
+	sqlUnjournaled = `
+		SELECT u.escalation_id::text, u.alert_id::text, u.step_idx, coalesce(u.channel, ''), coalesce(u.target, ''),
+		       u.unjournaled_since, count(*) OVER ()
+		FROM alr.unjournaled_steps($1) u
+		LIMIT $2`
 )

@@ -37,3 +37,22 @@ func TestEscalation_UnrecordableChannelErrorIsJournaled(t *testing.T) {
 	prefix := "pager said bad\uFFFDrequest \uFFFD"
 	require.Equal(t, prefix+strings.Repeat("日", (4000-len(prefix))/3), text)
 }
+
+// A channel's error whose text shows nothing (empty, white space, zero-width characters) is
+// journaled as failed with a reason of the engine's: alr.record_delivery refuses a blank error
+// (a failure needs its reason), which would cost the delivery its journal row.
+func TestEscalation_ChannelErrorWithoutTextIsJournaledWithAReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	for _, text := range []string{"", " \t\n", "\u200b\u00a0"} {
+		_, ladder := firingAlert(t, db.Pool, "disk full", ladderPolicy(t, db.Pool, "pager", "0s"), time.Second)
+		pager := escalation.NotifierFunc(func(context.Context, escalation.Step) error { return errors.New(text) })
+		engine := newEngine(t, db.Pool, map[string]escalation.Notifier{"pager": pager}, escalation.Config{})
+		res, err := engine.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, escalation.TickResult{Taken: 1, Failed: 1}, res, "error %q", text)
+		require.Equal(t, []string{"failed: the notifier failed without saying why (its error has no text)"},
+			escJournaled(t, db.Pool, ladder, 0), "error %q", text)
+	}
+}

@@ -258,6 +258,7 @@ func TestEscalation_EveryAlrFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"alr.apply_escalation(uuid,uuid)":             {true, worker},
 		"alr.release_step(uuid,uuid)":                 {true, worker},
 		"alr.recorded_by(uuid,uuid)":                  {true, worker},
+		"alr.unjournaled_steps(interval)":             {true, []string{"pgdrain_operator", "pgdrain_worker"}},
 		"alr.record_delivery(uuid,integer,uuid,text)": {true, worker},
 		"alr.alert_name(uuid)":                        {true, worker},
 		"alr.channels_in_use()":                       {true, []string{"pgdrain_operator", "pgdrain_worker"}},

@@ -74,3 +74,7 @@ GRANT SELECT ON alr.alert_acknowledgements TO pgdrain_reader, pgdrain_operator;
 -- An engine whose apply's answer was lost asks which step its token recorded (alr 00012).
 ALTER FUNCTION alr.recorded_by(uuid, uuid) SECURITY DEFINER;
 GRANT EXECUTE ON FUNCTION alr.recorded_by(uuid, uuid) TO pgdrain_worker;
+
+-- Steps recorded and never journaled (alr 00013): the engine's gauge, the console and on call.
+ALTER FUNCTION alr.unjournaled_steps(interval) SECURITY DEFINER;
+GRANT EXECUTE ON FUNCTION alr.unjournaled_steps(interval) TO pgdrain_worker, pgdrain_operator, pgdrain_reader;

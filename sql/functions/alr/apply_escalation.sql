@@ -1,7 +1,8 @@
 -- Records that the step is being delivered ("record, then deliver": the caller delivers only after
 -- true): advances step_idx and sets next_at from the next step's delay, or stops the ladder after
 -- its last step; clears lease and token, keeping the token as the step's element of applied_tokens:
--- the one token record_delivery accepts, once, for this step. Only when lease_token still matches
+-- the one token record_delivery accepts, once, for this step, and the ladder's unjournaled_since
+-- when it had no step waiting for its journal. Only when lease_token still matches
 -- AND the ladder runs AND its alert is still firing; otherwise returns false and changes nothing at
 -- all — not next_at, not step_idx, not leased_until (a late instance must not break the current
 -- holder's lease).
@@ -33,7 +34,8 @@ BEGIN
       stop_reason = CASE WHEN v_last THEN 'completed' END,
       leased_until = NULL,
       lease_token = NULL,
-      applied_tokens[v_step_idx + 1] = apply_escalation.lease_token
+      applied_tokens[v_step_idx + 1] = apply_escalation.lease_token,
+      unjournaled_since = COALESCE(e.unjournaled_since, pg_catalog.now())
   FROM alr.alerts a
   WHERE e.id = apply_escalation.escalation_id
     AND e.lease_token = apply_escalation.lease_token

@@ -2,7 +2,7 @@
 -- exactly its argument names, order and defaults, its result, a pinned search_path; the tables and
 -- the lease_token column added by migration 00002 (nullable, documented).
 BEGIN;
-SELECT plan(57);
+SELECT plan(59);
 
 CREATE TEMP TABLE contract(schema_name text, name text, args text[], arguments text, result text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -22,13 +22,15 @@ INSERT INTO contract VALUES
    'TABLE(alert_id uuid, name text, created_at timestamp with time zone, acknowledged_at timestamp with time zone, acknowledged_by text, note text, resolved_at timestamp with time zone, steps_delivered bigint)'),
   ('alr', 'record_delivery', ARRAY['uuid','integer','uuid','text'],
    'escalation_id uuid, step_idx integer, lease_token uuid, error text DEFAULT NULL::text', 'bigint'),
+  ('alr', 'unjournaled_steps', ARRAY['interval'], 'older_than interval DEFAULT ''00:10:00''::interval',
+   'TABLE(escalation_id uuid, alert_id uuid, step_idx integer, channel text, target text, unjournaled_since timestamp with time zone)'),
   ('alr', 'version', '{}', 'OUT version text, OUT migration integer', 'record');
 
--- 13 x has_function
+-- 15 x has_function
 SELECT has_function(c.schema_name, c.name, c.args,
                     format('%s.%s(%s) exists', c.schema_name, c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 13 x arguments and result
+-- 15 x arguments and result
 SELECT is(pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid),
           c.arguments || ' -> ' || c.result,
           format('%s.%s takes exactly the contract''s arguments and returns its result', c.schema_name, c.name))
@@ -56,7 +58,7 @@ FROM unnest(ARRAY['alerts', 'escalation_policies', 'escalation_steps', 'alert_es
 -- 1: the ladder's columns
 SELECT columns_are('alr', 'alert_escalations',
   ARRAY['id', 'alert_id', 'policy_id', 'step_idx', 'next_at', 'stopped_at', 'stop_reason', 'leased_until',
-        'lease_token', 'created_at', 'applied_tokens'],
+        'lease_token', 'created_at', 'applied_tokens', 'unjournaled_since'],
   'alr.alert_escalations has exactly the ladder''s columns');
 -- 8 x column types
 SELECT col_type_is('alr', 'alert_escalations', c, t, format('alr.alert_escalations.%s is %s', c, t))
