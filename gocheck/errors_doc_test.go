@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/internal/testdb"
@@ -134,6 +136,30 @@ var badCalls = []badCall{
 	{"operator_log", "max_rows out of range", `SELECT * FROM outbox.operator_log('public.ev', 0)`},
 }
 
+// alrBadCalls lists, for every public alr function that takes an argument, every kind of bad
+// argument. The fixture (errorsFixture) gives the calls something to be wrong about.
+var alrBadCalls = []badCall{}
+
+// schemaBadCall is a bad call with the schema of its function.
+type schemaBadCall struct {
+	schema string
+	badCall
+}
+
+// allBadCalls returns the bad calls of both schemas in the order of docs/errors.md: outbox, then alr.
+func allBadCalls() []schemaBadCall {
+	var out []schemaBadCall
+	for _, s := range []struct {
+		schema string
+		calls  []badCall
+	}{{"outbox", badCalls}, {"alr", alrBadCalls}} {
+		for _, c := range s.calls {
+			out = append(out, schemaBadCall{s.schema, c})
+		}
+	}
+	return out
+}
+
 func errorsFixture(t *testing.T) *testdb.DB {
 	t.Helper()
 	db := testdb.New(t)
@@ -177,19 +203,19 @@ func TestErrorsDoc(t *testing.T) {
 	doc.WriteString("SQLSTATEs: `22023` invalid argument (message `<function>: <argument> must ..., got <value>`), " +
 		"`42P01` queue not registered (or its table dropped outside drop_queue), `3F000` schema missing, `55000` row not held (lock mode), " +
 		"`42501` the caller's role may not call the function (see docs/security.md).\n")
-	before := stateFingerprint(t, db.Pool)
+	before := errorsDocFingerprint(t, db.Pool)
 	last := ""
-	for _, c := range badCalls {
-		if c.function != last {
-			fmt.Fprintf(&doc, "\n## outbox.%s\n\n| bad argument | SQLSTATE | message | call |\n|---|---|---|---|\n", c.function)
-			last = c.function
+	for _, c := range allBadCalls() {
+		if c.schema+"."+c.function != last {
+			fmt.Fprintf(&doc, "\n## %s.%s\n\n| bad argument | SQLSTATE | message | call |\n|---|---|---|---|\n", c.schema, c.function)
+			last = c.schema + "." + c.function
 		}
 		_, err := db.Pool.Exec(ctx, c.sql)
 		require.Error(t, err, "%s: %s must fail: %s", c.function, c.argument, c.sql)
 		code, msg := sqlState(err)
 		require.NotEmpty(t, code, "%s: %s: not a server error: %v", c.function, c.argument, err)
 		require.True(t, strings.HasPrefix(msg, c.function+": "), "%s: %s: message must name the function: %q", c.function, c.argument, msg)
-		require.Equal(t, before, stateFingerprint(t, db.Pool), "%s: %s changed something", c.function, c.argument)
+		require.Equal(t, before, errorsDocFingerprint(t, db.Pool), "%s.%s: %s changed something", c.schema, c.function, c.argument)
 		fmt.Fprintf(&doc, "| %s | `%s` | %s | `%s` |\n", c.argument, code, mdCell(msg), mdCell(c.sql))
 	}
 
@@ -202,6 +228,39 @@ func TestErrorsDoc(t *testing.T) {
 	require.NoError(t, err, "run UPDATE_ERRORS_DOC=1 go test ./gocheck -run TestErrorsDoc")
 	require.Equal(t, want, string(got),
 		"docs/errors.md is out of date: run UPDATE_ERRORS_DOC=1 go test ./gocheck -run TestErrorsDoc and review the diff")
+}
+
+// errorsDocFingerprint hashes what a bad call of either schema could change: stateFingerprint (the
+// registry, the queue tables' rows, relations, triggers, outbox functions, roles), alrFingerprint
+// (alr's rows and ACLs), and besides them every row of every table of schemas outbox and alr and
+// the position of every sequence of outbox, alr and public (claim turns and drainers' marks are
+// sequences, and a sequence is not rolled back with the call that moved it).
+func errorsDocFingerprint(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `
+		SELECT c.oid::regclass::text, c.relkind = 'S' FROM pg_class c
+		WHERE c.relnamespace IN ('outbox'::regnamespace, 'alr'::regnamespace) AND c.relkind IN ('r', 'p')
+		   OR c.relnamespace IN ('outbox'::regnamespace, 'alr'::regnamespace, 'public'::regnamespace) AND c.relkind = 'S'
+		ORDER BY 1`)
+	require.NoError(t, err)
+	type relation struct {
+		Name     string
+		Sequence bool
+	}
+	relations, err := pgx.CollectRows(rows, pgx.RowToStructByPos[relation])
+	require.NoError(t, err)
+	parts := []string{stateFingerprint(t, pool), alrFingerprint(t, pool)}
+	for _, r := range relations {
+		q := fmt.Sprintf(`SELECT md5(COALESCE(string_agg(to_jsonb(t)::text, ',' ORDER BY to_jsonb(t)::text), '')) FROM %s t`, r.Name)
+		if r.Sequence {
+			q = fmt.Sprintf(`SELECT last_value || ':' || is_called FROM %s`, r.Name)
+		}
+		var h string
+		require.NoError(t, pool.QueryRow(ctx, q).Scan(&h))
+		parts = append(parts, r.Name+"="+h)
+	}
+	return fmt.Sprint(parts)
 }
 
 func mdCell(s string) string {
