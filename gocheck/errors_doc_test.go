@@ -57,6 +57,9 @@ var badCalls = []badCall{
 	{"drop_queue", "queue is NULL", `SELECT outbox.drop_queue(NULL)`},
 	{"drop_queue", "queue is not registered", `SELECT outbox.drop_queue('public.nosuch')`},
 	{"drop_queue", "drop_table is NULL", `SELECT outbox.drop_queue('public.ev', NULL)`},
+	{"set_notify", "notify unknown", `SELECT outbox.set_notify('public.ev', 'sometimes')`},
+	{"set_notify", "notify is NULL", `SELECT outbox.set_notify('public.ev', NULL)`},
+	{"set_notify", "queue is not registered", `SELECT outbox.set_notify('public.nosuch', 'always')`},
 	{"enqueue", "queue is not registered", `SELECT outbox.enqueue('public.nosuch', 'e', '{}')`},
 	{"enqueue", "event_type is empty", `SELECT outbox.enqueue('public.ev', ' ', '{}', 'k1')`},
 	{"enqueue", "event_type is NULL", `SELECT outbox.enqueue('public.ev', NULL, '{}', 'k1')`},
@@ -66,6 +69,15 @@ var badCalls = []badCall{
 	{"enqueue", "partition_key is empty or blank", `SELECT outbox.enqueue('public.ev', 'e', '{}', ' ')`},
 	{"enqueue", "partition_key given on an unpartitioned queue", `SELECT outbox.enqueue('public.plain', 'e', '{}', 'k1')`},
 	{"enqueue", "deliver_at beyond the queue's max_delay", `SELECT outbox.enqueue('public.ev', 'e', '{}', 'k1', deliver_at => '2999-01-01 00:00:00+00')`},
+	{"enqueue", "deliver_at infinite", `SELECT outbox.enqueue('public.ev', 'e', '{}', 'k1', deliver_at => 'infinity')`},
+	{"enqueue", "headers not an object of strings", `SELECT outbox.enqueue('public.ev', 'e', '{}', 'k1', headers => '{"attempt": 1}')`},
+	{"enqueue", "partition_key not a value of the key column", `SELECT outbox.enqueue('public.int_keyed', 'e', '{}', 'abc')`},
+	{"enqueue_event", "queue is not registered", `SELECT * FROM outbox.enqueue_event('public.nosuch', 'e', '{}')`},
+	{"enqueue_event", "event_type is blank", `SELECT * FROM outbox.enqueue_event('public.ev', E'\u3000', '{}', 'k1')`},
+	{"enqueue_event", "payload is JSON null", `SELECT * FROM outbox.enqueue_event('public.ev', 'e', 'null', 'k1')`},
+	{"enqueue_event", "partition_key missing on a partitioned queue", `SELECT * FROM outbox.enqueue_event('public.ev', 'e', '{}')`},
+	{"enqueue_event", "deliver_at infinite", `SELECT * FROM outbox.enqueue_event('public.ev', 'e', '{}', 'k1', deliver_at => 'infinity')`},
+	{"enqueue_event", "headers not an object", `SELECT * FROM outbox.enqueue_event('public.ev', 'e', '{}', 'k1', headers => '["a"]')`},
 	{"claim_batch", "queue is not registered", `SELECT * FROM outbox.claim_batch('public.nosuch')`},
 	{"claim_batch", "queue's table was dropped outside drop_queue", `SELECT * FROM outbox.claim_batch('public.dropped')`},
 	{"claim_batch", "batch_size out of range", `SELECT * FROM outbox.claim_batch('public.ev', 0)`},
@@ -73,14 +85,24 @@ var badCalls = []badCall{
 	{"claim_batch", "lease not positive", `SELECT * FROM outbox.claim_batch('public.ev', 10, '0 seconds')`},
 	{"claim_batch", "lease over 1 day", `SELECT * FROM outbox.claim_batch('public.ev', 10, '25 hours')`},
 	{"claim_batch", "lease of mixed signs", `SELECT * FROM outbox.claim_batch('public.ev', 10, '-12000 mons 360001 days')`},
+	{"claim_runs", "queue is not registered", `SELECT * FROM outbox.claim_runs('public.nosuch')`},
+	{"claim_runs", "batch_size out of range", `SELECT * FROM outbox.claim_runs('public.ev', 10001)`},
+	{"claim_runs", "lease over 1 day", `SELECT * FROM outbox.claim_runs('public.ev', 32, '2 days')`},
+	{"claim_runs", "run_length out of range", `SELECT * FROM outbox.claim_runs('public.ev', 32, '30 seconds', 0)`},
+	{"claim_runs", "run_length is NULL", `SELECT * FROM outbox.claim_runs('public.ev', 32, '30 seconds', NULL)`},
 	{"claim_locked", "queue is not registered", `SELECT * FROM outbox.claim_locked('public.nosuch')`},
 	{"claim_locked", "batch_size out of range", `SELECT * FROM outbox.claim_locked('public.ev', 10001)`},
+	{"claim_locked_runs", "queue is not registered", `SELECT * FROM outbox.claim_locked_runs('public.nosuch')`},
+	{"claim_locked_runs", "batch_size out of range", `SELECT * FROM outbox.claim_locked_runs('public.ev', 0)`},
+	{"claim_locked_runs", "run_length out of range", `SELECT * FROM outbox.claim_locked_runs('public.ev', 32, 1001)`},
 	{"apply_result", "queue is not registered", `SELECT outbox.apply_result('public.nosuch', 1, gen_random_uuid(), 'sent')`},
 	{"apply_result", "id is NULL", `SELECT outbox.apply_result('public.ev', NULL, gen_random_uuid(), 'sent')`},
 	{"apply_result", "lease_token is NULL", `SELECT outbox.apply_result('public.ev', 1, NULL, 'sent')`},
 	{"apply_result", "outcome unknown", `SELECT outbox.apply_result('public.ev', 1, gen_random_uuid(), 'ok')`},
 	{"apply_result", "outcome is NULL", `SELECT outbox.apply_result('public.ev', 1, gen_random_uuid(), NULL)`},
 	{"apply_result", "retry_at beyond the queue's max_delay", `SELECT outbox.apply_result('public.ev', 1, gen_random_uuid(), 'transient', NULL, '2999-01-01 00:00:00+00')`},
+	{"apply_result", "retry_at with an outcome other than 'transient'", `SELECT outbox.apply_result('public.ev', 1, gen_random_uuid(), 'sent', NULL, now())`},
+	{"apply_result", "retry_at infinite", `SELECT outbox.apply_result('public.ev', 1, gen_random_uuid(), 'transient', NULL, 'infinity')`},
 	{"apply_results", "ids is NULL", `SELECT * FROM outbox.apply_results('public.ev', NULL, '{}', '{}')`},
 	{"apply_results", "ids is multidimensional", `SELECT * FROM outbox.apply_results('public.ev', '{{1},{2}}', ARRAY[gen_random_uuid(), gen_random_uuid()], '{sent,sent}')`},
 	{"apply_results", "lease_tokens is multidimensional", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[ARRAY[gen_random_uuid()]], '{sent}')`},
@@ -94,11 +116,14 @@ var badCalls = []badCall{
 	{"apply_results", "ids repeat", `SELECT * FROM outbox.apply_results('public.ev', '{1,1}', ARRAY[gen_random_uuid(), gen_random_uuid()], '{sent,sent}')`},
 	{"apply_results", "more than 10000 ids", `SELECT * FROM outbox.apply_results('public.ev', ARRAY(SELECT generate_series(1, 10001)::bigint), ARRAY(SELECT gen_random_uuid() FROM generate_series(1, 10001)), array_fill('sent'::text, ARRAY[10001]))`},
 	{"apply_results", "outcome unknown", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[gen_random_uuid()], '{done}')`},
+	{"apply_results", "retry_at of another length", `SELECT * FROM outbox.apply_results('public.ev', '{1}', ARRAY[gen_random_uuid()], '{transient}', NULL, ARRAY[now(), now()])`},
+	{"apply_results", "retry_at beyond the queue's max_delay", `SELECT * FROM outbox.apply_results('public.ev', '{1,2}', ARRAY[gen_random_uuid(), gen_random_uuid()], '{transient,transient}', NULL, '{NULL,2999-01-01 00:00:00+00}')`},
 	{"settle_locked", "queue is not registered", `SELECT outbox.settle_locked('public.nosuch', '{1}', '{sent}')`},
 	{"settle_locked", "row not held by this transaction", `SELECT outbox.settle_locked('public.ev', '{1}', '{sent}')`},
 	{"settle_locked", "outcomes of another length", `SELECT outbox.settle_locked('public.ev', '{1}', '{sent,sent}')`},
 	{"settle_locked", "ids is multidimensional", `SELECT outbox.settle_locked('public.ev', '{{1}}', '{sent}')`},
 	{"settle_locked", "outcome unknown", `SELECT outbox.settle_locked('public.ev', '{1}', '{retry}')`},
+	{"settle_locked", "retry_at with an outcome other than 'transient'", `SELECT outbox.settle_locked('public.ev', '{1}', '{permanent}', NULL, ARRAY[now()])`},
 	{"extend_lease", "queue is not registered", `SELECT outbox.extend_lease('public.nosuch', 1, gen_random_uuid(), '1 minute')`},
 	{"extend_lease", "id is NULL", `SELECT outbox.extend_lease('public.ev', NULL, gen_random_uuid(), '1 minute')`},
 	{"extend_lease", "lease_token is NULL", `SELECT outbox.extend_lease('public.ev', 1, NULL, '1 minute')`},
@@ -106,8 +131,26 @@ var badCalls = []badCall{
 	{"release", "queue is not registered", `SELECT outbox.release('public.nosuch', 1, gen_random_uuid())`},
 	{"release", "id is NULL", `SELECT outbox.release('public.ev', NULL, gen_random_uuid())`},
 	{"release", "lease_token is NULL", `SELECT outbox.release('public.ev', 1, NULL)`},
+	{"drainer_waits", "queue is not registered", `SELECT outbox.drainer_waits('public.nosuch', '1 second')`},
+	{"drainer_waits", "wait not positive", `SELECT outbox.drainer_waits('public.ev', '0 seconds')`},
+	{"drainer_waits", "wait is NULL", `SELECT outbox.drainer_waits('public.ev', NULL)`},
+	{"drainer_waits", "wait over 1 day", `SELECT outbox.drainer_waits('public.ev', '2 days')`},
+	{"drainer_waits", "wait of mixed signs", `SELECT outbox.drainer_waits('public.ev', '-12000 mons 360001 days')`},
+	{"drainer_waits", "queue without its marks' sequence", `SELECT outbox.drainer_waits('public.no_marks', '1 second')`},
+	{"drainer_woke", "queue is not registered", `SELECT outbox.drainer_woke('public.nosuch', 1)`},
+	{"drainer_woke", "mark negative", `SELECT outbox.drainer_woke('public.ev', -1)`},
+	{"drainer_woke", "mark is NULL", `SELECT outbox.drainer_woke('public.ev', NULL)`},
+	{"claim_turn", "queue is not registered", `SELECT outbox.claim_turn('public.nosuch', '1 second')`},
+	{"claim_turn", "pause not positive", `SELECT outbox.claim_turn('public.ev', '0 seconds')`},
+	{"claim_turn", "pause over 10 seconds", `SELECT outbox.claim_turn('public.ev', '11 seconds')`},
+	{"claim_turn", "pause of mixed signs", `SELECT outbox.claim_turn('public.ev', '1 mon -30 days')`},
 	{"stats", "queue is NULL", `SELECT * FROM outbox.stats(NULL)`},
 	{"stats", "queue is not registered", `SELECT * FROM outbox.stats('public.nosuch')`},
+	{"queue_info", "queue is NULL", `SELECT * FROM outbox.queue_info(NULL)`},
+	{"queue_info", "queue is not a plain name", `SELECT * FROM outbox.queue_info('a b')`},
+	{"queue_info", "queue is not registered", `SELECT * FROM outbox.queue_info('public.nosuch')`},
+	{"next_due", "queue is NULL", `SELECT outbox.next_due(NULL)`},
+	{"next_due", "queue is not registered", `SELECT outbox.next_due('public.nosuch')`},
 	{"wedged_partitions", "queue is not registered", `SELECT * FROM outbox.wedged_partitions('public.nosuch', '1 minute')`},
 	{"wedged_partitions", "queue has no partition column", `SELECT * FROM outbox.wedged_partitions('public.plain', '1 minute')`},
 	{"wedged_partitions", "older_than negative", `SELECT * FROM outbox.wedged_partitions('public.ev', '-1 minute')`},
@@ -115,9 +158,17 @@ var badCalls = []badCall{
 	{"wedged_partitions", "max_partitions out of range", `SELECT * FROM outbox.wedged_partitions('public.ev', '1 minute', 0)`},
 	{"check_indexes", "queue is not registered", `SELECT * FROM outbox.check_indexes('public.nosuch')`},
 	{"check_indexes", "queue is not a plain name", `SELECT * FROM outbox.check_indexes('public.ev--')`},
+	{"repair", "queue is not registered", `SELECT * FROM outbox.repair('public.nosuch')`},
+	{"repair", "dry_run is NULL", `SELECT * FROM outbox.repair('public.ev', NULL)`},
 	{"requeue_poisoned", "queue is not registered", `SELECT outbox.requeue_poisoned('public.nosuch')`},
 	{"requeue_poisoned", "ids contain NULL", `SELECT outbox.requeue_poisoned('public.ev', '{1,NULL}')`},
 	{"requeue_poisoned", "ids is multidimensional", `SELECT outbox.requeue_poisoned('public.ev', '{{1},{2}}')`},
+	{"poisoned_rows", "queue is not registered", `SELECT * FROM outbox.poisoned_rows('public.nosuch')`},
+	{"poisoned_rows", "max_rows out of range", `SELECT * FROM outbox.poisoned_rows('public.ev', 0)`},
+	{"poisoned_rows", "max_rows is NULL", `SELECT * FROM outbox.poisoned_rows('public.ev', NULL)`},
+	{"release_lease", "queue is not registered", `SELECT outbox.release_lease('public.nosuch', 1)`},
+	{"release_lease", "id is NULL", `SELECT outbox.release_lease('public.ev', NULL)`},
+	{"release_lease", "leased_until infinite", `SELECT outbox.release_lease('public.ev', 1, 'infinity')`},
 	{"purge_sent", "queue is not registered", `SELECT outbox.purge_sent('public.nosuch')`},
 	{"purge_sent", "older_than negative", `SELECT outbox.purge_sent('public.ev', '-1 day')`},
 	{"purge_sent", "older_than past the clock's range", `SELECT outbox.purge_sent('public.ev', '5000 years')`},
@@ -180,7 +231,14 @@ func errorsFixture(t *testing.T) *testdb.DB {
 		SELECT outbox.create_queue('public.renamed_from', 'k');
 		ALTER TABLE public.renamed_from RENAME TO renamed;
 		SELECT outbox.create_queue('public.dropped');
-		DROP TABLE public.dropped;`)
+		DROP TABLE public.dropped;
+		CREATE TABLE public.int_keyed (id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, event_type text NOT NULL,
+		                               payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), k bigint NOT NULL);
+		SELECT outbox.create_queue('public.int_keyed', 'k');
+		SELECT outbox.create_queue('public.no_marks');
+		DO $$ BEGIN
+		  EXECUTE format('DROP SEQUENCE outbox.drainer_waits_q%s', (SELECT queue_id FROM outbox.queues WHERE queue = 'public.no_marks'));
+		END $$;`)
 	require.NoError(t, err)
 	return db
 }
@@ -201,7 +259,7 @@ func TestErrorsDoc(t *testing.T) {
 		"(`UPDATE_ERRORS_DOC=1 go test ./gocheck -run TestErrorsDoc` rewrites it).\n")
 	doc.WriteString("Every call here fails and changes nothing (the test compares a fingerprint of the whole state).\n\n")
 	doc.WriteString("SQLSTATEs: `22023` invalid argument (message `<function>: <argument> must ..., got <value>`), " +
-		"`42P01` queue not registered (or its table dropped outside drop_queue), `3F000` schema missing, `55000` row not held (lock mode), " +
+		"`42P01` queue not registered (or its table dropped outside drop_queue), `3F000` schema missing, `55000` row not held (lock mode) or the queue's marks' sequence missing (drainer_waits), " +
 		"`42501` the caller's role may not call the function (see docs/security.md).\n")
 	before := errorsDocFingerprint(t, db.Pool)
 	last := ""
