@@ -189,7 +189,67 @@ var badCalls = []badCall{
 
 // alrBadCalls lists, for every public alr function that takes an argument, every kind of bad
 // argument. The fixture (errorsFixture) gives the calls something to be wrong about.
-var alrBadCalls = []badCall{}
+var alrBadCalls = []badCall{
+	{"create_policy", "name is NULL", `SELECT alr.create_policy(NULL, '[{"delay": "0s", "channel": "telegram", "target": "@oncall"}]')`},
+	{"create_policy", "name is blank", `SELECT alr.create_policy(' ', '[{"delay": "0s", "channel": "telegram", "target": "@oncall"}]')`},
+	{"create_policy", "name over 200 characters", `SELECT alr.create_policy(repeat('p', 201), '[{"delay": "0s", "channel": "telegram", "target": "@oncall"}]')`},
+	{"create_policy", "steps is NULL", `SELECT alr.create_policy('on call', NULL)`},
+	{"create_policy", "steps not an array", `SELECT alr.create_policy('on call', '{}')`},
+	{"create_policy", "steps empty", `SELECT alr.create_policy('on call', '[]')`},
+	{"create_policy", "more than 100 steps", `SELECT alr.create_policy('on call', (SELECT jsonb_agg('{"delay": "0s", "channel": "telegram", "target": "@oncall"}'::jsonb) FROM generate_series(1, 101)))`},
+	{"create_policy", "a step not an object", `SELECT alr.create_policy('on call', '[1]')`},
+	{"create_policy", "a step with another key", `SELECT alr.create_policy('on call', '[{"delay": "0s", "channel": "telegram", "target": "@oncall", "to": "x"}]')`},
+	{"create_policy", "delay missing", `SELECT alr.create_policy('on call', '[{"channel": "telegram", "target": "@oncall"}]')`},
+	{"create_policy", "delay not an interval", `SELECT alr.create_policy('on call', '[{"delay": "soon", "channel": "telegram", "target": "@oncall"}]')`},
+	{"create_policy", "delay negative", `SELECT alr.create_policy('on call', '[{"delay": "-1 minute", "channel": "telegram", "target": "@oncall"}]')`},
+	{"create_policy", "delay of mixed signs", `SELECT alr.create_policy('on call', '[{"delay": "1 mon -29 days", "channel": "telegram", "target": "@oncall"}]')`},
+	{"create_policy", "delay over 3650 days", `SELECT alr.create_policy('on call', '[{"delay": "3651 days", "channel": "telegram", "target": "@oncall"}]')`},
+	{"create_policy", "channel missing", `SELECT alr.create_policy('on call', '[{"delay": "0s", "target": "@oncall"}]')`},
+	{"create_policy", "channel blank", `SELECT alr.create_policy('on call', '[{"delay": "0s", "channel": " ", "target": "@oncall"}]')`},
+	{"create_policy", "channel over 200 characters", `SELECT alr.create_policy('on call', jsonb_build_array(jsonb_build_object('delay', '0s', 'channel', repeat('c', 201), 'target', '@oncall')))`},
+	{"create_policy", "target not a string (in the second step)", `SELECT alr.create_policy('on call', '[{"delay": "0s", "channel": "telegram", "target": "@oncall"}, {"delay": "5 minutes", "channel": "telegram", "target": 1}]')`},
+	{"create_policy", "target over 1000 characters", `SELECT alr.create_policy('on call', jsonb_build_array(jsonb_build_object('delay', '0s', 'channel', 'telegram', 'target', repeat('t', 1001))))`},
+	{"add_alert", "name is NULL", `SELECT alr.add_alert(NULL)`},
+	{"add_alert", "name is blank", `SELECT alr.add_alert(' ')`},
+	{"add_alert", "name over 1000 characters", `SELECT alr.add_alert(repeat('n', 1001))`},
+	{"start_escalation", "alert_id is NULL", `SELECT alr.start_escalation(NULL, '00000000-0000-4000-8000-0000000000b1')`},
+	{"start_escalation", "policy_id is NULL", `SELECT alr.start_escalation('00000000-0000-4000-8000-0000000000a1', NULL)`},
+	{"start_escalation", "alert_id names no alert", `SELECT alr.start_escalation('00000000-0000-0000-0000-000000000000', '00000000-0000-4000-8000-0000000000b1')`},
+	{"start_escalation", "alert is resolved", `SELECT alr.start_escalation('00000000-0000-4000-8000-0000000000a3', '00000000-0000-4000-8000-0000000000b1')`},
+	{"start_escalation", "alert is acknowledged", `SELECT alr.start_escalation('00000000-0000-4000-8000-0000000000a2', '00000000-0000-4000-8000-0000000000b1')`},
+	{"start_escalation", "policy_id names no policy", `SELECT alr.start_escalation('00000000-0000-4000-8000-0000000000a1', '00000000-0000-0000-0000-000000000000')`},
+	{"take_due_steps", "batch_size out of range", `SELECT * FROM alr.take_due_steps(0)`},
+	{"take_due_steps", "batch_size is NULL", `SELECT * FROM alr.take_due_steps(NULL)`},
+	{"take_due_steps", "lease not positive", `SELECT * FROM alr.take_due_steps(100, '0 seconds')`},
+	{"take_due_steps", "lease over 1 day", `SELECT * FROM alr.take_due_steps(100, '25 hours')`},
+	{"take_due_steps", "lease of mixed signs", `SELECT * FROM alr.take_due_steps(100, '-12000 mons 360001 days')`},
+	{"apply_escalation", "escalation_id is NULL", `SELECT alr.apply_escalation(NULL, '00000000-0000-4000-8000-0000000000c1')`},
+	{"apply_escalation", "lease_token is NULL", `SELECT alr.apply_escalation('00000000-0000-4000-8000-0000000000e1', NULL)`},
+	{"apply_escalation", "escalation_id names no escalation", `SELECT alr.apply_escalation('00000000-0000-0000-0000-000000000000', '00000000-0000-4000-8000-0000000000c1')`},
+	{"record_delivery", "escalation_id is NULL", `SELECT alr.record_delivery(NULL, 0, '00000000-0000-4000-8000-0000000000c1')`},
+	{"record_delivery", "lease_token is NULL", `SELECT alr.record_delivery('00000000-0000-4000-8000-0000000000e2', 0, NULL)`},
+	{"record_delivery", "escalation_id names no escalation", `SELECT alr.record_delivery('00000000-0000-0000-0000-000000000000', 0, '00000000-0000-4000-8000-0000000000c1')`},
+	{"record_delivery", "step_idx is NULL", `SELECT alr.record_delivery('00000000-0000-4000-8000-0000000000e2', NULL, '00000000-0000-4000-8000-0000000000c1')`},
+	{"record_delivery", "step_idx negative", `SELECT alr.record_delivery('00000000-0000-4000-8000-0000000000e2', -1, '00000000-0000-4000-8000-0000000000c1')`},
+	{"record_delivery", "step_idx not recorded yet", `SELECT alr.record_delivery('00000000-0000-4000-8000-0000000000e2', 1, '00000000-0000-4000-8000-0000000000c1')`},
+	{"record_delivery", "no step recorded yet", `SELECT alr.record_delivery('00000000-0000-4000-8000-0000000000e1', 0, '00000000-0000-4000-8000-0000000000c1')`},
+	{"recorded_by", "escalation_id is NULL", `SELECT alr.recorded_by(NULL, '00000000-0000-4000-8000-0000000000c1')`},
+	{"recorded_by", "lease_token is NULL", `SELECT alr.recorded_by('00000000-0000-4000-8000-0000000000e2', NULL)`},
+	{"recorded_by", "escalation_id names no escalation", `SELECT alr.recorded_by('00000000-0000-0000-0000-000000000000', '00000000-0000-4000-8000-0000000000c1')`},
+	{"release_step", "escalation_id is NULL", `SELECT alr.release_step(NULL, '00000000-0000-4000-8000-0000000000c1')`},
+	{"release_step", "lease_token is NULL", `SELECT alr.release_step('00000000-0000-4000-8000-0000000000e1', NULL)`},
+	{"release_step", "escalation_id names no escalation", `SELECT alr.release_step('00000000-0000-0000-0000-000000000000', '00000000-0000-4000-8000-0000000000c1')`},
+	{"alert_name", "alert_id is NULL", `SELECT alr.alert_name(NULL)`},
+	{"acknowledge_alert", "alert_id is NULL", `SELECT alr.acknowledge_alert(NULL)`},
+	{"acknowledge_alert", "alert_id names no alert", `SELECT alr.acknowledge_alert('00000000-0000-0000-0000-000000000000')`},
+	{"acknowledge_alert", "note is blank", `SELECT alr.acknowledge_alert('00000000-0000-4000-8000-0000000000a1', ' ')`},
+	{"acknowledge_alert", "note over 1000 characters", `SELECT alr.acknowledge_alert('00000000-0000-4000-8000-0000000000a1', repeat('n', 1001))`},
+	{"resolve_alert", "alert_id is NULL", `SELECT alr.resolve_alert(NULL)`},
+	{"resolve_alert", "alert_id names no alert", `SELECT alr.resolve_alert('00000000-0000-0000-0000-000000000000')`},
+	{"resolved_alerts", "max_rows out of range", `SELECT * FROM alr.resolved_alerts(0)`},
+	{"resolved_alerts", "max_rows over 1000", `SELECT * FROM alr.resolved_alerts(1001)`},
+	{"resolved_alerts", "max_rows is NULL", `SELECT * FROM alr.resolved_alerts(NULL)`},
+}
 
 // schemaBadCall is a bad call with the schema of its function.
 type schemaBadCall struct {
@@ -238,7 +298,16 @@ func errorsFixture(t *testing.T) *testdb.DB {
 		SELECT outbox.create_queue('public.no_marks');
 		DO $$ BEGIN
 		  EXECUTE format('DROP SEQUENCE outbox.drainer_waits_q%s', (SELECT queue_id FROM outbox.queues WHERE queue = 'public.no_marks'));
-		END $$;`)
+		END $$;
+		INSERT INTO alr.escalation_policies (id, name) VALUES ('00000000-0000-4000-8000-0000000000b1', 'on call');
+		INSERT INTO alr.escalation_steps (policy_id, step_idx, delay, channel, target)
+		VALUES ('00000000-0000-4000-8000-0000000000b1', 0, '0s', 'telegram', '@oncall'), ('00000000-0000-4000-8000-0000000000b1', 1, '5 minutes', 'telegram', '@lead');
+		INSERT INTO alr.alerts (id, name) VALUES ('00000000-0000-4000-8000-0000000000a1', 'disk full'), ('00000000-0000-4000-8000-0000000000a2', 'acknowledged'), ('00000000-0000-4000-8000-0000000000a4', 'cpu hot');
+		INSERT INTO alr.alerts (id, name, state, resolved_at) VALUES ('00000000-0000-4000-8000-0000000000a3', 'resolved', 'resolved', now());
+		INSERT INTO alr.alert_acknowledgements (alert_id) VALUES ('00000000-0000-4000-8000-0000000000a2');
+		INSERT INTO alr.alert_escalations (id, alert_id, policy_id, step_idx, next_at) VALUES ('00000000-0000-4000-8000-0000000000e1', '00000000-0000-4000-8000-0000000000a1', '00000000-0000-4000-8000-0000000000b1', 0, now());
+		INSERT INTO alr.alert_escalations (id, alert_id, policy_id, step_idx, next_at, applied_tokens)
+		VALUES ('00000000-0000-4000-8000-0000000000e2', '00000000-0000-4000-8000-0000000000a4', '00000000-0000-4000-8000-0000000000b1', 1, now() + interval '5 minutes', ARRAY['00000000-0000-4000-8000-0000000000c1'::uuid]);`)
 	require.NoError(t, err)
 	return db
 }
@@ -260,7 +329,13 @@ func TestErrorsDoc(t *testing.T) {
 	doc.WriteString("Every call here fails and changes nothing (the test compares a fingerprint of the whole state).\n\n")
 	doc.WriteString("SQLSTATEs: `22023` invalid argument (message `<function>: <argument> must ..., got <value>`), " +
 		"`42P01` queue not registered (or its table dropped outside drop_queue), `3F000` schema missing, `55000` row not held (lock mode) or the queue's marks' sequence missing (drainer_waits), " +
-		"`42501` the caller's role may not call the function (see docs/security.md).\n")
+		"`42501` the caller's role may not call the function (see docs/security.md), " +
+		"`P0002` an id of schema alr names no alert, policy or escalation.\n\n")
+	doc.WriteString("The calls run against a fixture: outbox queues `public.ev` (partitioned by `k`) and `public.plain` " +
+		"(not partitioned), among others; in schema alr (the escalation ladder, docs/escalation.md), policy `…b1` (two steps), alert `…a1` firing with ladder `…e1` " +
+		"at step 0, alert `…a4` firing with ladder `…e2` " +
+		"at step 1 (step 0 recorded with token `…c1`), alert `…a2` acknowledged, " +
+		"alert `…a3` resolved (ids `00000000-0000-4000-8000-0000000000xx`), and the nil uuid, which names nothing.\n")
 	before := errorsDocFingerprint(t, db.Pool)
 	last := ""
 	for _, c := range allBadCalls() {
