@@ -336,6 +336,10 @@ func TestErrorsDoc(t *testing.T) {
 		"at step 0, alert `…a4` firing with ladder `…e2` " +
 		"at step 1 (step 0 recorded with token `…c1`), alert `…a2` acknowledged, " +
 		"alert `…a3` resolved (ids `00000000-0000-4000-8000-0000000000xx`), and the nil uuid, which names nothing.\n")
+	// Every public function that takes an argument has a section (TestErrorsDoc_EveryPublicFunctionHasBadCalls);
+	// the others are named here, so that the page lists every public function.
+	_, withoutArguments := publicFunctions(t, db.Pool)
+	fmt.Fprintf(&doc, "\nFunctions that take no argument, so have no bad input: `%s()`.\n", strings.Join(withoutArguments, "()`, `"))
 	before := errorsDocFingerprint(t, db.Pool)
 	last := ""
 	for _, c := range allBadCalls() {
@@ -398,4 +402,62 @@ func errorsDocFingerprint(t *testing.T, pool *pgxpool.Pool) string {
 
 func mdCell(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
+
+// publicFunctions returns the public functions of schemas outbox and alr, as "schema.name", split
+// by whether they take an argument. Public is what the privilege tests
+// (TestSecurity_EveryFunctionHasItsDecidedPrivileges, TestEscalation_EveryAlrFunctionHasItsDecidedPrivileges)
+// call public: every function whose name does not start with "_" (internal helpers, and the
+// statements outbox._prepared keeps), except trigger functions, which no client calls.
+func publicFunctions(t *testing.T, pool *pgxpool.Pool) (withArguments, withoutArguments []string) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT n.nspname || '.' || p.proname, bool_or(p.pronargs > 0)
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname IN ('outbox', 'alr') AND p.proname !~ '^_' AND p.prorettype <> 'trigger'::regtype
+		GROUP BY 1 ORDER BY 1`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var arguments bool
+		require.NoError(t, rows.Scan(&name, &arguments))
+		if arguments {
+			withArguments = append(withArguments, name)
+		} else {
+			withoutArguments = append(withoutArguments, name)
+		}
+	}
+	require.NoError(t, rows.Err())
+	return withArguments, withoutArguments
+}
+
+// Every public function of schemas outbox and alr that takes an argument has its bad calls in
+// docs/errors.md, each function's in one section; every section names a public function. A
+// function added later without them fails here.
+func TestErrorsDoc_EveryPublicFunctionHasBadCalls(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	withArguments, _ := publicFunctions(t, db.Pool)
+	require.NotEmpty(t, withArguments)
+
+	documented := map[string]bool{}
+	last := ""
+	for _, c := range allBadCalls() {
+		name := c.schema + "." + c.function
+		if name != last {
+			require.False(t, documented[name], "%s: its bad calls must be listed together (one section)", name)
+			documented[name] = true
+			last = name
+		}
+	}
+	var missing []string
+	for _, name := range withArguments {
+		if !documented[name] {
+			missing = append(missing, name)
+		}
+		delete(documented, name)
+	}
+	require.Empty(t, missing, "public functions without bad calls in gocheck/errors_doc_test.go (and docs/errors.md)")
+	require.Empty(t, documented, "bad calls of functions that are not public functions taking an argument")
 }
