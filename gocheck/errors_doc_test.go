@@ -233,6 +233,7 @@ var alrBadCalls = []badCall{
 	{"record_delivery", "step_idx negative", `SELECT alr.record_delivery('00000000-0000-4000-8000-0000000000e2', -1, '00000000-0000-4000-8000-0000000000c1')`},
 	{"record_delivery", "step_idx not recorded yet", `SELECT alr.record_delivery('00000000-0000-4000-8000-0000000000e2', 1, '00000000-0000-4000-8000-0000000000c1')`},
 	{"record_delivery", "no step recorded yet", `SELECT alr.record_delivery('00000000-0000-4000-8000-0000000000e1', 0, '00000000-0000-4000-8000-0000000000c1')`},
+	{"record_delivery", "error is blank", `SELECT alr.record_delivery('00000000-0000-4000-8000-0000000000e2', 0, '00000000-0000-4000-8000-0000000000c1', E' \t')`},
 	{"recorded_by", "escalation_id is NULL", `SELECT alr.recorded_by(NULL, '00000000-0000-4000-8000-0000000000c1')`},
 	{"recorded_by", "lease_token is NULL", `SELECT alr.recorded_by('00000000-0000-4000-8000-0000000000e2', NULL)`},
 	{"recorded_by", "escalation_id names no escalation", `SELECT alr.recorded_by('00000000-0000-0000-0000-000000000000', '00000000-0000-4000-8000-0000000000c1')`},
@@ -249,6 +250,10 @@ var alrBadCalls = []badCall{
 	{"resolved_alerts", "max_rows out of range", `SELECT * FROM alr.resolved_alerts(0)`},
 	{"resolved_alerts", "max_rows over 1000", `SELECT * FROM alr.resolved_alerts(1001)`},
 	{"resolved_alerts", "max_rows is NULL", `SELECT * FROM alr.resolved_alerts(NULL)`},
+	{"unjournaled_steps", "older_than is NULL", `SELECT * FROM alr.unjournaled_steps(NULL)`},
+	{"unjournaled_steps", "older_than negative", `SELECT * FROM alr.unjournaled_steps('-1 minute')`},
+	{"unjournaled_steps", "older_than over 366 days", `SELECT * FROM alr.unjournaled_steps('367 days')`},
+	{"unjournaled_steps", "older_than mixes signs", `SELECT * FROM alr.unjournaled_steps('1 mon -40 days')`},
 }
 
 // schemaBadCall is a bad call with the schema of its function.
