@@ -46,9 +46,17 @@ BEGIN
       PERFORM outbox._invalid(p_function, pg_catalog.format(
         'partition_key must not be NULL: queue %s is partitioned by %s', v_q.queue, v_q.partition_column));
     END IF;
-    IF pg_catalog.btrim(p_partition_key) = '' THEN
-      PERFORM outbox._invalid(p_function, pg_catalog.format(
-        'partition_key must be a non-empty string, got %s', pg_catalog.quote_literal(p_partition_key)));
+    -- Blank as event_type is (every Unicode space, zero-width characters): producers that lost
+    -- their key would otherwise share one partition under a key nobody can see.
+    IF outbox._is_blank(p_partition_key) THEN
+      -- Named by code point unless plain spaces: the characters themselves show nothing.
+      PERFORM outbox._invalid(p_function, pg_catalog.format('partition_key must be a non-empty string, got %s',
+        CASE WHEN p_partition_key ~ '^ *$' THEN pg_catalog.quote_literal(p_partition_key)
+             ELSE pg_catalog.format('only white space and invisible characters (%s%s)',
+               (SELECT pg_catalog.string_agg('U+' || pg_catalog.upper(pg_catalog.lpad(pg_catalog.to_hex(pg_catalog.ascii(c.ch)), 4, '0')),
+                                             ' ' ORDER BY c.n)
+                FROM pg_catalog.regexp_split_to_table(pg_catalog.left(p_partition_key, 20), '') WITH ORDINALITY AS c(ch, n)),
+               CASE WHEN pg_catalog.length(p_partition_key) > 20 THEN ' ...' ELSE '' END) END));
     END IF;
     -- A key column of another type than text: the key must read as one of its values, said here
     -- with the argument's name (the INSERT's cast error named neither the function nor
