@@ -71,10 +71,15 @@
 // Database errors never stop Run once it is draining: they are logged and retried with backoff
 // (a pool closed under Run is not a database error: Run returns one matching ErrPoolClosed).
 // Those that mean no writable database is reachable now (a restart, a failover, a DSN that reaches
-// a standby: connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006) are logged at Warn and are
-// waited out at start too; rows in flight are then delivered again (at least once). Connect with
-// every host in the DSN and target_session_attrs=read-write, or through an address that follows the
-// primary: see docs/failover.md.
+// a standby, a primary whose default_transaction_read_only is on: connection errors, SQLSTATE
+// 57P01, 57P02, 57P03, 25006) are logged at Warn and are waited out at start too; rows in flight
+// are then delivered again (at least once). Drainer.Health says when a claim last succeeded and
+// why the last claim or result flush failed, for a health check that a ping alone would mislead. A
+// write refused as read only (25006) is logged once per streak with what the server says of itself
+// (a standby, or the setting and where it was set), and has the pool replace its connections, since
+// a session keeps the default_transaction_read_only it began with. Connect with every host in the
+// DSN and target_session_attrs=read-write, or through an address that follows the primary: see
+// docs/failover.md.
 //
 // # Configuration and the SQL registry
 //

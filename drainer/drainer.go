@@ -126,6 +126,7 @@ type Drainer[T any] struct {
 	// txOverrun is closed when a TxApplier call that its batch gave up on returns; nil when none
 	// runs. Only the running Run's lock loop touches it.
 	txOverrun chan struct{}
+	health    health // what the running (or last) Run saw of the database: Health
 }
 
 // New returns a Drainer for cfg.Table. It validates cfg but does not touch the database: Run
@@ -211,6 +212,7 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	defer d.running.Store(false)
+	d.health.reset()
 	reg, err := d.connect(ctx)
 	if err != nil {
 		return err

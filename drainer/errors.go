@@ -223,6 +223,15 @@ func translate(doing string, err error) error {
 // Run still fails fast on a misconfiguration.
 func unavailable(err error) string { return pgerr.Unavailable(err) }
 
+// unavailable is unavailable(err), except that a refused write gets what the server said of itself
+// at the start of the streak (Health.Cause) rather than "a standby or a read-only default".
+func (d *Drainer[T]) unavailable(err error) string {
+	if h := d.Health(); pgerr.ReadOnly(err) && pgerr.ReadOnly(h.Err) && h.Cause != "" {
+		return h.Cause
+	}
+	return unavailable(err)
+}
+
 // dataException returns the server's error when err is a data exception (SQLSTATE class 22: a
 // value the server refuses, such as a text it cannot store in its encoding or a time out of its
 // range), or nil. A batch of results refused so is recorded row by row (recordEach).
@@ -239,7 +248,7 @@ func dataException(err error) *pgconn.PgError {
 // with other transactions (pgerr.Conflict) or the server cancelled it on its own timeouts
 // (pgerr.Cancelled), otherwise at Error.
 func (d *Drainer[T]) logRetry(ctx context.Context, msg string, err error, retryIn time.Duration) {
-	if cause := unavailable(err); cause != "" {
+	if cause := d.unavailable(err); cause != "" {
 		d.logger.WarnContext(ctx, msg+" (database unavailable)", "err", err, "cause", cause, "retry_in", retryIn)
 		return
 	}

@@ -125,6 +125,7 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) error {
 				claimStart := time.Now()
 				jobs, err := r.claimLeased(ctx, n)
 				claimAvg = movingAverage(claimAvg, time.Since(claimStart))
+				r.took(ctx, claimStart, true, err)
 				switch {
 				case ctx.Err() != nil:
 					p.dispatch(jobs) // released by shutdown

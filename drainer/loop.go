@@ -99,7 +99,9 @@ func (r *runner[T]) lockLoop(ctx context.Context) error {
 		if r.d.txApply != nil {
 			batch = r.txBatch
 		}
+		start := time.Now()
 		n, err := batch(ctx)
+		r.took(ctx, start, true, err)
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -128,6 +128,7 @@ func (rec *recorder[T]) run(ctx context.Context) {
 		jobs, wait, closed := rec.due()
 		if len(jobs) > 0 {
 			rest, err := rec.r.recordLeased(ctx, jobs)
+			rec.r.took(ctx, time.Now(), false, err)
 			rec.mu.Lock()
 			rec.flushing = 0
 			rec.mu.Unlock()
@@ -227,7 +228,7 @@ func (rec *recorder[T]) retry(ctx context.Context, jobs []*job, err error, delay
 	logger := rec.r.d.logger
 	// The database unavailable, a passing conflict with other transactions, or the server's own
 	// timeouts (the same call may get past them): retried while leases last.
-	cause := cmp.Or(unavailable(err), pgerr.Conflict(err), pgerr.Cancelled(err))
+	cause := cmp.Or(rec.r.d.unavailable(err), pgerr.Conflict(err), pgerr.Cancelled(err))
 	rec.r.d.recheckIsolation(ctx, err)
 	now := time.Now()
 	var kept, dropped int

@@ -196,6 +196,10 @@ func TestRelay_HealthAndMetricsEndpoints(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	var h relay.Health
 	require.NoError(t, json.Unmarshal([]byte(body), &h))
+	require.Len(t, h.Queues, 1)
+	require.NotNil(t, h.Queues[0].LastClaim, "the claim that sent the event: %s", body)
+	require.WithinDuration(t, time.Now(), *h.Queues[0].LastClaim, 30*time.Second)
+	h.Queues[0].LastClaim = nil
 	require.Equal(t, []relay.QueueHealth{{Queue: q.table, Sink: "test", State: "running"}}, h.Queues)
 	code, body = rlGet(t, srv.URL+"/metrics")
 	require.Equal(t, http.StatusOK, code)

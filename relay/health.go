@@ -15,7 +15,8 @@ const healthPingTimeout = 2 * time.Second
 
 // Health is the relay's state as the health endpoint reports it.
 type Health struct {
-	// OK is true while the relay runs, reaches its database and every queue's drainer runs.
+	// OK is true while the relay runs, reaches its database and every queue's drainer runs and its
+	// last claim or result flush succeeded (no queue has an Error).
 	OK bool `json:"ok"`
 	// Database is "ok" or why the pool could not be pinged.
 	Database string `json:"database"`
@@ -30,7 +31,14 @@ type QueueHealth struct {
 	Queue string `json:"queue"`
 	Sink  string `json:"sink"`
 	State string `json:"state"`
+	// LastClaim is when the queue's drainer last claimed (drainer.Health; nil before the first).
+	LastClaim *time.Time `json:"last_claim,omitempty"`
+	// Error is why the queue failed, or, while it runs, why its last claim or result flush failed
+	// (cleared by the next one that succeeds).
 	Error string `json:"error,omitempty"`
+	// Cause says what Error means when the database is unavailable or refuses writes (drainer.Health):
+	// for a refused write, a standby or default_transaction_read_only = on, and where it was set.
+	Cause string `json:"cause,omitempty"`
 }
 
 // Health pings the database and reports every route's state.
@@ -49,7 +57,17 @@ func (r *Relay) Health(ctx context.Context) Health {
 			q.Error = x.err.Error()
 		}
 		x.mu.Unlock()
-		h.OK = h.OK && q.State == "running"
+		// A ping is not enough: a database that answers pings but refuses every claim (a primary
+		// whose default_transaction_read_only is on, a standby, a revoked grant) delivers nothing.
+		dh := x.drainer.Health()
+		if !dh.LastClaim.IsZero() {
+			at := dh.LastClaim.UTC()
+			q.LastClaim = &at
+		}
+		if q.Error == "" && q.State == "running" && dh.Err != nil {
+			q.Error, q.Cause = dh.Err.Error(), dh.Cause
+		}
+		h.OK = h.OK && q.State == "running" && q.Error == ""
 		h.Queues = append(h.Queues, q)
 	}
 	return h
@@ -57,7 +75,7 @@ func (r *Relay) Health(ctx context.Context) Health {
 
 // Handler serves GET /metrics (Prometheus text format, from gatherer) and GET /healthz (Health as
 // JSON: 200 when OK, 503 otherwise, so an orchestrator restarts a relay that lost its database or
-// a queue).
+// a queue, and sees one whose claims or results fail).
 func (r *Relay) Handler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -49,11 +50,12 @@ func Unavailable(err error) string {
 			return "the server crashed (crash shutdown)"
 		case pgErr.Code == "57P03":
 			return "the server does not accept connections now (starting up, shutting down, or in recovery)"
-		case pgErr.Code == "25006", pgErr.Code == "0A000" && strings.Contains(pgErr.Message, "during recovery"):
-			// A standby reads registrations but refuses every claim: 25006 for a write, 0A000 for
-			// the unlogged partition heads, which a standby cannot read.
-			return "the server is a read-only standby: pgdrain needs the primary " +
-				"(retrying until this server is promoted; a DSN naming every host with target_session_attrs=read-write finds the primary)"
+		case (pgErr.Code == "25006" || pgErr.Code == "0A000") && strings.Contains(pgErr.Message, "during recovery"):
+			// Only a server in recovery says "during recovery": 0A000 for the unlogged partition
+			// heads, which a standby cannot read, 25006 for LISTEN.
+			return standbyCause
+		case pgErr.Code == "25006":
+			return ReadOnlyCause
 		case strings.HasPrefix(pgErr.Code, "08"):
 			return "the connection failed"
 		}
@@ -79,6 +81,78 @@ func Unavailable(err error) string {
 		return "the connection was lost"
 	}
 	return ""
+}
+
+// standbyCause is Unavailable's cause for an error only a server in recovery raises.
+const standbyCause = "the server is a read-only standby: pgdrain needs the primary " +
+	"(retrying until this server is promoted; a DSN naming every host with target_session_attrs=read-write finds the primary)"
+
+// ReadOnlyCause is Unavailable's cause for SQLSTATE 25006 ("cannot execute UPDATE in a read-only
+// transaction"). A standby raises it, and so does a primary whose default_transaction_read_only is
+// on for the role or the database (a DBA's step during maintenance, or a mistaken setting): the
+// error alone does not tell them apart, so it names both and how to check (WhyReadOnly asks).
+const ReadOnlyCause = "the server refuses writes (a read-only transaction): either a standby " +
+	"(SELECT pg_is_in_recovery() says true: pgdrain needs the primary, which a DSN naming every host with " +
+	"target_session_attrs=read-write finds) or a primary with default_transaction_read_only = on for this role or database " +
+	"(SHOW default_transaction_read_only; lift it with ALTER ROLE or ALTER DATABASE ... RESET default_transaction_read_only); " +
+	"retrying until it accepts writes"
+
+// ReadOnly reports whether err is the server refusing a write because the transaction is read only
+// (SQLSTATE 25006): a standby, or a session whose default_transaction_read_only is on.
+func ReadOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006"
+}
+
+// Querier is what WhyReadOnly asks: a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// WhyReadOnly asks the server, through q, why it refuses writes (ReadOnly errors), and says what
+// is true and what to do: a standby (pg_is_in_recovery()), or default_transaction_read_only = on
+// and where it was set (the role, the database, the connection, the server's configuration:
+// pg_settings.source). It answers for the session q reaches, so ask through the session that was
+// refused, or a new one: a session keeps the default it began with. When the question itself
+// fails it returns ReadOnlyCause.
+func WhyReadOnly(ctx context.Context, q Querier) string {
+	var (
+		recovery, readOnly   bool
+		source, role, dbname string
+	)
+	err := q.QueryRow(ctx, `SELECT pg_catalog.pg_is_in_recovery(),
+		pg_catalog.current_setting('default_transaction_read_only')::boolean,
+		coalesce((SELECT s.source FROM pg_catalog.pg_settings s WHERE s.name = 'default_transaction_read_only'), ''),
+		current_user::text, pg_catalog.current_database()::text`).Scan(&recovery, &readOnly, &source, &role, &dbname)
+	switch {
+	case err != nil:
+		return ReadOnlyCause
+	case recovery:
+		return standbyCause
+	case !readOnly:
+		return "the server is a primary (pg_is_in_recovery() is false) and a session begun now may write " +
+			"(default_transaction_read_only is off): writes were refused in a session begun while the setting was on, " +
+			"or in a transaction begun READ ONLY; retrying"
+	}
+	role, dbname = pgx.Identifier{role}.Sanitize(), pgx.Identifier{dbname}.Sanitize()
+	where := "(pg_settings.source: " + source + ")"
+	switch source {
+	case "database":
+		where = "for database " + dbname + " (lift it with ALTER DATABASE " + dbname + " RESET default_transaction_read_only)"
+	case "user":
+		where = "for role " + role + " (lift it with ALTER ROLE " + role + " RESET default_transaction_read_only)"
+	case "database user":
+		where = "for role " + role + " in database " + dbname + " (lift it with ALTER ROLE " + role + " IN DATABASE " + dbname +
+			" RESET default_transaction_read_only)"
+	case "client":
+		where = "by the connection (the DSN's options or PGOPTIONS: -c default_transaction_read_only=on)"
+	case "configuration file":
+		where = "in the server's configuration (postgresql.conf or ALTER SYSTEM; reload after lifting it)"
+	case "session":
+		where = "in the session (SET default_transaction_read_only)"
+	}
+	return "the server is a primary (pg_is_in_recovery() is false) that refuses writes: default_transaction_read_only = on, set " +
+		where + "; sessions begun after it is lifted can write"
 }
 
 // Conflict says why err is the server aborting a call on a passing conflict with other

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +118,38 @@ func TestCancelled(t *testing.T) {
 		if cause := Cancelled(err); cause != "" {
 			t.Errorf("Cancelled(%v) = %q, want \"\"", err, cause)
 		}
+	}
+}
+
+// TestUnavailable_ReadOnlyIsNotCalledAStandby: a primary whose default_transaction_read_only is on
+// refuses writes with the same 25006 as a standby, so a write refused "in a read-only transaction"
+// names both and how to tell them apart; only an error that says "during recovery" (which only a
+// server in recovery raises) calls the server a standby. Before, every 25006 was "a read-only
+// standby: pgdrain needs the primary", also on the primary.
+func TestUnavailable_ReadOnlyIsNotCalledAStandby(t *testing.T) {
+	t.Parallel()
+	refused := fmt.Errorf("claiming batch: %w", &pgconn.PgError{Code: "25006", Message: "cannot execute UPDATE in a read-only transaction"})
+	cause := Unavailable(refused)
+	if cause != ReadOnlyCause || !ReadOnly(refused) {
+		t.Errorf("Unavailable(%v) = %q (ReadOnly %v), want ReadOnlyCause", refused, cause, ReadOnly(refused))
+	}
+	for _, want := range []string{"standby", "pg_is_in_recovery()", "default_transaction_read_only = on", "RESET default_transaction_read_only"} {
+		if !strings.Contains(cause, want) {
+			t.Errorf("the cause of a refused write does not name %q: %s", want, cause)
+		}
+	}
+	if strings.HasPrefix(cause, "the server is a read-only standby") {
+		t.Errorf("a refused write is called a standby: %s", cause)
+	}
+	for _, err := range []error{
+		&pgconn.PgError{Code: "25006", Message: "cannot execute LISTEN during recovery"},
+		&pgconn.PgError{Code: "0A000", Message: "cannot access temporary or unlogged relations during recovery"},
+	} {
+		if cause := Unavailable(err); !strings.HasPrefix(cause, "the server is a read-only standby") {
+			t.Errorf("Unavailable(%v) = %q, want the standby's cause", err, cause)
+		}
+	}
+	if ReadOnly(&pgconn.PgError{Code: "0A000", Message: "cannot access temporary or unlogged relations during recovery"}) {
+		t.Error("ReadOnly is true for 0A000")
 	}
 }

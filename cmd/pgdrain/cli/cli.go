@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgdrain/pgdrain/internal/pgerr"
 )
 
 // Exit codes of Run. Scripts can rely on them.
@@ -314,8 +316,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return act(ctx, env{conn: conn, dsn: dsn, out: stdout, errOut: stderr, json: asJSON}, positional)
+	err = act(ctx, env{conn: conn, dsn: dsn, out: stdout, errOut: stderr, json: asJSON}, positional)
+	if pgerr.ReadOnly(err) {
+		// The refused statement's transaction has ended: its session can say why it is read only.
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readOnlyQuestionTimeout)
+		defer cancel()
+		err = refusedWrite{err: err, cause: pgerr.WhyReadOnly(qctx, conn)}
+	}
+	return err
 }
+
+// readOnlyQuestionTimeout bounds asking the server why it refused a write.
+const readOnlyQuestionTimeout = 5 * time.Second
+
+// refusedWrite is a write the server refused because the transaction was read only (SQLSTATE
+// 25006), with what the server says of itself (pgerr.WhyReadOnly): a standby, or a primary whose
+// default_transaction_read_only is on, and where it was set. PostgreSQL's words alone ("cannot
+// execute UPDATE in a read-only transaction") tell the operator neither which command's step
+// failed nor what to fix.
+type refusedWrite struct {
+	err   error
+	cause string
+}
+
+func (e refusedWrite) Error() string { return e.err.Error() + ": " + e.cause }
+func (e refusedWrite) Unwrap() error { return e.err }
 
 // parseInterleaved parses flags that may come before, between or after the positional arguments
 // (`pgdrain wedged QUEUE --older-than 5m`); the standard flag package stops at the first one.
@@ -416,9 +441,18 @@ func isUnknownQueue(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
-// describe turns a database error into one line that keeps PostgreSQL's message and SQLSTATE.
+// describe turns a database error into one line that keeps PostgreSQL's message and SQLSTATE. A
+// refused write also keeps what the command was doing and says why the server refuses it.
 func describe(err error) string {
 	var pgErr *pgconn.PgError
+	var refused refusedWrite
+	if errors.As(err, &refused) && errors.As(err, &pgErr) {
+		doing, ok := strings.CutSuffix(refused.err.Error(), pgErr.Error())
+		if !ok {
+			return strings.Join(strings.Fields(refused.Error()), " ")
+		}
+		return fmt.Sprintf("%s%s (SQLSTATE %s): %s", doing, pgErr.Message, pgErr.Code, refused.cause)
+	}
 	if errors.As(err, &pgErr) {
 		return fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
 	}
