@@ -158,7 +158,7 @@ func (s *Server) failedNote(w http.ResponseWriter, r *http.Request, back string,
 // false after it answered (no such queue).
 func (s *Server) formQueue(w http.ResponseWriter, r *http.Request) (reg queueReg, back string, ok bool) {
 	queue := r.PostFormValue("queue")
-	_, reg, ok = s.sampler.view(queue)
+	_, reg, ok = s.sampler.view(queue, 0)
 	if !ok {
 		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
 		return reg, "", false

@@ -138,19 +138,26 @@ func fromNow(t, now time.Time) string {
 	return "now"
 }
 
-// attention is the overview's one-line summary of the queues' problems.
-func attention(views []QueueView) string {
+// maxAttentionNames is how many queues the overview's summary names before "and N more".
+const maxAttentionNames = 10
+
+// attention is the overview's one-line summary of the queues' problems, and how many queues have one.
+func attention(views []QueueView) (string, int) {
 	var names []string
 	for _, v := range views {
 		if len(v.Problems) > 0 {
 			names = append(names, v.Name)
 		}
 	}
-	switch len(names) {
-	case 0:
-		return ""
-	case 1:
-		return "1 queue needs attention: " + names[0]
+	n := len(names)
+	if n > maxAttentionNames {
+		names = append(names[:maxAttentionNames], fmt.Sprintf("and %d more", n-maxAttentionNames))
 	}
-	return fmt.Sprintf("%d queues need attention: %s", len(names), strings.Join(names, ", "))
+	switch n {
+	case 0:
+		return "", 0
+	case 1:
+		return "1 queue needs attention: " + names[0], 1
+	}
+	return fmt.Sprintf("%d queues need attention: %s", n, strings.Join(names, ", ")), n
 }
