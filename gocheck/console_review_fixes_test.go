@@ -216,3 +216,69 @@ func TestConsole_AnIDGivenTwiceIsOneRow(t *testing.T) {
 		require.Equal(t, 1, strings.Count(page, `name="id" value="3"`), "the confirmation repeats each id once")
 	})
 }
+
+// A queue table dropped outside pgdrain (DROP TABLE, not outbox.drop_queue) leaves its registration:
+// once the sampler sees the table gone, the overview and the queue page say so, show none of the
+// figures the table had and offer no action on it (each would fail); a form shown before the drop
+// is answered 409 with the reason. create_queue registering the table again brings the queue back.
+func TestConsole_AQueueWhoseTableWasDroppedShowsAsGoneWithNoActions(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	ctx := context.Background()
+	log := &syncBuffer{}
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, log)
+	token := c.csrf("/queues/public.events")
+	_, page := c.get("/")
+	require.Equal(t, "16", queueFigure(page, b.queue, "pending"))
+
+	_, err := b.db.Pool.Exec(ctx, `DROP TABLE public.events`)
+	require.NoError(t, err)
+	c.srv.Sample(ctx)
+
+	code, page := c.get("/")
+	require.Equal(t, http.StatusOK, code, page)
+	row := regexp.MustCompile(`(?s)<tr data-queue="public.events"[^>]*>.*?</tr>`).FindString(page)
+	require.NotEmpty(t, row)
+	require.Empty(t, queueFigure(page, b.queue, "pending"), "no figure of a table that is gone: %s", row)
+	require.Contains(t, row, "its table no longer exists")
+	require.Contains(t, row, "outbox.drop_queue(&#39;public.events&#39;)")
+	require.Contains(t, page, "1 queue needs attention: public.events")
+	require.NotContains(t, page, `id="stale"`, "not old figures: no figures")
+
+	code, page = c.get("/queues/public.events")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, "its table no longer exists")
+	require.NotContains(t, page, "/actions/", "no action is offered on a queue whose table is gone")
+	require.NotContains(t, page, "<dt>pending</dt>")
+	require.NotContains(t, page, "Poisoned rows")
+
+	// A form shown before the drop: 409 with the reason, for every action on a queue.
+	for path, form := range map[string]url.Values{
+		"/actions/requeue": {"all": {"yes"}},
+		"/actions/purge":   {"older_than": {"7d"}},
+		"/actions/release": {"id": {"1"}},
+		"/actions/skip":    {"id": {"1"}, "attempts": {"2"}, "reason": {"x"}},
+		"/actions/retry":   {"id": {"1"}, "attempts": {"2"}},
+		"/actions/dismiss": {"id": {"3"}, "reason": {"x"}},
+	} {
+		for _, confirm := range []string{"", "yes"} {
+			f := url.Values{"queue": {b.queue}, "csrf": {token}, "confirm": {confirm}}
+			for k, v := range form {
+				f[k] = v
+			}
+			code, page := c.post(path, f)
+			require.Equal(t, http.StatusConflict, code, "%s confirm=%q: %s", path, confirm, page)
+			require.Contains(t, page, "its table no longer exists", path)
+		}
+	}
+	require.NotContains(t, log.String(), "console action failed")
+
+	_, err = b.db.Pool.Exec(ctx, `SELECT outbox.create_queue('public.events', 'account_id', max_attempts => 3)`)
+	require.NoError(t, err)
+	c.srv.Sample(ctx)
+	_, page = c.get("/")
+	require.Equal(t, "0", queueFigure(page, b.queue, "pending"))
+	require.NotContains(t, page, "no longer exists")
+	_, page = c.get("/queues/public.events")
+	require.Contains(t, page, `action="/actions/purge?csrf=`)
+}

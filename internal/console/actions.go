@@ -155,15 +155,21 @@ func (s *Server) failedNote(w http.ResponseWriter, r *http.Request, back string,
 }
 
 // formQueue reads the registered queue an action's form names and the page to go back to; ok is
-// false after it answered (no such queue).
+// false after it answered (no such queue, or its table is gone).
 func (s *Server) formQueue(w http.ResponseWriter, r *http.Request) (reg queueReg, back string, ok bool) {
 	queue := r.PostFormValue("queue")
-	_, reg, ok = s.sampler.view(queue, 0)
+	v, reg, ok := s.sampler.view(queue, 0)
 	if !ok {
 		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
 		return reg, "", false
 	}
-	return reg, "/queues/" + url.PathEscape(queue), true
+	back = "/queues/" + url.PathEscape(queue)
+	if v.Gone {
+		// The pages offer no action on it; a form shown before the drop gets the reason, not 500.
+		s.message(w, r, http.StatusConflict, "Queue table gone", "queue "+queue+": "+goneText(v, time.Now()), back)
+		return reg, "", false
+	}
+	return reg, back, true
 }
 
 func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {

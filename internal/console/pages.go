@@ -145,14 +145,19 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	payload, err := payloadVisible(ctx, s.cfg.Reader, reg)
-	if err == nil {
-		b.PayloadHidden = !payload
-		b.Poisoned, err = readPoisoned(ctx, s.cfg.Reader, reg)
+	// A queue whose table is gone has no rows to list (and no action is offered on it); its
+	// operator log is history and stays.
+	if !v.Gone {
+		payload, err := payloadVisible(ctx, s.cfg.Reader, reg)
+		if err == nil {
+			b.PayloadHidden = !payload
+			b.Poisoned, err = readPoisoned(ctx, s.cfg.Reader, reg)
+		}
+		if err != nil {
+			b.PoisonedErr = describe(err)
+		}
 	}
-	if err != nil {
-		b.PoisonedErr = describe(err)
-	}
+	var err error
 	seen := map[string]bool{}
 	for _, p := range b.Poisoned {
 		if p.PartitionKey != nil && !seen[*p.PartitionKey] {

@@ -12,7 +12,8 @@ import (
 type Problem struct {
 	// Kind is "stalled" (ready rows no drainer takes), "lease" (a wedged head held by a lease),
 	// "failing" (a wedged head backing off), "waiting" (a wedged head that is ready but not
-	// taken), "poisoned" or "error" (the queue could not be read).
+	// taken), "poisoned", "error" (the queue could not be read) or "gone" (its table no longer
+	// exists).
 	Kind string
 	// Text is the sentence shown.
 	Text string
@@ -25,6 +26,9 @@ const maxProblemsOfAKind = 3
 // on wedged keys, wedged keys whose head fails or waits, poisoned rows. A healthy queue has none.
 func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time.Time) []Problem {
 	var out []Problem
+	if v.Gone {
+		return []Problem{{"gone", goneText(v, now)}}
+	}
 	if v.Err != "" {
 		since := ""
 		if !v.FailingSince.IsZero() {
@@ -97,6 +101,20 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 	}
 	return out
 }
+
+// goneText says that a queue's table no longer exists, since when, and what to do.
+func goneText(v QueueView, now time.Time) string {
+	since := ""
+	if !v.GoneSince.IsZero() {
+		since = fmt.Sprintf(" (seen %s, %s)", timetext.Format(v.GoneSince), fromNow(v.GoneSince, now))
+	}
+	return fmt.Sprintf("its table no longer exists%s: it was dropped outside outbox.drop_queue, and the registry still names "+
+		"table oid %d. Nothing can be read of this queue or done to it. Re-create and register the table with "+
+		"outbox.create_queue(%s, ...), or unregister the queue with outbox.drop_queue(%s).", since, v.tableOID, sqlLiteral(v.Name), sqlLiteral(v.Name))
+}
+
+// sqlLiteral quotes s as an SQL string literal, for SQL shown to a person.
+func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // stalledFor is how long a queue has had rows a claim could take (ready and not blocked) in every
 // sample up to the last while none was delivered (the estimate of rateOver: inserted minus the

@@ -26,22 +26,29 @@ type queueReg struct {
 	PartitionColumn *string
 	PartitionType   *string
 	MaxAttempts     int
+	// Gone: no table has TableOID any more (dropped outside outbox.drop_queue; the registration stays
+	// until create_queue or drop_queue). Nothing can be read of it or done to it: every function of
+	// the queue fails with 42P01.
+	Gone bool
 }
 
+// listQueues reads the registry, and whether each queue's table still exists (pg_class by oid, as
+// outbox._queue checks it).
 func listQueues(ctx context.Context, db *pgxpool.Pool) ([]queueReg, error) {
 	rows, err := db.Query(ctx, `
 		SELECT q.queue, q.table_oid::oid,
-		       COALESCE((SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
-		                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = q.table_oid),
-		                q.table_oid::oid::text),
-		       q.partition_column, q.partition_type, q.max_attempts
-		FROM outbox.queues q ORDER BY q.queue`)
+		       CASE WHEN c.oid IS NULL THEN q.table_oid::oid::text ELSE pg_catalog.format('%I.%I', n.nspname, c.relname) END,
+		       q.partition_column, q.partition_type, q.max_attempts, c.oid IS NULL
+		FROM outbox.queues q
+		LEFT JOIN pg_catalog.pg_class c ON c.oid = q.table_oid::oid
+		LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		ORDER BY q.queue`)
 	if err != nil {
 		return nil, fmt.Errorf("reading outbox.queues: %w", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queueReg, error) {
 		var q queueReg
-		err := r.Scan(&q.Name, &q.TableOID, &q.Table, &q.PartitionColumn, &q.PartitionType, &q.MaxAttempts)
+		err := r.Scan(&q.Name, &q.TableOID, &q.Table, &q.PartitionColumn, &q.PartitionType, &q.MaxAttempts, &q.Gone)
 		return q, err
 	})
 	if err != nil {

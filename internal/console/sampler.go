@@ -34,6 +34,9 @@ type series struct {
 	// why they could not be read.
 	wedged    []Wedged
 	wedgedErr error
+	// goneSince is when the sampler first saw the queue's table gone (reg.Gone); its figures, which
+	// described a table that no longer exists, are dropped then.
+	goneSince time.Time
 }
 
 // reading is what one pass reads of one queue.
@@ -105,6 +108,9 @@ func (s *sampler) readFailed(err error) error {
 // oldest pending row is older than wedgedAfter its wedged partitions (outbox.wedged_partitions, at
 // most listLimit), whose successors stats counts as ready although no claim can take them.
 func (s *sampler) read(ctx context.Context, q queueReg) reading {
+	if q.Gone {
+		return reading{sample: sample{at: time.Now()}} // nothing to read (keep notes it gone)
+	}
 	start := time.Now()
 	st, ins, err := readStats(ctx, s.db, q)
 	r := reading{sample: sample{at: time.Now(), stats: st, inserted: ins}, err: err}
@@ -129,6 +135,13 @@ func (s *sampler) read(ctx context.Context, q queueReg) reading {
 // keep records a reading in sr, dropping samples older than History. A failed reading keeps the
 // figures read before and notes since when reading fails.
 func (s *sampler) keep(sr *series, r reading) {
+	if sr.reg.Gone {
+		if sr.goneSince.IsZero() {
+			sr.goneSince = r.sample.at
+		}
+		sr.samples, sr.wedged, sr.wedgedErr, sr.err, sr.failingSince = nil, nil, nil, nil, time.Time{}
+		return
+	}
 	sr.err = r.err
 	if r.err != nil {
 		if sr.failingSince.IsZero() {
@@ -209,6 +222,9 @@ func (s *sampler) pass(ctx context.Context) *sync.WaitGroup {
 			sr = &series{} // a new queue, or the same name on another table: start afresh
 		}
 		sr.reg = q
+		if q.Gone {
+			s.keep(sr, reading{sample: sample{at: start}}) // its figures go now, not when its read ends
+		}
 		next[q.Name] = sr
 		s.queues = append(s.queues, q.Name)
 		if !s.inFlight[q.Name] {
@@ -389,6 +405,10 @@ type QueueView struct {
 	// Stale, when set, says why the figures shown are not live: reading them fails (since when,
 	// and why), or none was read for longer than a read may take.
 	Stale string
+	// Gone: the queue's table no longer exists (dropped outside outbox.drop_queue), as the sampler
+	// saw first at GoneSince. It has no figures, and the pages offer no action on it.
+	Gone      bool
+	GoneSince time.Time
 }
 
 // view is what the pages show of one queue, with a sparkline of at most sparkPoints points (none
@@ -401,7 +421,7 @@ func (s *sampler) view(name string, sparkPoints int) (QueueView, queueReg, bool)
 		return QueueView{}, queueReg{}, false
 	}
 	v := QueueView{Name: name, Table: sr.reg.Table, Partitioned: sr.reg.PartitionColumn != nil, MaxAttempts: sr.reg.MaxAttempts,
-		tableOID: sr.reg.TableOID}
+		tableOID: sr.reg.TableOID, Gone: sr.reg.Gone, GoneSince: sr.goneSince}
 	if sr.err != nil {
 		v.Err = describe(sr.err)
 	}
