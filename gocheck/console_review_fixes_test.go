@@ -2,6 +2,7 @@ package gocheck
 
 import (
 	"context"
+	"html"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/internal/console"
@@ -281,4 +283,79 @@ func TestConsole_AQueueWhoseTableWasDroppedShowsAsGoneWithNoActions(t *testing.T
 	require.NotContains(t, page, "no longer exists")
 	_, page = c.get("/queues/public.events")
 	require.Contains(t, page, `action="/actions/purge?csrf=`)
+}
+
+// postedForm is a form of a page as a browser would send it: its action (with the CSRF token in
+// the address) and its hidden fields.
+type postedForm struct {
+	action string
+	fields url.Values
+}
+
+// formsOf returns the POST forms of a page whose content matches button.
+func formsOf(page string, button *regexp.Regexp) []postedForm {
+	var out []postedForm
+	inputs := regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+	for _, m := range regexp.MustCompile(`(?s)<form method="post" action="([^"]+)"[^>]*>(.*?)</form>`).FindAllStringSubmatch(page, -1) {
+		if !button.MatchString(m[2]) {
+			continue
+		}
+		f := postedForm{action: html.UnescapeString(m[1]), fields: url.Values{}}
+		for _, in := range inputs.FindAllStringSubmatch(m[2], -1) {
+			f.fields.Add(in[1], html.UnescapeString(in[2]))
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// send posts f as the console's forms are posted.
+func (c *consoleClient) send(f postedForm) (int, string) {
+	c.t.Helper()
+	path, query, _ := strings.Cut(f.action, "?")
+	q, err := url.ParseQuery(query)
+	require.NoError(c.t, err)
+	form := url.Values{"csrf": {q.Get("csrf")}}
+	for k, v := range f.fields {
+		form[k] = v
+	}
+	return c.post(path, form)
+}
+
+// A partition key is indexed with the row's id, so it must fit a btree entry after compression
+// (docs/sql-api.md): a key of 70,000 characters that compresses well is a valid key. "Requeue all of
+// key K" works for it: the page's form and its confirmation name the key by a row of it, not by the
+// key itself (which made the form larger than the 64 KiB an action's body may have: 413).
+func TestConsole_RequeueAllOfAKeyOver64KiB(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	ctx := context.Background()
+	key := strings.Repeat("tenant-42/", 7000)
+	var ids []int64
+	rows, err := b.db.Pool.Query(ctx, `SELECT outbox.enqueue('public.events', 'signup', '{}', $1) FROM generate_series(1, 2)`, key)
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE public.events SET attempt_count = 3, last_error = 'peer said 400' WHERE id = ANY ($1)`, ids)
+	require.NoError(t, err)
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, &syncBuffer{})
+
+	code, page := c.get("/queues/public.events")
+	require.Equal(t, http.StatusOK, code, page)
+	require.NotContains(t, page, key, "the page shows the key shortened")
+	require.Contains(t, page, "tenant-42/… (70000 characters)")
+	forms := formsOf(page, regexp.MustCompile(`Requeue all of key tenant-42/tenant-42/`))
+	require.Len(t, forms, 1, "one button for the key")
+	code, page = c.send(forms[0])
+	require.Equal(t, http.StatusOK, code, "the confirmation: %s", page)
+	require.Contains(t, page, "requeue the 2 poisoned row(s) of key")
+	forms = formsOf(page, regexp.MustCompile(`id="confirm"`))
+	require.Len(t, forms, 1)
+	code, page = c.send(forms[0])
+	require.Equal(t, http.StatusSeeOther, code, page)
+	var poisoned int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM public.events WHERE account_id = $1 AND attempt_count >= 3`, key).Scan(&poisoned))
+	require.Zero(t, poisoned, "both poisoned rows of the key were requeued")
+	_, page = c.get("/queues/public.events")
+	require.Contains(t, page, "<strong>Done:</strong> requeued 2 poisoned row(s) of public.events")
 }

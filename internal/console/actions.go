@@ -123,12 +123,12 @@ func changes(before, after snapshot) []string {
 	}
 	for _, k := range before.wedged {
 		if !slices.Contains(after.wedged, k) {
-			lines = append(lines, fmt.Sprintf("key %s no longer wedged", k))
+			lines = append(lines, fmt.Sprintf("key %s no longer wedged", shortKey(k)))
 		}
 	}
 	for _, k := range after.wedged {
 		if !slices.Contains(before.wedged, k) {
-			lines = append(lines, fmt.Sprintf("key %s now wedged", k))
+			lines = append(lines, fmt.Sprintf("key %s now wedged", shortKey(k)))
 		}
 	}
 	return lines
@@ -178,17 +178,28 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	queue := reg.Name
-	ids, key, all := r.PostForm["id"], r.PostFormValue("key"), r.PostFormValue("all") == "yes"
+	// key_of names a key by a row of it (the queue page's forms: a key may be longer than a form may
+	// be); key names it itself (a script's request, for a key that fits the form).
+	ids, key, keyOfText, all := r.PostForm["id"], r.PostFormValue("key"), r.PostFormValue("key_of"), r.PostFormValue("all") == "yes"
 	given := 0
-	for _, b := range []bool{len(ids) > 0, key != "", all} {
+	for _, b := range []bool{len(ids) > 0, key != "", keyOfText != "", all} {
 		if b {
 			given++
 		}
 	}
 	if given != 1 {
-		s.message(w, r, http.StatusBadRequest, "Nothing to requeue", "requeue: give one of id, key or all=yes", back)
+		s.message(w, r, http.StatusBadRequest, "Nothing to requeue", "requeue: give one of id, key, key_of or all=yes", back)
 		return
 	}
+	var keyOf int64
+	if keyOfText != "" {
+		var err error
+		if keyOf, err = strconv.ParseInt(keyOfText, 10, 64); err != nil || keyOf < 1 {
+			s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("key_of: must be the id of a row of the key, got %q", keyOfText), back)
+			return
+		}
+	}
+	byKey := key != "" || keyOf > 0
 	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
 	defer cancel()
 	var list []int64
@@ -196,22 +207,40 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case all:
 		what = "every poisoned row of " + queue
-	case key != "":
+	case byKey:
+		field := "key"
+		if keyOf > 0 {
+			field = "key_of"
+		}
 		if reg.PartitionColumn == nil || reg.PartitionType == nil {
 			s.message(w, r, http.StatusBadRequest, "Queue without keys",
-				fmt.Sprintf("key: %s is not partitioned, so its rows have no key: requeue by id, or every poisoned row (all=yes)", queue), back)
+				fmt.Sprintf("%s: %s is not partitioned, so its rows have no key: requeue by id, or every poisoned row (all=yes)", field, queue), back)
 			return
 		}
 		// Through the operator's login, the one that acts: docs/security.md grants it the columns
 		// this reads; the reader's login needs nothing of the queue table.
-		found, err := poisonedIDsOfKey(ctx, s.cfg.Operator, reg, key)
+		var found []int64
+		var err error
+		if keyOf > 0 {
+			var exists bool
+			if key, exists, err = keyOfRow(ctx, s.cfg.Operator, reg, keyOf); err == nil && !exists {
+				s.message(w, r, http.StatusBadRequest, "Nothing to requeue", fmt.Sprintf(
+					"key_of: %s has no row %d any more (requeued with a new id, or sent and purged, since the page was shown): reload the page", queue, keyOf), back)
+				return
+			}
+			if err == nil {
+				found, err = poisonedIDsOfKeyOfRow(ctx, s.cfg.Operator, reg, keyOf)
+			}
+		} else {
+			found, err = poisonedIDsOfKey(ctx, s.cfg.Operator, reg, key)
+		}
 		if err != nil {
 			note := ""
 			if sqlState(err) == "42501" && reg.PartitionColumn != nil {
 				note = fmt.Sprintf("Requeueing all of a key reads its poisoned ids through the operator's login (--operator-dsn): GRANT SELECT (id, %s, attempt_count, sent_at) ON %s TO that login.",
 					quoteIdent(*reg.PartitionColumn), reg.Table)
 			}
-			s.failedNote(w, r, back, err, note, "queue", queue, "key", key)
+			s.failedNote(w, r, back, err, note, "queue", queue, "key", shortKey(key), "key_of", keyOf)
 			return
 		}
 		// The confirmation names the rows it counted (up to maxKeyFence of them): the click requeues
@@ -226,12 +255,12 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 			found, late = onlyNamed(found, named)
 		}
 		if len(found) == 0 {
-			s.message(w, r, http.StatusBadRequest, "Nothing to requeue", fmt.Sprintf("key: %q has no poisoned row in %s", key, queue), back)
+			s.message(w, r, http.StatusBadRequest, "Nothing to requeue", fmt.Sprintf("%s: %q has no poisoned row in %s", field, shortKey(key), queue), back)
 			return
 		}
-		list, what = found, fmt.Sprintf("the %d poisoned row(s) of key %q", len(found), key)
+		list, what = found, fmt.Sprintf("the %d poisoned row(s) of key %q", len(found), shortKey(key))
 		if len(found) >= maxKeyRequeue {
-			what = fmt.Sprintf("the first %d poisoned rows of key %q (more remain: requeue the key again for the rest)", len(found), key)
+			what = fmt.Sprintf("the first %d poisoned rows of key %q (more remain: requeue the key again for the rest)", len(found), shortKey(key))
 		}
 		if late > 0 {
 			what += fmt.Sprintf("; %d row(s) of the key poisoned since the confirmation stay poisoned", late)
@@ -249,8 +278,12 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case all:
 			fields = append(fields, field{"all", "yes"})
-		case key != "":
-			fields = append(fields, field{"key", key})
+		case byKey:
+			if keyOf > 0 {
+				fields = append(fields, field{"key_of", strconv.FormatInt(keyOf, 10)})
+			} else {
+				fields = append(fields, field{"key", key})
+			}
 			if len(list) <= maxKeyFence {
 				fields = append(fields, field{"ids", joinIDsComma(list)})
 			}
@@ -270,7 +303,7 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 	before := s.snapshot(ctx, reg)
 	n, err := requeuePoisoned(ctx, s.cfg.Operator, queue, list)
 	if err != nil {
-		s.failed(w, r, back, err, "queue", queue, "ids", list, "key", key, "all", all)
+		s.failed(w, r, back, err, "queue", queue, "ids", list, "key", shortKey(key), "all", all, "key_of", keyOf)
 		return
 	}
 	after := s.snapshot(ctx, reg)
@@ -290,7 +323,7 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 	default:
 		o.Text = fmt.Sprintf("%s of %s: not poisoned any more (requeued or sent since the page was shown), nothing was requeued.", what, queue)
 	}
-	s.done(w, r, back, o, "queue", queue, "ids", list, "key", key, "all", all, "requeued", n)
+	s.done(w, r, back, o, "queue", queue, "ids", list, "key", shortKey(key), "all", all, "requeued", n, "key_of", keyOf)
 }
 
 func (s *Server) purgeAction(w http.ResponseWriter, r *http.Request) {

@@ -108,6 +108,13 @@ func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "queues", pageData{Title: "Queues", Nav: "queues", Live: true, Body: b})
 }
 
+// poisonedKey is a key of the listed poisoned rows and the newest listed row of it: "requeue all of
+// a key" names the key by that row (key_of), since a key may be longer than a form may be.
+type poisonedKey struct {
+	Key string
+	Row int64
+}
+
 type queueBody struct {
 	Q           QueueView
 	WedgedAfter time.Duration
@@ -117,7 +124,7 @@ type queueBody struct {
 	// pgdrain_operator may not), so the rows come without previews.
 	PayloadHidden bool
 	Limit         int
-	PoisonedKeys  []string // distinct keys of the listed rows, for "requeue all of a key"
+	PoisonedKeys  []poisonedKey // distinct keys of the listed rows, for "requeue all of a key"
 	// Actions are the newest operator actions on the queue (outbox.operator_log); ActionCounts
 	// counts the ActionsTotal read by kind; ActionsMore: the queue has more than were read.
 	Actions      []OperatorAction
@@ -162,7 +169,7 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 	for _, p := range b.Poisoned {
 		if p.PartitionKey != nil && !seen[*p.PartitionKey] {
 			seen[*p.PartitionKey] = true
-			b.PoisonedKeys = append(b.PoisonedKeys, *p.PartitionKey)
+			b.PoisonedKeys = append(b.PoisonedKeys, poisonedKey{Key: *p.PartitionKey, Row: p.ID})
 		}
 	}
 	if b.Actions, b.ActionCounts, b.ActionsTotal, b.ActionsMore, err = readOperatorLog(ctx, s.cfg.Reader, name); err != nil {

@@ -75,7 +75,7 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 		}
 		out = append(out, Problem{"lease", fmt.Sprintf(
 			"key %s: head row %d, pending for %s, is held by %s%s. If its worker is gone, release the lease.",
-			w.PartitionKey, w.HeadID, human(now.Sub(w.OldestPendingAt)), until, behind(w))})
+			shortKey(w.PartitionKey), w.HeadID, human(now.Sub(w.OldestPendingAt)), until, behind(w))})
 	}
 	for i, w := range failing {
 		if i == maxProblemsOfAKind {
@@ -84,7 +84,7 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 		}
 		out = append(out, Problem{"failing", fmt.Sprintf(
 			"key %s: head row %d has failed %d time(s) and is pending for %s; next try %s%s.",
-			w.PartitionKey, w.HeadID, w.HeadAttemptCount, human(now.Sub(w.OldestPendingAt)), fromNow(*w.RetryAt, now), behind(w))})
+			shortKey(w.PartitionKey), w.HeadID, w.HeadAttemptCount, human(now.Sub(w.OldestPendingAt)), fromNow(*w.RetryAt, now), behind(w))})
 	}
 	for i, w := range waiting {
 		if i == maxProblemsOfAKind {
@@ -93,7 +93,7 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 		}
 		out = append(out, Problem{"waiting", fmt.Sprintf(
 			"key %s: head row %d is ready but no drainer has taken it for %s%s.",
-			w.PartitionKey, w.HeadID, human(now.Sub(w.OldestPendingAt)), behind(w))})
+			shortKey(w.PartitionKey), w.HeadID, human(now.Sub(w.OldestPendingAt)), behind(w))})
 	}
 	if v.Stats.Poisoned > 0 {
 		out = append(out, Problem{"poisoned", fmt.Sprintf(

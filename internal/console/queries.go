@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -194,19 +195,73 @@ func poisonedIDsOfKey(ctx context.Context, db *pgxpool.Pool, q queueReg, key str
 	if err := db.QueryRow(ctx, `SELECT $1::regtype::text`, *q.PartitionType).Scan(&typ); err != nil {
 		return nil, fmt.Errorf("reading the partition type of %s: %w", q.Name, err)
 	}
+	return poisonedIDsWhere(ctx, db, q, fmt.Sprintf("CAST($1::text AS %s)", typ), key, "key "+shortKey(key))
+}
+
+// keyOfRow reads the key of row id (any state: its key never changes) as text, through the
+// operator's login (the same columns as poisonedIDsOfKey); found is false when no row has that id.
+// "Requeue all of a key" names the key by a row of it: a key may be far longer than an action's form
+// (docs/sql-api.md: it must fit a btree entry after compression).
+func keyOfRow(ctx context.Context, db *pgxpool.Pool, q queueReg, id int64) (key string, found bool, err error) {
+	if q.PartitionColumn == nil {
+		return "", false, fmt.Errorf("queue %s has no partition column", q.Name)
+	}
+	err = db.QueryRow(ctx, fmt.Sprintf(`SELECT t.%s::text FROM %s t WHERE t.id = $1`,
+		pgx.Identifier{*q.PartitionColumn}.Sanitize(), q.Table), id).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading the key of row %d of %s: %w", id, q.Name, err)
+	}
+	return key, true, nil
+}
+
+// poisonedIDsOfKeyOfRow is poisonedIDsOfKey for the key of row id, compared in the database with
+// the row's own value (no round trip of the key through text).
+func poisonedIDsOfKeyOfRow(ctx context.Context, db *pgxpool.Pool, q queueReg, id int64) ([]int64, error) {
+	if q.PartitionColumn == nil {
+		return nil, fmt.Errorf("queue %s has no partition column", q.Name)
+	}
+	return poisonedIDsWhere(ctx, db, q, fmt.Sprintf("(SELECT r.%s FROM %s r WHERE r.id = $1)",
+		pgx.Identifier{*q.PartitionColumn}.Sanitize(), q.Table), id, fmt.Sprintf("the key of row %d", id))
+}
+
+// poisonedIDsWhere reads the poisoned ids of the key keyExpr ($1 = arg) names, at most maxKeyRequeue.
+func poisonedIDsWhere(ctx context.Context, db *pgxpool.Pool, q queueReg, keyExpr string, arg any, what string) ([]int64, error) {
 	rows, err := db.Query(ctx, fmt.Sprintf(`
 		SELECT t.id FROM %s t
-		WHERE t.%s = CAST($1::text AS %s) AND t.sent_at IS NULL AND t.attempt_count >= $2
-		ORDER BY t.id LIMIT $3`, q.Table, pgx.Identifier{*q.PartitionColumn}.Sanitize(), typ),
-		key, q.MaxAttempts, maxKeyRequeue)
+		WHERE t.%s = %s AND t.sent_at IS NULL AND t.attempt_count >= $2
+		ORDER BY t.id LIMIT $3`, q.Table, pgx.Identifier{*q.PartitionColumn}.Sanitize(), keyExpr),
+		arg, q.MaxAttempts, maxKeyRequeue)
 	if err != nil {
-		return nil, fmt.Errorf("reading poisoned rows of key %q in %s: %w", key, q.Name, err)
+		return nil, fmt.Errorf("reading poisoned rows of %s in %s: %w", what, q.Name, err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		return nil, fmt.Errorf("reading poisoned rows of key %q in %s: %w", key, q.Name, err)
+		return nil, fmt.Errorf("reading poisoned rows of %s in %s: %w", what, q.Name, err)
 	}
 	return ids, nil
+}
+
+// keyShown is how many characters of a partition key the pages show (shortKey).
+const keyShown = 80
+
+// shortKey is a key as the pages show it: whole up to keyShown characters, else its first ones and
+// its length. A valid key may be hundreds of kB (docs/sql-api.md), and the pages repeat keys.
+func shortKey(key string) string {
+	n := utf8.RuneCountInString(key)
+	if n <= keyShown {
+		return key
+	}
+	i := 0
+	for k := range key {
+		if i == keyShown {
+			return fmt.Sprintf("%s… (%d characters)", key[:k], n)
+		}
+		i++
+	}
+	return key
 }
 
 // Ladder is one running escalation: its alert, its policy's steps and where it stands.
