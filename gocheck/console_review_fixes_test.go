@@ -359,3 +359,67 @@ func TestConsole_RequeueAllOfAKeyOver64KiB(t *testing.T) {
 	_, page = c.get("/queues/public.events")
 	require.Contains(t, page, "<strong>Done:</strong> requeued 2 poisoned row(s) of public.events")
 }
+
+// The sentences an action answers with show what an operator or a client gave as it is, quoted
+// and HTML-escaped, not as Go's %q wrote it (\" for a quote, \u00a0 for a no-break space): an
+// alert's name in its confirmations and outcomes, a key in the requeue confirmation, a bad id.
+func TestConsole_ActionTextsShowNamesAndKeysAsTheyAre(t *testing.T) {
+	t.Parallel()
+	b := newConsoleBundle(t)
+	ctx := context.Background()
+	name := "checkout \"EU\"\u00a0≥ 2% — café"
+	var alertID, policy string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT alr.add_alert($1)::text`, name).Scan(&alertID))
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT id::text FROM alr.escalation_policies LIMIT 1`).Scan(&policy))
+	_, err := b.db.Pool.Exec(ctx, `SELECT alr.start_escalation($1::uuid, $2::uuid)`, alertID, policy)
+	require.NoError(t, err)
+	var row int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT outbox.enqueue('public.events', 'signup', '{}', 'acct "7"')`).Scan(&row))
+	_, err = b.db.Pool.Exec(ctx, `UPDATE public.events SET attempt_count = 3 WHERE id = $1`, row)
+	require.NoError(t, err)
+	c := startConsole(t, console.Config{Reader: b.reader, Operator: b.operator}, &syncBuffer{})
+	token := c.csrf("/queues/public.events")
+	const shown = "&#34;checkout &#34;EU&#34;\u00a0≥ 2% — café&#34;"
+	plain := func(page string) {
+		t.Helper()
+		require.NotContains(t, page, `\&#34;`, "no Go escape of a quote")
+		require.NotContains(t, page, `\u00a0`, "no Go escape of a no-break space")
+	}
+	outcome := func() string {
+		t.Helper()
+		code, page := c.get("/escalations")
+		require.Equal(t, http.StatusOK, code, page)
+		m := regexp.MustCompile(`(?s)<div class="flash [^"]+" role="status" id="outcome">.*?</div>`).FindString(page)
+		require.NotEmpty(t, m, "no outcome")
+		return m
+	}
+
+	for _, step := range []struct{ path, confirmation, done string }{
+		{"/actions/acknowledge", "Acknowledge alert " + shown, "<strong>Done:</strong> acknowledged alert " + shown},
+		{"/actions/resolve", "Resolve alert " + shown, "<strong>Done:</strong> resolved alert " + shown},
+	} {
+		code, page := c.post(step.path, url.Values{"alert": {alertID}, "csrf": {token}})
+		require.Equal(t, http.StatusOK, code, page)
+		plain(page)
+		require.Contains(t, page, step.confirmation)
+		code, page = c.post(step.path, url.Values{"alert": {alertID}, "csrf": {token}, "confirm": {"yes"}})
+		require.Equal(t, http.StatusSeeOther, code, page)
+		o := outcome()
+		plain(o)
+		require.Contains(t, o, step.done)
+	}
+	code, page := c.post("/actions/resolve", url.Values{"alert": {alertID}, "csrf": {token}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, code, page)
+	o := outcome()
+	plain(o)
+	require.Contains(t, o, "<strong>Nothing changed:</strong> alert "+shown)
+
+	code, page = c.post("/actions/requeue", url.Values{"queue": {b.queue}, "key": {`acct "7"`}, "csrf": {token}})
+	require.Equal(t, http.StatusOK, code, page)
+	plain(page)
+	require.Contains(t, page, "requeue the 1 poisoned row(s) of key &#34;acct &#34;7&#34;&#34;.")
+	code, page = c.post("/actions/requeue", url.Values{"queue": {b.queue}, "id": {`x"1`}, "csrf": {token}})
+	require.Equal(t, http.StatusBadRequest, code, page)
+	plain(page)
+	require.Contains(t, page, "id: must be a positive integer, got &#34;x&#34;1&#34;")
+}
