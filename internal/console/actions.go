@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -123,12 +124,12 @@ func changes(before, after snapshot) []string {
 	}
 	for _, k := range before.wedged {
 		if !slices.Contains(after.wedged, k) {
-			lines = append(lines, fmt.Sprintf("key %s no longer wedged", k))
+			lines = append(lines, fmt.Sprintf("key %s no longer wedged", shortKey(k)))
 		}
 	}
 	for _, k := range after.wedged {
 		if !slices.Contains(before.wedged, k) {
-			lines = append(lines, fmt.Sprintf("key %s now wedged", k))
+			lines = append(lines, fmt.Sprintf("key %s now wedged", shortKey(k)))
 		}
 	}
 	return lines
@@ -155,15 +156,21 @@ func (s *Server) failedNote(w http.ResponseWriter, r *http.Request, back string,
 }
 
 // formQueue reads the registered queue an action's form names and the page to go back to; ok is
-// false after it answered (no such queue).
+// false after it answered (no such queue, or its table is gone).
 func (s *Server) formQueue(w http.ResponseWriter, r *http.Request) (reg queueReg, back string, ok bool) {
 	queue := r.PostFormValue("queue")
-	_, reg, ok = s.sampler.view(queue)
+	v, reg, ok := s.sampler.view(queue, 0)
 	if !ok {
-		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %q is registered", queue), "/")
+		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %s is registered", quoted(queue)), "/")
 		return reg, "", false
 	}
-	return reg, "/queues/" + url.PathEscape(queue), true
+	back = "/queues/" + url.PathEscape(queue)
+	if v.Gone {
+		// The pages offer no action on it; a form shown before the drop gets the reason, not 500.
+		s.message(w, r, http.StatusConflict, "Queue table gone", "queue "+queue+": "+goneText(v, time.Now()), back)
+		return reg, "", false
+	}
+	return reg, back, true
 }
 
 func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
@@ -172,17 +179,28 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	queue := reg.Name
-	ids, key, all := r.PostForm["id"], r.PostFormValue("key"), r.PostFormValue("all") == "yes"
+	// key_of names a key by a row of it (the queue page's forms: a key may be longer than a form may
+	// be); key names it itself (a script's request, for a key that fits the form).
+	ids, key, keyOfText, all := r.PostForm["id"], r.PostFormValue("key"), r.PostFormValue("key_of"), r.PostFormValue("all") == "yes"
 	given := 0
-	for _, b := range []bool{len(ids) > 0, key != "", all} {
+	for _, b := range []bool{len(ids) > 0, key != "", keyOfText != "", all} {
 		if b {
 			given++
 		}
 	}
 	if given != 1 {
-		s.message(w, r, http.StatusBadRequest, "Nothing to requeue", "requeue: give one of id, key or all=yes", back)
+		s.message(w, r, http.StatusBadRequest, "Nothing to requeue", "requeue: give one of id, key, key_of or all=yes", back)
 		return
 	}
+	var keyOf int64
+	if keyOfText != "" {
+		var err error
+		if keyOf, err = strconv.ParseInt(keyOfText, 10, 64); err != nil || keyOf < 1 {
+			s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("key_of: must be the id of a row of the key, got %s", quoted(keyOfText)), back)
+			return
+		}
+	}
+	byKey := key != "" || keyOf > 0
 	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
 	defer cancel()
 	var list []int64
@@ -190,22 +208,40 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case all:
 		what = "every poisoned row of " + queue
-	case key != "":
+	case byKey:
+		field := "key"
+		if keyOf > 0 {
+			field = "key_of"
+		}
 		if reg.PartitionColumn == nil || reg.PartitionType == nil {
 			s.message(w, r, http.StatusBadRequest, "Queue without keys",
-				fmt.Sprintf("key: %s is not partitioned, so its rows have no key: requeue by id, or every poisoned row (all=yes)", queue), back)
+				fmt.Sprintf("%s: %s is not partitioned, so its rows have no key: requeue by id, or every poisoned row (all=yes)", field, queue), back)
 			return
 		}
 		// Through the operator's login, the one that acts: docs/security.md grants it the columns
 		// this reads; the reader's login needs nothing of the queue table.
-		found, err := poisonedIDsOfKey(ctx, s.cfg.Operator, reg, key)
+		var found []int64
+		var err error
+		if keyOf > 0 {
+			var exists bool
+			if key, exists, err = keyOfRow(ctx, s.cfg.Operator, reg, keyOf); err == nil && !exists {
+				s.message(w, r, http.StatusBadRequest, "Nothing to requeue", fmt.Sprintf(
+					"key_of: %s has no row %d any more (requeued with a new id, or sent and purged, since the page was shown): reload the page", queue, keyOf), back)
+				return
+			}
+			if err == nil {
+				found, err = poisonedIDsOfKeyOfRow(ctx, s.cfg.Operator, reg, keyOf)
+			}
+		} else {
+			found, err = poisonedIDsOfKey(ctx, s.cfg.Operator, reg, key)
+		}
 		if err != nil {
 			note := ""
 			if sqlState(err) == "42501" && reg.PartitionColumn != nil {
 				note = fmt.Sprintf("Requeueing all of a key reads its poisoned ids through the operator's login (--operator-dsn): GRANT SELECT (id, %s, attempt_count, sent_at) ON %s TO that login.",
 					quoteIdent(*reg.PartitionColumn), reg.Table)
 			}
-			s.failedNote(w, r, back, err, note, "queue", queue, "key", key)
+			s.failedNote(w, r, back, err, note, "queue", queue, "key", shortKey(key), "key_of", keyOf)
 			return
 		}
 		// The confirmation names the rows it counted (up to maxKeyFence of them): the click requeues
@@ -214,18 +250,18 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 		if shown := r.PostFormValue("ids"); shown != "" && r.PostFormValue("confirm") == "yes" {
 			named, bad := distinctIDs(strings.Split(shown, ","))
 			if bad != "" {
-				s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("ids: must be positive integers separated by commas, got %q", bad), back)
+				s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("ids: must be positive integers separated by commas, got %s", quoted(bad)), back)
 				return
 			}
 			found, late = onlyNamed(found, named)
 		}
 		if len(found) == 0 {
-			s.message(w, r, http.StatusBadRequest, "Nothing to requeue", fmt.Sprintf("key: %q has no poisoned row in %s", key, queue), back)
+			s.message(w, r, http.StatusBadRequest, "Nothing to requeue", fmt.Sprintf("%s: %s has no poisoned row in %s", field, quoted(shortKey(key)), queue), back)
 			return
 		}
-		list, what = found, fmt.Sprintf("the %d poisoned row(s) of key %q", len(found), key)
+		list, what = found, fmt.Sprintf("the %d poisoned row(s) of key %s", len(found), quoted(shortKey(key)))
 		if len(found) >= maxKeyRequeue {
-			what = fmt.Sprintf("the first %d poisoned rows of key %q (more remain: requeue the key again for the rest)", len(found), key)
+			what = fmt.Sprintf("the first %d poisoned rows of key %s (more remain: requeue the key again for the rest)", len(found), quoted(shortKey(key)))
 		}
 		if late > 0 {
 			what += fmt.Sprintf("; %d row(s) of the key poisoned since the confirmation stay poisoned", late)
@@ -233,7 +269,7 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 	default:
 		var bad string
 		if list, bad = distinctIDs(ids); bad != "" {
-			s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("id: must be a positive integer, got %q", bad), back)
+			s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("id: must be a positive integer, got %s", quoted(bad)), back)
 			return
 		}
 		what = "poisoned row(s) " + joinIDs(list)
@@ -243,8 +279,12 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case all:
 			fields = append(fields, field{"all", "yes"})
-		case key != "":
-			fields = append(fields, field{"key", key})
+		case byKey:
+			if keyOf > 0 {
+				fields = append(fields, field{"key_of", strconv.FormatInt(keyOf, 10)})
+			} else {
+				fields = append(fields, field{"key", key})
+			}
 			if len(list) <= maxKeyFence {
 				fields = append(fields, field{"ids", joinIDsComma(list)})
 			}
@@ -264,7 +304,7 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 	before := s.snapshot(ctx, reg)
 	n, err := requeuePoisoned(ctx, s.cfg.Operator, queue, list)
 	if err != nil {
-		s.failed(w, r, back, err, "queue", queue, "ids", list, "key", key, "all", all)
+		s.failed(w, r, back, err, "queue", queue, "ids", list, "key", shortKey(key), "all", all, "key_of", keyOf)
 		return
 	}
 	after := s.snapshot(ctx, reg)
@@ -284,7 +324,7 @@ func (s *Server) requeueAction(w http.ResponseWriter, r *http.Request) {
 	default:
 		o.Text = fmt.Sprintf("%s of %s: not poisoned any more (requeued or sent since the page was shown), nothing was requeued.", what, queue)
 	}
-	s.done(w, r, back, o, "queue", queue, "ids", list, "key", key, "all", all, "requeued", n)
+	s.done(w, r, back, o, "queue", queue, "ids", list, "key", shortKey(key), "all", all, "requeued", n, "key_of", keyOf)
 }
 
 func (s *Server) purgeAction(w http.ResponseWriter, r *http.Request) {
@@ -337,7 +377,7 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 	queue := reg.Name
 	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
 	if err != nil {
-		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %q", r.PostFormValue("id")), back)
+		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %s", quoted(r.PostFormValue("id"))), back)
 		return
 	}
 	// The lease the page showed (its end): only that lease is ended. Without it, a lease that ran
@@ -346,7 +386,7 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 	if v := r.PostFormValue("leased_until"); v != "" {
 		at, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			s.message(w, r, http.StatusBadRequest, "Bad lease", fmt.Sprintf("leased_until: must be the time the lease ends (RFC 3339), got %q", v), back)
+			s.message(w, r, http.StatusBadRequest, "Bad lease", fmt.Sprintf("leased_until: must be the time the lease ends (RFC 3339), got %s", quoted(v)), back)
 			return
 		}
 		until = &at
@@ -389,6 +429,22 @@ func (s *Server) releaseAction(w http.ResponseWriter, r *http.Request) {
 	s.done(w, r, back, o, "queue", queue, "id", id, "released", released)
 }
 
+// quoted puts what an operator or a client gave (a name, a key, a field's value) in double quotes
+// as plain text, for a page, whose template escapes it for HTML. Go's %q showed escapes instead of
+// the characters (\" for a quote, \u00a0 for a no-break space). Bytes that are no UTF-8 and control
+// characters, which a page can not show, become U+FFFD; a line break or a tab a space.
+func quoted(s string) string {
+	return `"` + strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
+			return ' '
+		case unicode.IsControl(r):
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, string(utf8.RuneError))) + `"`
+}
+
 var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // quoteIdent quotes a name as PostgreSQL's quote_ident does (only when it must), for SQL shown to
@@ -416,7 +472,7 @@ func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
 	const back = "/escalations"
 	alert := r.PostFormValue("alert")
 	if !uuidText.MatchString(alert) {
-		s.message(w, r, http.StatusBadRequest, "Bad alert", fmt.Sprintf("alert: must be an alert id (uuid), got %q", alert), back)
+		s.message(w, r, http.StatusBadRequest, "Bad alert", fmt.Sprintf("alert: must be an alert id (uuid), got %s", quoted(alert)), back)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
@@ -430,7 +486,7 @@ func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
 		s.confirm(w, r, "Resolve the alert?", confirmBody{
 			Action: "/actions/resolve", Fields: []field{{"alert", alert}}, Button: "Resolve", Back: back,
 			Lines: []string{
-				fmt.Sprintf("Resolve alert %q (%s, now %s).", name, alert, state),
+				fmt.Sprintf("Resolve alert %s (%s, now %s).", quoted(name), alert, state),
 				"Its running ladders stop at once; a step already taken by an engine is not delivered (alr.resolve_alert).",
 			}})
 		return
@@ -450,7 +506,7 @@ func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := outcome{Changed: stateBefore != stateAfter || runningBefore != runningAfter,
-		Text: fmt.Sprintf("resolved alert %q (%s): its ladders are stopped and no further step is delivered.", name, alert)}
+		Text: fmt.Sprintf("resolved alert %s (%s): its ladders are stopped and no further step is delivered.", quoted(name), alert)}
 	if stateBefore != stateAfter {
 		o.Lines = append(o.Lines, fmt.Sprintf("state %s → %s", stateBefore, stateAfter))
 	}
@@ -458,7 +514,7 @@ func (s *Server) resolveAction(w http.ResponseWriter, r *http.Request) {
 		o.Lines = append(o.Lines, fmt.Sprintf("running ladders %d → %d", runningBefore, runningAfter))
 	}
 	if !o.Changed {
-		o.Text = fmt.Sprintf("alert %q (%s) was already %s with no running ladder: nothing was resolved.", name, alert, stateAfter)
+		o.Text = fmt.Sprintf("alert %s (%s) was already %s with no running ladder: nothing was resolved.", quoted(name), alert, stateAfter)
 	}
 	s.done(w, r, back, o, "alert", alert, "state_before", stateBefore, "running_ladders_stopped", runningBefore-runningAfter)
 }
@@ -512,15 +568,15 @@ func (s *Server) rowActionForm(w http.ResponseWriter, r *http.Request) (reg queu
 	}
 	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
 	if err != nil || id < 1 {
-		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %q", r.PostFormValue("id")), back)
+		s.message(w, r, http.StatusBadRequest, "Bad row", fmt.Sprintf("id: must be a row id, got %s", quoted(r.PostFormValue("id"))), back)
 		return reg, back, 0, 0, false
 	}
 	// attempt_count is an integer (int4) column: a count beyond it is no row's.
 	a, err := strconv.ParseInt(r.PostFormValue("attempts"), 10, 32)
 	if err != nil || a < 0 {
 		s.message(w, r, http.StatusBadRequest, "Bad attempt count",
-			fmt.Sprintf("attempts: must be the row's attempt count as the page showed it, an integer from 0 to %d, got %q",
-				math.MaxInt32, r.PostFormValue("attempts")), back)
+			fmt.Sprintf("attempts: must be the row's attempt count as the page showed it, an integer from 0 to %d, got %s",
+				math.MaxInt32, quoted(r.PostFormValue("attempts"))), back)
 		return reg, back, 0, 0, false
 	}
 	return reg, back, id, int(a), true
@@ -645,7 +701,7 @@ func (s *Server) dismissAction(w http.ResponseWriter, r *http.Request) {
 	queue := reg.Name
 	ids, bad := distinctIDs(r.PostForm["id"])
 	if bad != "" {
-		s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("id: must be a positive integer, got %q", bad), back)
+		s.message(w, r, http.StatusBadRequest, "Bad id", fmt.Sprintf("id: must be a positive integer, got %s", quoted(bad)), back)
 		return
 	}
 	if len(ids) == 0 || len(ids) > listLimit {
@@ -698,7 +754,7 @@ func (s *Server) acknowledgeAction(w http.ResponseWriter, r *http.Request) {
 	const back = "/escalations"
 	alert := r.PostFormValue("alert")
 	if !uuidText.MatchString(alert) {
-		s.message(w, r, http.StatusBadRequest, "Bad alert", fmt.Sprintf("alert: must be an alert id (uuid), got %q", alert), back)
+		s.message(w, r, http.StatusBadRequest, "Bad alert", fmt.Sprintf("alert: must be an alert id (uuid), got %s", quoted(alert)), back)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
@@ -713,7 +769,7 @@ func (s *Server) acknowledgeAction(w http.ResponseWriter, r *http.Request) {
 			Action: "/actions/acknowledge", Fields: []field{{"alert", alert}}, Button: "Acknowledge", Back: back,
 			Reason: &reasonField{Hint: "optional note, e.g. looking into it (logged with the acknowledgement)"},
 			Lines: []string{
-				fmt.Sprintf("Acknowledge alert %q (%s, now %s): you are on it.", name, alert, state),
+				fmt.Sprintf("Acknowledge alert %s (%s, now %s): you are on it.", quoted(name), alert, state),
 				"Its running ladders stop at once: no further step pages anyone, and a step an engine already took is not delivered. The alert stays firing until it is resolved (alr.acknowledge_alert).",
 			}})
 		return
@@ -738,14 +794,14 @@ func (s *Server) acknowledgeAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := outcome{Changed: acked,
-		Text: fmt.Sprintf("acknowledged alert %q (%s): its ladders are stopped, no further step is delivered; it stays firing until resolved.", name, alert)}
+		Text: fmt.Sprintf("acknowledged alert %s (%s): its ladders are stopped, no further step is delivered; it stays firing until resolved.", quoted(name), alert)}
 	if runningBefore != runningAfter {
 		o.Lines = append(o.Lines, fmt.Sprintf("running ladders %d → %d", runningBefore, runningAfter))
 	}
 	if !acked {
-		o.Text = fmt.Sprintf("alert %q (%s) was already acknowledged: nothing changed, the first acknowledgement is kept.", name, alert)
+		o.Text = fmt.Sprintf("alert %s (%s) was already acknowledged: nothing changed, the first acknowledgement is kept.", quoted(name), alert)
 		if stateAfter != "firing" {
-			o.Text = fmt.Sprintf("alert %q (%s) is %s: nothing was acknowledged.", name, alert, stateAfter)
+			o.Text = fmt.Sprintf("alert %s (%s) is %s: nothing was acknowledged.", quoted(name), alert, stateAfter)
 		}
 		o.Lines = nil
 	}

@@ -12,7 +12,8 @@ import (
 type Problem struct {
 	// Kind is "stalled" (ready rows no drainer takes), "lease" (a wedged head held by a lease),
 	// "failing" (a wedged head backing off), "waiting" (a wedged head that is ready but not
-	// taken), "poisoned" or "error" (the queue could not be read).
+	// taken), "poisoned", "error" (the queue could not be read) or "gone" (its table no longer
+	// exists).
 	Kind string
 	// Text is the sentence shown.
 	Text string
@@ -25,6 +26,9 @@ const maxProblemsOfAKind = 3
 // on wedged keys, wedged keys whose head fails or waits, poisoned rows. A healthy queue has none.
 func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time.Time) []Problem {
 	var out []Problem
+	if v.Gone {
+		return []Problem{{"gone", goneText(v, now)}}
+	}
 	if v.Err != "" {
 		since := ""
 		if !v.FailingSince.IsZero() {
@@ -71,7 +75,7 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 		}
 		out = append(out, Problem{"lease", fmt.Sprintf(
 			"key %s: head row %d, pending for %s, is held by %s%s. If its worker is gone, release the lease.",
-			w.PartitionKey, w.HeadID, human(now.Sub(w.OldestPendingAt)), until, behind(w))})
+			shortKey(w.PartitionKey), w.HeadID, human(now.Sub(w.OldestPendingAt)), until, behind(w))})
 	}
 	for i, w := range failing {
 		if i == maxProblemsOfAKind {
@@ -80,7 +84,7 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 		}
 		out = append(out, Problem{"failing", fmt.Sprintf(
 			"key %s: head row %d has failed %d time(s) and is pending for %s; next try %s%s.",
-			w.PartitionKey, w.HeadID, w.HeadAttemptCount, human(now.Sub(w.OldestPendingAt)), fromNow(*w.RetryAt, now), behind(w))})
+			shortKey(w.PartitionKey), w.HeadID, w.HeadAttemptCount, human(now.Sub(w.OldestPendingAt)), fromNow(*w.RetryAt, now), behind(w))})
 	}
 	for i, w := range waiting {
 		if i == maxProblemsOfAKind {
@@ -89,7 +93,7 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 		}
 		out = append(out, Problem{"waiting", fmt.Sprintf(
 			"key %s: head row %d is ready but no drainer has taken it for %s%s.",
-			w.PartitionKey, w.HeadID, human(now.Sub(w.OldestPendingAt)), behind(w))})
+			shortKey(w.PartitionKey), w.HeadID, human(now.Sub(w.OldestPendingAt)), behind(w))})
 	}
 	if v.Stats.Poisoned > 0 {
 		out = append(out, Problem{"poisoned", fmt.Sprintf(
@@ -97,6 +101,20 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 	}
 	return out
 }
+
+// goneText says that a queue's table no longer exists, since when, and what to do.
+func goneText(v QueueView, now time.Time) string {
+	since := ""
+	if !v.GoneSince.IsZero() {
+		since = fmt.Sprintf(" (seen %s, %s)", timetext.Format(v.GoneSince), fromNow(v.GoneSince, now))
+	}
+	return fmt.Sprintf("its table no longer exists%s: it was dropped outside outbox.drop_queue, and the registry still names "+
+		"table oid %d. Nothing can be read of this queue or done to it. Re-create and register the table with "+
+		"outbox.create_queue(%s, ...), or unregister the queue with outbox.drop_queue(%s).", since, v.tableOID, sqlLiteral(v.Name), sqlLiteral(v.Name))
+}
+
+// sqlLiteral quotes s as an SQL string literal, for SQL shown to a person.
+func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // stalledFor is how long a queue has had rows a claim could take (ready and not blocked) in every
 // sample up to the last while none was delivered (the estimate of rateOver: inserted minus the
@@ -138,19 +156,26 @@ func fromNow(t, now time.Time) string {
 	return "now"
 }
 
-// attention is the overview's one-line summary of the queues' problems.
-func attention(views []QueueView) string {
+// maxAttentionNames is how many queues the overview's summary names before "and N more".
+const maxAttentionNames = 10
+
+// attention is the overview's one-line summary of the queues' problems, and how many queues have one.
+func attention(views []QueueView) (string, int) {
 	var names []string
 	for _, v := range views {
 		if len(v.Problems) > 0 {
 			names = append(names, v.Name)
 		}
 	}
-	switch len(names) {
-	case 0:
-		return ""
-	case 1:
-		return "1 queue needs attention: " + names[0]
+	n := len(names)
+	if n > maxAttentionNames {
+		names = append(names[:maxAttentionNames], fmt.Sprintf("and %d more", n-maxAttentionNames))
 	}
-	return fmt.Sprintf("%d queues need attention: %s", len(names), strings.Join(names, ", "))
+	switch n {
+	case 0:
+		return "", 0
+	case 1:
+		return "1 queue needs attention: " + names[0], 1
+	}
+	return fmt.Sprintf("%d queues need attention: %s", n, strings.Join(names, ", ")), n
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,22 +27,29 @@ type queueReg struct {
 	PartitionColumn *string
 	PartitionType   *string
 	MaxAttempts     int
+	// Gone: no table has TableOID any more (dropped outside outbox.drop_queue; the registration stays
+	// until create_queue or drop_queue). Nothing can be read of it or done to it: every function of
+	// the queue fails with 42P01.
+	Gone bool
 }
 
+// listQueues reads the registry, and whether each queue's table still exists (pg_class by oid, as
+// outbox._queue checks it).
 func listQueues(ctx context.Context, db *pgxpool.Pool) ([]queueReg, error) {
 	rows, err := db.Query(ctx, `
 		SELECT q.queue, q.table_oid::oid,
-		       COALESCE((SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
-		                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = q.table_oid),
-		                q.table_oid::oid::text),
-		       q.partition_column, q.partition_type, q.max_attempts
-		FROM outbox.queues q ORDER BY q.queue`)
+		       CASE WHEN c.oid IS NULL THEN q.table_oid::oid::text ELSE pg_catalog.format('%I.%I', n.nspname, c.relname) END,
+		       q.partition_column, q.partition_type, q.max_attempts, c.oid IS NULL
+		FROM outbox.queues q
+		LEFT JOIN pg_catalog.pg_class c ON c.oid = q.table_oid::oid
+		LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		ORDER BY q.queue`)
 	if err != nil {
 		return nil, fmt.Errorf("reading outbox.queues: %w", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queueReg, error) {
 		var q queueReg
-		err := r.Scan(&q.Name, &q.TableOID, &q.Table, &q.PartitionColumn, &q.PartitionType, &q.MaxAttempts)
+		err := r.Scan(&q.Name, &q.TableOID, &q.Table, &q.PartitionColumn, &q.PartitionType, &q.MaxAttempts, &q.Gone)
 		return q, err
 	})
 	if err != nil {
@@ -187,19 +195,73 @@ func poisonedIDsOfKey(ctx context.Context, db *pgxpool.Pool, q queueReg, key str
 	if err := db.QueryRow(ctx, `SELECT $1::regtype::text`, *q.PartitionType).Scan(&typ); err != nil {
 		return nil, fmt.Errorf("reading the partition type of %s: %w", q.Name, err)
 	}
+	return poisonedIDsWhere(ctx, db, q, fmt.Sprintf("CAST($1::text AS %s)", typ), key, "key "+shortKey(key))
+}
+
+// keyOfRow reads the key of row id (any state: its key never changes) as text, through the
+// operator's login (the same columns as poisonedIDsOfKey); found is false when no row has that id.
+// "Requeue all of a key" names the key by a row of it: a key may be far longer than an action's form
+// (docs/sql-api.md: it must fit a btree entry after compression).
+func keyOfRow(ctx context.Context, db *pgxpool.Pool, q queueReg, id int64) (key string, found bool, err error) {
+	if q.PartitionColumn == nil {
+		return "", false, fmt.Errorf("queue %s has no partition column", q.Name)
+	}
+	err = db.QueryRow(ctx, fmt.Sprintf(`SELECT t.%s::text FROM %s t WHERE t.id = $1`,
+		pgx.Identifier{*q.PartitionColumn}.Sanitize(), q.Table), id).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading the key of row %d of %s: %w", id, q.Name, err)
+	}
+	return key, true, nil
+}
+
+// poisonedIDsOfKeyOfRow is poisonedIDsOfKey for the key of row id, compared in the database with
+// the row's own value (no round trip of the key through text).
+func poisonedIDsOfKeyOfRow(ctx context.Context, db *pgxpool.Pool, q queueReg, id int64) ([]int64, error) {
+	if q.PartitionColumn == nil {
+		return nil, fmt.Errorf("queue %s has no partition column", q.Name)
+	}
+	return poisonedIDsWhere(ctx, db, q, fmt.Sprintf("(SELECT r.%s FROM %s r WHERE r.id = $1)",
+		pgx.Identifier{*q.PartitionColumn}.Sanitize(), q.Table), id, fmt.Sprintf("the key of row %d", id))
+}
+
+// poisonedIDsWhere reads the poisoned ids of the key keyExpr ($1 = arg) names, at most maxKeyRequeue.
+func poisonedIDsWhere(ctx context.Context, db *pgxpool.Pool, q queueReg, keyExpr string, arg any, what string) ([]int64, error) {
 	rows, err := db.Query(ctx, fmt.Sprintf(`
 		SELECT t.id FROM %s t
-		WHERE t.%s = CAST($1::text AS %s) AND t.sent_at IS NULL AND t.attempt_count >= $2
-		ORDER BY t.id LIMIT $3`, q.Table, pgx.Identifier{*q.PartitionColumn}.Sanitize(), typ),
-		key, q.MaxAttempts, maxKeyRequeue)
+		WHERE t.%s = %s AND t.sent_at IS NULL AND t.attempt_count >= $2
+		ORDER BY t.id LIMIT $3`, q.Table, pgx.Identifier{*q.PartitionColumn}.Sanitize(), keyExpr),
+		arg, q.MaxAttempts, maxKeyRequeue)
 	if err != nil {
-		return nil, fmt.Errorf("reading poisoned rows of key %q in %s: %w", key, q.Name, err)
+		return nil, fmt.Errorf("reading poisoned rows of %s in %s: %w", what, q.Name, err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		return nil, fmt.Errorf("reading poisoned rows of key %q in %s: %w", key, q.Name, err)
+		return nil, fmt.Errorf("reading poisoned rows of %s in %s: %w", what, q.Name, err)
 	}
 	return ids, nil
+}
+
+// keyShown is how many characters of a partition key the pages show (shortKey).
+const keyShown = 80
+
+// shortKey is a key as the pages show it: whole up to keyShown characters, else its first ones and
+// its length. A valid key may be hundreds of kB (docs/sql-api.md), and the pages repeat keys.
+func shortKey(key string) string {
+	n := utf8.RuneCountInString(key)
+	if n <= keyShown {
+		return key
+	}
+	i := 0
+	for k := range key {
+		if i == keyShown {
+			return fmt.Sprintf("%s… (%d characters)", key[:k], n)
+		}
+		i++
+	}
+	return key
 }
 
 // Ladder is one running escalation: its alert, its policy's steps and where it stands.

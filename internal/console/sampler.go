@@ -34,6 +34,9 @@ type series struct {
 	// why they could not be read.
 	wedged    []Wedged
 	wedgedErr error
+	// goneSince is when the sampler first saw the queue's table gone (reg.Gone); its figures, which
+	// described a table that no longer exists, are dropped then.
+	goneSince time.Time
 }
 
 // reading is what one pass reads of one queue.
@@ -105,6 +108,9 @@ func (s *sampler) readFailed(err error) error {
 // oldest pending row is older than wedgedAfter its wedged partitions (outbox.wedged_partitions, at
 // most listLimit), whose successors stats counts as ready although no claim can take them.
 func (s *sampler) read(ctx context.Context, q queueReg) reading {
+	if q.Gone {
+		return reading{sample: sample{at: time.Now()}} // nothing to read (keep notes it gone)
+	}
 	start := time.Now()
 	st, ins, err := readStats(ctx, s.db, q)
 	r := reading{sample: sample{at: time.Now(), stats: st, inserted: ins}, err: err}
@@ -129,6 +135,13 @@ func (s *sampler) read(ctx context.Context, q queueReg) reading {
 // keep records a reading in sr, dropping samples older than History. A failed reading keeps the
 // figures read before and notes since when reading fails.
 func (s *sampler) keep(sr *series, r reading) {
+	if sr.reg.Gone {
+		if sr.goneSince.IsZero() {
+			sr.goneSince = r.sample.at
+		}
+		sr.samples, sr.wedged, sr.wedgedErr, sr.err, sr.failingSince = nil, nil, nil, nil, time.Time{}
+		return
+	}
 	sr.err = r.err
 	if r.err != nil {
 		if sr.failingSince.IsZero() {
@@ -209,6 +222,9 @@ func (s *sampler) pass(ctx context.Context) *sync.WaitGroup {
 			sr = &series{} // a new queue, or the same name on another table: start afresh
 		}
 		sr.reg = q
+		if q.Gone {
+			s.keep(sr, reading{sample: sample{at: start}}) // its figures go now, not when its read ends
+		}
 		next[q.Name] = sr
 		s.queues = append(s.queues, q.Name)
 		if !s.inFlight[q.Name] {
@@ -298,15 +314,28 @@ func rateOver(samples []sample, window time.Duration) Rate {
 	return r
 }
 
-// sparkline renders delivered-per-minute between successive samples as SVG polyline points in a
-// 300x40 box, newest on the right, so that the page can draw it without JavaScript.
-func sparkline(samples []sample) (points string, peak float64) {
-	if len(samples) < 2 {
+// Points of a sparkline: the overview draws one per queue it lists (150 px wide), the queue page
+// one chart. A history of 15 minutes at a 1s --refresh has 900 samples; the overview fetched every
+// refresh by every tab carried them all, for every queue.
+const (
+	overviewSparkPoints = 60
+	queueSparkPoints    = 150
+)
+
+// sparkline renders delivered-per-minute as SVG polyline points in a 300x40 box, newest on the
+// right, so that the page can draw it without JavaScript: at most maxPoints points, in whole units.
+// With more intervals between samples than that, each point is the throughput over a span of
+// successive samples (rateOver of its first and last: what was delivered in it, not one interval's
+// figure), so a long history at a short --refresh costs the page a fixed number of points.
+func sparkline(samples []sample, maxPoints int) (points string, peak float64) {
+	if len(samples) < 2 || maxPoints < 2 {
 		return "", 0
 	}
-	rates := make([]float64, 0, len(samples)-1)
-	for i := 1; i < len(samples); i++ {
-		r := rateOver(samples[i-1:i+1], samples[i].at.Sub(samples[i-1].at))
+	spans := min(len(samples)-1, maxPoints)
+	rates := make([]float64, 0, spans)
+	for k := range spans {
+		a, b := k*(len(samples)-1)/spans, (k+1)*(len(samples)-1)/spans
+		r := rateOver(samples[a:b+1], samples[b].at.Sub(samples[a].at))
 		rates = append(rates, r.Delivered)
 		peak = max(peak, r.Delivered)
 	}
@@ -320,9 +349,24 @@ func sparkline(samples []sample) (points string, peak float64) {
 		if peak > 0 {
 			y = 38 - 36*v/peak
 		}
-		fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%.0f,%.0f", x, y)
 	}
-	return strings.TrimSpace(b.String()), peak
+	return b.String(), peak
+}
+
+// sparklines draws the sparklines of views (at most maxPoints points each) from the samples the
+// sampler holds now: the overview draws only those of the queues it lists.
+func (s *sampler) sparklines(views []QueueView, maxPoints int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for i := range views {
+		if sr, ok := s.series[views[i].Name]; ok && sr.reg.TableOID == views[i].tableOID {
+			views[i].Spark, views[i].SparkPeak = sparkline(sr.samples, maxPoints)
+		}
+	}
 }
 
 // QueueView is what the pages show of one queue from the sampler.
@@ -338,8 +382,10 @@ type QueueView struct {
 	Rate1m      Rate
 	Rate5m      Rate
 	Rate15m     Rate
-	Spark       string
-	SparkPeak   float64
+	// Spark is the sparkline's points (sparkline), drawn only for the queues a page shows.
+	Spark     string
+	SparkPeak float64
+	tableOID  uint32
 	// Ready is Stats.Ready without the rows blocked behind a wedged head (Blocked): what a claim
 	// could take now. outbox.stats counts every due, unleased row as ready, also a key's rows
 	// behind a head that does not move.
@@ -359,16 +405,23 @@ type QueueView struct {
 	// Stale, when set, says why the figures shown are not live: reading them fails (since when,
 	// and why), or none was read for longer than a read may take.
 	Stale string
+	// Gone: the queue's table no longer exists (dropped outside outbox.drop_queue), as the sampler
+	// saw first at GoneSince. It has no figures, and the pages offer no action on it.
+	Gone      bool
+	GoneSince time.Time
 }
 
-func (s *sampler) view(name string) (QueueView, queueReg, bool) {
+// view is what the pages show of one queue, with a sparkline of at most sparkPoints points (none
+// for 0).
+func (s *sampler) view(name string, sparkPoints int) (QueueView, queueReg, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	sr, ok := s.series[name]
 	if !ok {
 		return QueueView{}, queueReg{}, false
 	}
-	v := QueueView{Name: name, Table: sr.reg.Table, Partitioned: sr.reg.PartitionColumn != nil, MaxAttempts: sr.reg.MaxAttempts}
+	v := QueueView{Name: name, Table: sr.reg.Table, Partitioned: sr.reg.PartitionColumn != nil, MaxAttempts: sr.reg.MaxAttempts,
+		tableOID: sr.reg.TableOID, Gone: sr.reg.Gone, GoneSince: sr.goneSince}
 	if sr.err != nil {
 		v.Err = describe(sr.err)
 	}
@@ -378,7 +431,7 @@ func (s *sampler) view(name string) (QueueView, queueReg, bool) {
 		v.Rate1m = rateOver(sr.samples, time.Minute)
 		v.Rate5m = rateOver(sr.samples, 5*time.Minute)
 		v.Rate15m = rateOver(sr.samples, 15*time.Minute)
-		v.Spark, v.SparkPeak = sparkline(sr.samples)
+		v.Spark, v.SparkPeak = sparkline(sr.samples, sparkPoints)
 		v.Blocked = last.blocked
 		v.Ready = last.stats.Ready - last.blocked
 		v.Wedged = sr.wedged
@@ -429,7 +482,8 @@ type overviewState struct {
 // maxStaleQueues is how many queues with old figures the overview's notice names before "and N more".
 const maxStaleQueues = 5
 
-// overview returns every queue's view in registry order and what the page says about the sampler.
+// overview returns every queue's view in registry order, without sparklines (sparklines draws those
+// of the queues a page lists), and what the page says about the sampler.
 func (s *sampler) overview() ([]QueueView, overviewState) {
 	now := time.Now()
 	s.mu.RLock()
@@ -439,7 +493,7 @@ func (s *sampler) overview() ([]QueueView, overviewState) {
 	s.mu.RUnlock()
 	views := make([]QueueView, 0, len(names))
 	for _, n := range names {
-		if v, _, ok := s.view(n); ok {
+		if v, _, ok := s.view(n, 0); ok {
 			views = append(views, v)
 		}
 	}

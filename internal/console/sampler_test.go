@@ -1,6 +1,7 @@
 package console
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +61,25 @@ func TestStalledFor_ReadyRowsNothingDelivered(t *testing.T) {
 	// Nothing ready in the first sample: stalled since the second.
 	require.Equal(t, 30*time.Second, stalledFor([]sample{at(0, 5, 0, 0, 100), at(30, 5, 5, 0, 100), at(60, 5, 5, 0, 100)}))
 	require.Zero(t, stalledFor([]sample{at(0, 5, 5, 0, 100)}))
+}
+
+// A sparkline has at most the points asked for, however many samples: each point is the
+// throughput over its span of samples, so a steady rate stays a flat line at that rate.
+func TestSparkline_AtMostMaxPointsEachTheRateOverItsSpan(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	samples := make([]sample, 900) // 15 minutes at a 1s refresh
+	for i := range samples {
+		samples[i] = sample{at: t0.Add(time.Duration(i) * time.Second), inserted: int64(i) * 2} // 120/min
+	}
+	points, peak := sparkline(samples, 60)
+	require.Len(t, strings.Fields(points), 60)
+	require.InDelta(t, 120, peak, 0.001)
+	for _, p := range strings.Fields(points) {
+		require.True(t, strings.HasSuffix(p, ",2"), "a flat line at the peak: %s", points)
+	}
+	require.True(t, strings.HasPrefix(points, "0,2 5,2 "), points)
+	require.True(t, strings.HasSuffix(points, " 300,2"), points)
+	// Fewer intervals than points: one point per interval, as before.
+	points, _ = sparkline(samples[:4], 60)
+	require.Len(t, strings.Fields(points), 3)
 }

@@ -224,6 +224,19 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
+	// key shows a partition key (string or *string) shortened (shortKey).
+	"key": func(k any) string {
+		switch v := k.(type) {
+		case string:
+			return shortKey(v)
+		case *string:
+			if v == nil {
+				return ""
+			}
+			return shortKey(*v)
+		}
+		return fmt.Sprint(k)
+	},
 	"ago":   func(t, now time.Time) string { return fromNow(t, now) },
 	"qpath": func(q string) string { return "/queues/" + url.PathEscape(q) },
 	"add":   func(a, b int) int { return a + b },
