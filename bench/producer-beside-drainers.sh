@@ -12,6 +12,8 @@
 #   runs: how many times each scenario runs (default 3); the table shows medians (min–max)
 #   async: "async" gives the lease-mode drainers Config.AsyncResults (results committed without
 #     waiting for their WAL flush); lock mode is unchanged
+# MODES (environment, default "lease lock"): the claim modes measured, e.g. MODES=lease for an A/B
+# of a lease-mode change
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?DATABASE_URL must be set (scripts/with-postgres.sh sets it)}"
@@ -66,7 +68,9 @@ measure() {
   full=$("$pgbench" -n -c 4 -j 2 -T "$seconds" -f "$tmp/tx.sql" "$DATABASE_URL" 2>&1)
   echo "$(sed -n 's/^latency average = \([0-9.]*\) ms$/\1/p' <<<"$fixed") $(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$full" | head -1) $(awk -v a="$after" -v b="$before" -v h="$hz" -v s="$seconds" 'BEGIN {printf "%.3f", (a - b) / h / s}')" >>"$tmp/$1"
 }
-labels=("1 × lease" "3 × lease" "1 × lock" "3 × lock")
+modes=${MODES:-lease lock}
+labels=()
+for mode in $modes; do labels+=("1 × $mode" "3 × $mode"); done
 # Each scenario is paired with a run without drainers just before it, on the same tables (both
 # vacuumed first): the tables grow by every full-speed run, and a baseline measured once, at the
 # start on empty tables, made every later scenario look slower than the drainers made it (the
@@ -77,7 +81,7 @@ labels=("1 × lease" "3 × lease" "1 × lock" "3 × lock")
 pending() { psql -X -At "$DATABASE_URL" -c "SELECT count(*) FROM public.bd_events WHERE sent_at IS NULL"; }
 for ((r = 1; r <= runs; r++)); do
   psql -X -q "$DATABASE_URL" -c "TRUNCATE public.bd_events" >/dev/null
-  for mode in lease lock; do
+  for mode in $modes; do
     for replicas in 1 3; do
       label="$replicas × $mode"
       psql -X -q "$DATABASE_URL" -c "VACUUM public.bd_events, public.bd_accounts" >/dev/null

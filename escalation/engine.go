@@ -194,6 +194,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		case err != nil:
 			errDelay = pgerr.Next(errDelay)
 			wait = errDelay
+			if pgerr.ReadOnly(err) {
+				// A session keeps the default_transaction_read_only it began with: without new
+				// sessions a DBA's RESET went unseen until the pool retired them (an hour by default).
+				e.pool.Reset()
+			}
 			e.logRetry("taking due steps failed; retrying", err, wait)
 		case full:
 			errDelay = 0
