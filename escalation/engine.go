@@ -352,6 +352,9 @@ func (e *Engine) runOnce(ctx context.Context) (res TickResult, full bool, err er
 		if err != nil {
 			return res, false, err
 		}
+		// Healthy again from here: the deliveries that follow may take StepTimeout each, and the
+		// last take's error (Health) is over.
+		e.health.took(time.Now(), nil)
 		res.Taken += len(steps)
 		full := len(steps) == e.cfg.BatchSize
 		var serve, unserved []Step

@@ -17,9 +17,11 @@ import (
 )
 
 // A primary whose default_transaction_read_only is on for the engine's role refuses every take
-// (25006); once the DBA lifts it the engine delivers without a restart. Before, the pool's sessions
+// (25006); once the DBA lifts it the engine delivers without a restart, and its health is OK again
+// as soon as a take succeeds, while that take's deliveries still run. Before, the pool's sessions
 // kept the setting they began with and every take still failed until the pool retired them (an
-// hour by default). Run as pgdrain_worker.
+// hour by default), and Health kept the last failed take's error through the next pass's
+// deliveries. Run as pgdrain_worker.
 func TestEscalation_DeliversOnceAReadOnlyDefaultIsLifted(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -38,8 +40,14 @@ func TestEscalation_DeliversOnceAReadOnlyDefaultIsLifted(t *testing.T) {
 
 	var logs syncBuffer
 	telegram := &fakeTelegram{}
-	engine := newEngine(t, pool, map[string]escalation.Notifier{"telegram": escalation.TelegramNotifier{Sender: telegram}},
-		escalation.Config{Tick: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	delivering, release := make(chan struct{}), make(chan struct{})
+	slow := escalation.NotifierFunc(func(ctx context.Context, s escalation.Step) error {
+		close(delivering)
+		<-release
+		return escalation.TelegramNotifier{Sender: telegram}.Notify(ctx, s)
+	})
+	engine := newEngine(t, pool, map[string]escalation.Notifier{"telegram": slow},
+		escalation.Config{Tick: 50 * time.Millisecond, StepTimeout: 30 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	runCtx, stop := context.WithCancel(ctx)
 	run := escRun(runCtx, engine)
 	escWaitWhileRunning(t, run, "a few refused takes", func() bool {
@@ -49,6 +57,15 @@ func TestEscalation_DeliversOnceAReadOnlyDefaultIsLifted(t *testing.T) {
 	require.False(t, engine.Health(ctx).OK, "not healthy while takes are refused")
 
 	exec(t, db.Pool, "ALTER ROLE "+role+" RESET default_transaction_read_only")
+	select {
+	case <-delivering:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery began after the RESET")
+	}
+	h := engine.Health(ctx)
+	require.True(t, h.OK, "healthy while the first good take's delivery runs: %+v", h)
+	require.Empty(t, h.Error)
+	close(release)
 	escWaitWhileRunning(t, run, "the step delivered once writes are allowed", func() bool {
 		return len(telegram.messages()) == 1
 	})
