@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgdrain/pgdrain/internal/pgerr"
 	"github.com/pgdrain/pgdrain/internal/readcommitted"
 	"github.com/pgdrain/pgdrain/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
@@ -344,7 +345,7 @@ func (d *Drainer[T]) connect(ctx context.Context) (registration, error) {
 		if closed := poolClosed(err); closed != nil {
 			return registration{}, closed
 		}
-		if unavailable(err) == "" {
+		if pgerr.Passing(err) == "" {
 			return registration{}, err
 		}
 		d.logRetry(ctx, "starting failed; retrying", err, delay)

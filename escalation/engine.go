@@ -235,7 +235,7 @@ func (e *Engine) start(ctx context.Context) ([]ChannelUse, error) {
 				return unserved, nil
 			}
 		}
-		if ctx.Err() != nil || pgerr.Unavailable(err) == "" {
+		if ctx.Err() != nil || pgerr.Passing(err) == "" {
 			return nil, err
 		}
 		e.logRetry("starting the escalation engine failed; retrying", err, delay)
@@ -607,6 +607,10 @@ func (e *Engine) logRetry(msg string, err error, retryIn time.Duration) {
 	e.recheckIsolation(err)
 	if cause := pgerr.Unavailable(err); cause != "" {
 		e.log.Warn(msg+" (database unavailable)", "err", err, "cause", cause, "retry_in", retryIn)
+		return
+	}
+	if cause := pgerr.Passing(err); cause != "" {
+		e.log.Warn(msg+" (retrying)", "err", err, "cause", cause, "retry_in", retryIn)
 		return
 	}
 	e.log.Error(msg, "err", err, "retry_in", retryIn)

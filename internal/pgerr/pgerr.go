@@ -5,6 +5,7 @@
 package pgerr
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -48,6 +49,8 @@ func Unavailable(err error) string {
 			return "the server is shutting down (administrator command: a fast shutdown, a switchover, or pg_terminate_backend)"
 		case pgErr.Code == "57P02":
 			return "the server crashed (crash shutdown)"
+		case pgErr.Code == "53300":
+			return "the server refuses more connections (max_connections, or the role's or the database's connection limit, is reached)"
 		case pgErr.Code == "57P03":
 			return "the server does not accept connections now (starting up, shutting down, or in recovery)"
 		case (pgErr.Code == "25006" || pgErr.Code == "0A000") && strings.Contains(pgErr.Message, "during recovery"):
@@ -197,4 +200,13 @@ func Cancelled(err error) string {
 		return "the server cancelled the statement (a cancel request, such as pg_cancel_backend)"
 	}
 	return ""
+}
+
+// Passing says why err is an error the same call, made again later, may get past: the database
+// unavailable (Unavailable), a passing conflict with other transactions (Conflict), or the server
+// cancelling the call on its own timeouts (Cancelled); "" for any other error. Callers that start
+// up wait these out with backoff instead of failing: a DBA's VACUUM FULL of a registry under a
+// role's lock_timeout, or a full max_connections, passes.
+func Passing(err error) string {
+	return cmp.Or(Unavailable(err), Conflict(err), Cancelled(err))
 }

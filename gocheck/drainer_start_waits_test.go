@@ -1,0 +1,80 @@
+package gocheck
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgdrain/pgdrain/drainer"
+)
+
+// Run waits out, at start, errors that pass, as a running drainer does: a full connection limit
+// (53300: max_connections, or the role's limit), and the registry locked by a DBA's VACUUM FULL
+// while the role has a lock_timeout (55P03). Run used to return at once on them, so a deploy or a
+// restart during maintenance left the drainer (and the relay) stopped. Run as pgdrain_worker.
+func TestDrainer_StartWaitsOutErrorsThatPass(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		// block makes the drainer's start fail and returns what ends it.
+		block func(t *testing.T, q *drQueue, role string) (unblock func())
+	}{
+		{"connection limit", func(t *testing.T, q *drQueue, role string) func() {
+			exec(t, q.pool, `ALTER ROLE `+role+` CONNECTION LIMIT 0`)
+			return func() { exec(t, q.pool, `ALTER ROLE `+role+` CONNECTION LIMIT -1`) }
+		}},
+		{"registry locked under a lock_timeout", func(t *testing.T, q *drQueue, role string) func() {
+			exec(t, q.pool, `ALTER ROLE `+role+` SET lock_timeout = '100ms'`)
+			tx, err := q.pool.Begin(context.Background())
+			require.NoError(t, err)
+			_, err = tx.Exec(context.Background(), `LOCK TABLE outbox.queues IN ACCESS EXCLUSIVE MODE`)
+			require.NoError(t, err)
+			return func() { require.NoError(t, tx.Rollback(context.Background())) }
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			q := drNewQueue(t, drQueueOpts{})
+			q.enqueue(t, "k", "op", 1)
+			login := loginPool(t, q.db, "pgdrain_worker")
+			role := pgx.Identifier{login.Config().ConnConfig.User}.Sanitize()
+			var unblocked sync.Once
+			unblockOnce := c.block(t, q, role)
+			unblock := func() { unblocked.Do(unblockOnce) }
+			t.Cleanup(unblock) // also when the test fails first: a held lock would hang the cleanup
+			pool, err := pgxpool.New(context.Background(), login.Config().ConnString())
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+
+			cfg := q.config(drainer.ClaimLease)
+			cfg.ClaimTimeout = time.Second
+			logger, buf := drCapture(t)
+			d, _ := drNew(t, pool, cfg, func(context.Context, string, drEvent) error { return nil },
+				drainer.WithLogger[drEvent](logger))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ended := make(chan error, 1)
+			go func() { ended <- d.Run(ctx) }()
+			drWaitFor(t, 10*time.Second, "a start retried", func() bool {
+				return strings.Count(buf.String(), "starting failed; retrying") >= 2
+			})
+			select {
+			case err := <-ended:
+				t.Fatalf("Run returned while the error passes: %v", err)
+			default:
+			}
+			unblock()
+			drWaitFor(t, 20*time.Second, "the row sent once the start got through", func() bool { return q.sent(t) == 1 })
+			cancel()
+			err = <-ended
+			require.True(t, err == nil || errors.Is(err, context.Canceled), "%v", err)
+		})
+	}
+}
