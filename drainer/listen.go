@@ -218,6 +218,9 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
+	if err := conformingStrings(ctx, conn); err != nil {
+		return false, err
+	}
 	pid, err := l.backendPID(ctx, conn)
 	if err != nil {
 		return false, err
@@ -300,6 +303,22 @@ func (l *listener) backendPID(ctx context.Context, conn *pgx.Conn) (uint32, erro
 			"connect_pid", conn.PgConn().PID(), "backend_pid", pid)
 	}
 	return pid, nil
+}
+
+// conformingStrings turns standard_conforming_strings on for conn's session when a role or a
+// database turned it off: pgx runs no simple-protocol statement without it (its own escaping
+// depends on it), and every statement of the LISTEN connection is simple protocol. Sent through
+// pgconn, which makes no such check.
+func conformingStrings(ctx context.Context, conn *pgx.Conn) error {
+	if conn.PgConn().ParameterStatus("standard_conforming_strings") == "on" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, listenCallTimeout)
+	defer cancel()
+	if _, err := conn.PgConn().Exec(ctx, "SET standard_conforming_strings = on").ReadAll(); err != nil {
+		return fmt.Errorf("turning standard_conforming_strings on for the LISTEN connection: %w", err)
+	}
+	return nil
 }
 
 // ping checks, within listenCallTimeout, that the server still answers on conn.

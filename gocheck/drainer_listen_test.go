@@ -229,3 +229,30 @@ func TestDrainer_Listen_FollowsAChannelChangedWhileItRuns(t *testing.T) {
 	drWaitFor(t, 5*time.Second, "a row delivered on the new channel, long before PollFallback", func() bool { return q.sentIn(t) == 2 })
 	require.NoError(t, stop())
 }
+
+// A role (or a database) with standard_conforming_strings off, a legacy setting: the LISTEN
+// connection still comes up, and a NOTIFY wakes the drainer at once. pgx refuses every
+// simple-protocol statement on such a session, so the LISTEN connection reconnected for ever and a
+// new event waited for PollFallback (25 s in a DBA's review). Run as pgdrain_worker.
+func TestDrainer_Listen_WorksWithStandardConformingStringsOff(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{})
+	login := loginPool(t, q.db, "pgdrain_worker")
+	exec(t, q.pool, `ALTER ROLE `+pgx.Identifier{login.Config().ConnConfig.User}.Sanitize()+` SET standard_conforming_strings = off`)
+	worker, err := pgxpool.New(context.Background(), login.Config().ConnString())
+	require.NoError(t, err)
+	t.Cleanup(worker.Close)
+
+	cfg := q.config(drainer.ClaimLease)
+	cfg.PollFallback = time.Minute
+	var applied atomic.Int32
+	d, _ := drNew(t, worker, cfg, func(context.Context, string, drEvent) error {
+		applied.Add(1)
+		return nil
+	})
+	stop := drStart(t, d)
+	drWaitFor(t, 10*time.Second, "the LISTEN connection", func() bool { return drainer.ListenerPID(worker) != 0 })
+	q.enqueue(t, "k", "op", 1)
+	drWaitFor(t, 5*time.Second, "the event delivered on its NOTIFY", func() bool { return applied.Load() == 1 })
+	require.NoError(t, stop())
+}

@@ -25,6 +25,6 @@ AS $$
   ) kc
   WHERE i.indrelid = p_table
     AND i.indpred IS NOT NULL
-    AND pg_catalog.pg_get_expr(i.indpred, i.indrelid) ~ '\msent_at IS NULL\M'
-    AND pg_catalog.pg_get_expr(i.indpred, i.indrelid) !~ '\mOR\M';
+    AND pg_catalog.pg_get_expr(i.indpred, i.indrelid) ~ E'\\msent_at IS NULL\\M'
+    AND pg_catalog.pg_get_expr(i.indpred, i.indrelid) !~ E'\\mOR\\M';
 $$;

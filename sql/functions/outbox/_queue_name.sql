@@ -12,7 +12,7 @@ BEGIN
   IF p_queue IS NULL THEN
     PERFORM outbox._invalid(p_function, 'queue must not be NULL');
   END IF;
-  IF p_queue !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$' THEN
+  IF p_queue !~ E'^[A-Za-z_][A-Za-z0-9_]{0,62}(\\.[A-Za-z_][A-Za-z0-9_]{0,62})?$' THEN
     PERFORM outbox._invalid(p_function, pg_catalog.format(
       'queue must be a plain name "schema.table" (letters, digits, _), got %L', p_queue));
   END IF;

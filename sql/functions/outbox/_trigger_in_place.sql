@@ -18,7 +18,7 @@ AS $$
     WHERE t.tgrelid = p_rel AND t.tgname = p_name AND NOT t.tgisinternal AND t.tgenabled = 'O'
       AND t.tgfoid = p_function AND t.tgtype = p_type AND t.tgnargs = pg_catalog.cardinality(p_args)
       AND t.tgargs = COALESCE(
-            (SELECT pg_catalog.string_agg(pg_catalog.convert_to(u.a, pg_catalog.getdatabaseencoding()) || '\x00'::bytea,
+            (SELECT pg_catalog.string_agg(pg_catalog.convert_to(u.a, pg_catalog.getdatabaseencoding()) || E'\\x00'::bytea,
                                           ''::bytea ORDER BY u.n)
              FROM pg_catalog.unnest(p_args) WITH ORDINALITY AS u(a, n)), ''::bytea)
       AND (t.tgqual IS NOT NULL) = p_when

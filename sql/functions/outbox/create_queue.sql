@@ -77,7 +77,7 @@ BEGIN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'queue must be a table of an application''s schema, not of pgdrain''s own schema %s, got %s', v_schema, v_name));
   END IF;
-  IF v_schema = 'information_schema' OR v_schema LIKE 'pg\_%' THEN
+  IF v_schema = 'information_schema' OR v_schema LIKE E'pg\\_%' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
       'queue must be a table of an application''s schema, not of the system schema %s, got %s', v_schema, v_name));
   END IF;
