@@ -306,3 +306,34 @@ func TestCLI_CheckAsksForTheKeyFixedTriggerOnlyFrom00042(t *testing.T) {
 	runCLIJSON(t, cli.ExitOK, &r, "check", "public.old", "--dsn", db.URL)
 	require.True(t, r.OK, "%+v", r.Problems)
 }
+
+// A DBA changes the type of a column pgdrain's statements read (ALTER COLUMN ... TYPE): every
+// claim then fails (42804) and the queue stalls. check names the column, its type and the type
+// pgdrain needs, with the ALTER that puts it back; it used to answer ok while claims failed.
+func TestCLI_CheckNamesAColumnOfAnotherType(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.ct', 'k')`)
+	cliExec(t, db.Pool, `INSERT INTO public.ct (event_type, payload, k) VALUES ('e', '{}', 'a')`)
+	var r checkReport
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.ct", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+
+	cliExec(t, db.Pool, `ALTER TABLE public.ct ALTER COLUMN attempt_count TYPE bigint`)
+	_, err := db.Pool.Exec(ctx, `SELECT * FROM outbox.claim_batch('public.ct', 1)`)
+	code, _ := sqlState(err)
+	require.Equal(t, "42804", code, "a claim fails: %v", err)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.ct", "--dsn", db.URL)
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	p := r.Problems[0]
+	require.Equal(t, "columns", p.Check)
+	require.Equal(t, "other type", p.Problem)
+	require.Equal(t, "attempt_count", *p.Name)
+	require.Contains(t, p.Detail, "column attempt_count of public.ct is bigint, pgdrain's statements need integer")
+	require.Contains(t, p.Detail, "ALTER TABLE public.ct ALTER COLUMN attempt_count TYPE integer")
+
+	cliExec(t, db.Pool, `ALTER TABLE public.ct ALTER COLUMN attempt_count TYPE integer`)
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.ct", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+}

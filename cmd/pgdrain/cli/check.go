@@ -13,8 +13,8 @@ import (
 
 // finding is one problem found by check.
 type finding struct {
-	// Check is the area: "indexes", "autovacuum", "triggers", "constraints", "sequence", "key type"
-	// or "repair".
+	// Check is the area: "columns", "indexes", "autovacuum", "triggers", "constraints", "sequence",
+	// "key type" or "repair".
 	Check   string  `json:"check"`
 	Problem string  `json:"problem"`
 	Name    *string `json:"name"`
@@ -55,7 +55,7 @@ var checkCommand = command{
 		}
 		findings = append(findings, tg...)
 		var skips []skipped
-		for _, c := range []func(context.Context, *pgx.Conn, queueTable) ([]finding, *skipped, error){checkConstraints, checkSequence, checkKeyType} {
+		for _, c := range []func(context.Context, *pgx.Conn, queueTable) ([]finding, *skipped, error){checkColumns, checkConstraints, checkSequence, checkKeyType} {
 			list, skip, err := c(ctx, e.conn, t)
 			if err != nil {
 				return err
@@ -133,7 +133,7 @@ func readQueueTable(ctx context.Context, conn *pgx.Conn, queue string) (queueTab
 
 // checkedText lists what check verified, leaving out what it skipped, for the "ok" line.
 func checkedText(skips []skipped, partitioned bool) string {
-	parts := []string{"exactly the required indexes", fmt.Sprintf("autovacuum scale factors <= %g", maxScaleFactor), "its triggers"}
+	parts := []string{"its columns of pgdrain's types", "exactly the required indexes", fmt.Sprintf("autovacuum scale factors <= %g", maxScaleFactor), "its triggers"}
 	skippedCheck := map[string]bool{}
 	for _, s := range skips {
 		skippedCheck[s.Check] = true
