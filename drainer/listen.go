@@ -221,6 +221,9 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 	if err := conformingStrings(ctx, conn); err != nil {
 		return false, err
 	}
+	if err := neverIdleOut(ctx, conn); err != nil {
+		return false, err
+	}
 	pid, err := l.backendPID(ctx, conn)
 	if err != nil {
 		return false, err
@@ -317,6 +320,19 @@ func conformingStrings(ctx context.Context, conn *pgx.Conn) error {
 	defer cancel()
 	if _, err := conn.PgConn().Exec(ctx, "SET standard_conforming_strings = on").ReadAll(); err != nil {
 		return fmt.Errorf("turning standard_conforming_strings on for the LISTEN connection: %w", err)
+	}
+	return nil
+}
+
+// neverIdleOut turns idle_session_timeout off for conn's session: a LISTEN connection is idle by
+// design, and a role's idle_session_timeout (a DBA's guard against forgotten sessions) ended it
+// every few seconds, each time a reconnection and a poll. Its own liveness check (listenIdleCheck)
+// bounds how long a dead one goes unnoticed.
+func neverIdleOut(ctx context.Context, conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(ctx, listenCallTimeout)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "SET idle_session_timeout = 0", pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("turning idle_session_timeout off for the LISTEN connection: %w", err)
 	}
 	return nil
 }

@@ -256,3 +256,29 @@ func TestDrainer_Listen_WorksWithStandardConformingStringsOff(t *testing.T) {
 	drWaitFor(t, 5*time.Second, "the event delivered on its NOTIFY", func() bool { return applied.Load() == 1 })
 	require.NoError(t, stop())
 }
+
+// A role with idle_session_timeout (a DBA's guard against forgotten sessions) does not end the
+// LISTEN connection, which is idle by design: it used to be ended every second here, each time a
+// reconnection logged at Warn. Run as pgdrain_worker.
+func TestDrainer_Listen_OutlivesARolesIdleSessionTimeout(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{})
+	login := loginPool(t, q.db, "pgdrain_worker")
+	exec(t, q.pool, `ALTER ROLE `+pgx.Identifier{login.Config().ConnConfig.User}.Sanitize()+` SET idle_session_timeout = '500ms'`)
+	worker, err := pgxpool.New(context.Background(), login.Config().ConnString())
+	require.NoError(t, err)
+	t.Cleanup(worker.Close)
+
+	cfg := q.config(drainer.ClaimLease)
+	cfg.PollFallback = time.Minute
+	logger, buf := drCapture(t)
+	d, _ := drNew(t, worker, cfg, func(context.Context, string, drEvent) error { return nil },
+		drainer.WithLogger[drEvent](logger))
+	stop := drStart(t, d)
+	drWaitFor(t, 10*time.Second, "the LISTEN connection", func() bool { return drainer.ListenerPID(worker) != 0 })
+	pid := drainer.ListenerPID(worker)
+	time.Sleep(2 * time.Second)
+	require.Equal(t, pid, drainer.ListenerPID(worker), "the same LISTEN connection")
+	require.NoError(t, stop())
+	require.NotContains(t, buf.String(), "LISTEN connection lost")
+}
