@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/drainer"
+	"github.com/pgdrain/pgdrain/internal/lastscrape"
 )
 
 // A lease-mode result flush (outbox.apply_results) whose connection dies (pg_terminate_backend:
@@ -21,41 +23,8 @@ import (
 func TestDrainer_LeaseFlushRetriedAfterItsConnectionDied(t *testing.T) {
 	t.Parallel()
 	q := drNewQueue(t, drQueueOpts{})
-	const rows = 8
-	drFill(t, q, "op", rows)
-	worker := loginPool(t, q.db, "pgdrain_worker")
-	ctx := context.Background()
-
-	cfg := q.config(drainer.ClaimLease)
-	// A lease long enough for the retries (the flush waits on the test's locks meanwhile), so a
-	// dropped result would show as a second delivery once it ends.
-	cfg.ApplyConcurrency, cfg.ApplyTimeout, cfg.Lease = rows, 5*time.Second, 20*time.Second
-	gate := make(chan struct{})
-	var mu sync.Mutex
-	applies := map[int64]int{}
-	logger, buf := drCapture(t)
-	d, reg := drNew(t, worker, cfg, func(ctx context.Context, _ string, _ drEvent) error {
-		ev, _ := drainer.EventFrom(ctx)
-		mu.Lock()
-		applies[ev.ID]++
-		mu.Unlock()
-		<-gate
-		return nil
-	}, drainer.WithLogger[drEvent](logger))
-	stop := drStart(t, d)
-	drWaitFor(t, 20*time.Second, "every row in an apply", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(applies) == rows
-	})
-
-	// Lock every row (as the queue's owner), then let the applies return: the flush blocks.
-	tx, err := q.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SELECT id FROM public.events FOR UPDATE`)
-	require.NoError(t, err)
-	close(gate)
+	f := startHeldFlush(t, q, loginPool(t, q.db, "pgdrain_worker"))
+	ctx, buf, reg, stop, tx := context.Background(), f.buf, f.reg, f.stop, f.tx
 	var pid int32
 	drWaitFor(t, 20*time.Second, "the flush waiting for the test's locks", func() bool {
 		err := q.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
@@ -73,14 +42,10 @@ func TestDrainer_LeaseFlushRetriedAfterItsConnectionDied(t *testing.T) {
 	})
 	require.NoError(t, tx.Rollback(ctx))
 
-	drWaitFor(t, 20*time.Second, "every row recorded", func() bool { return q.sent(t) == rows })
+	drWaitFor(t, 20*time.Second, "every row recorded", func() bool { return q.sent(t) == heldFlushRows })
 	require.NoError(t, stop())
-	mu.Lock()
-	defer mu.Unlock()
-	for id, n := range applies {
-		require.Equal(t, 1, n, "row %d delivered once: its result was recorded by the retried flush", id)
-	}
-	require.Equal(t, float64(rows), drResults(t, reg, "sent"))
+	f.requireDeliveredOnce(t)
+	require.Equal(t, float64(heldFlushRows), drResults(t, reg, "sent"))
 	require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_outbox_lease_lost_total", nil))
 	require.Contains(t, buf.String(), "57P01")
 	require.NotContains(t, buf.String(), "level=ERROR")
@@ -100,8 +65,6 @@ func TestDrainer_LeaseFlushRetriedAfterTheServersTimeouts(t *testing.T) {
 		t.Run(c.setting, func(t *testing.T) {
 			t.Parallel()
 			q := drNewQueue(t, drQueueOpts{})
-			const rows = 8
-			drFill(t, q, "op", rows)
 			ctx := context.Background()
 			login := loginPool(t, q.db, "pgdrain_worker")
 			_, err := q.pool.Exec(ctx, `ALTER ROLE `+login.Config().ConnConfig.User+` SET `+c.setting+` = '200ms'`)
@@ -109,51 +72,80 @@ func TestDrainer_LeaseFlushRetriedAfterTheServersTimeouts(t *testing.T) {
 			worker, err := pgxpool.New(ctx, login.Config().ConnString())
 			require.NoError(t, err)
 			t.Cleanup(worker.Close)
-
-			cfg := q.config(drainer.ClaimLease)
-			cfg.ApplyConcurrency, cfg.ApplyTimeout, cfg.Lease = rows, 5*time.Second, 20*time.Second
-			gate := make(chan struct{})
-			var mu sync.Mutex
-			applies := map[int64]int{}
-			logger, buf := drCapture(t)
-			d, reg := drNew(t, worker, cfg, func(ctx context.Context, _ string, _ drEvent) error {
-				ev, _ := drainer.EventFrom(ctx)
-				mu.Lock()
-				applies[ev.ID]++
-				mu.Unlock()
-				<-gate
-				return nil
-			}, drainer.WithLogger[drEvent](logger))
-			stop := drStart(t, d)
-			drWaitFor(t, 20*time.Second, "every row in an apply", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return len(applies) == rows
-			})
-
-			// Lock every row (as the queue's owner), then let the applies return: the flush waits
-			// for the locks until the server's timeout cancels it.
-			tx, err := q.pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = tx.Exec(ctx, `SELECT id FROM public.events FOR UPDATE`)
-			require.NoError(t, err)
-			close(gate)
+			f := startHeldFlush(t, q, worker)
+			buf, reg, stop, tx := f.buf, f.reg, f.stop, f.tx
 			drWaitFor(t, 20*time.Second, "the retry logged", func() bool {
 				log := buf.String()
 				return strings.Contains(log, "retrying while their leases last") && strings.Contains(log, c.code)
 			})
 			require.NoError(t, tx.Rollback(ctx))
 
-			drWaitFor(t, 20*time.Second, "every row recorded", func() bool { return q.sent(t) == rows })
+			drWaitFor(t, 20*time.Second, "every row recorded", func() bool { return q.sent(t) == heldFlushRows })
 			require.NoError(t, stop())
-			mu.Lock()
-			defer mu.Unlock()
-			for id, n := range applies {
-				require.Equal(t, 1, n, "row %d delivered once: its result was recorded by a retried flush", id)
-			}
-			require.Equal(t, float64(rows), drResults(t, reg, "sent"))
+			f.requireDeliveredOnce(t)
+			require.Equal(t, float64(heldFlushRows), drResults(t, reg, "sent"))
 			require.NotContains(t, buf.String(), "level=ERROR")
 		})
+	}
+}
+
+// heldFlushRows is how many rows startHeldFlush drains.
+const heldFlushRows = 8
+
+// heldFlush is a lease-mode drain whose result flush waits for row locks the test holds.
+type heldFlush struct {
+	tx      pgx.Tx // holds every row's lock, as the queue's owner
+	buf     *syncBuffer
+	reg     *lastscrape.Registry
+	stop    func() error
+	mu      sync.Mutex
+	applies map[int64]int
+}
+
+// startHeldFlush fills q with heldFlushRows rows and drains them through pool in lease mode, with a
+// lease long enough for the retries (a dropped result would show as a second delivery once it
+// ends). Once every row is in an apply it locks every row (as the queue's owner) and lets the
+// applies return: the flush then waits for the locks.
+func startHeldFlush(t *testing.T, q *drQueue, pool *pgxpool.Pool) *heldFlush {
+	t.Helper()
+	ctx := context.Background()
+	drFill(t, q, "op", heldFlushRows)
+	cfg := q.config(drainer.ClaimLease)
+	cfg.ApplyConcurrency, cfg.ApplyTimeout, cfg.Lease = heldFlushRows, 5*time.Second, 20*time.Second
+	f := &heldFlush{applies: map[int64]int{}}
+	gate := make(chan struct{})
+	logger, buf := drCapture(t)
+	d, reg := drNew(t, pool, cfg, func(ctx context.Context, _ string, _ drEvent) error {
+		ev, _ := drainer.EventFrom(ctx)
+		f.mu.Lock()
+		f.applies[ev.ID]++
+		f.mu.Unlock()
+		<-gate
+		return nil
+	}, drainer.WithLogger[drEvent](logger))
+	f.buf, f.reg, f.stop = buf, reg, drStart(t, d)
+	drWaitFor(t, 20*time.Second, "every row in an apply", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.applies) == heldFlushRows
+	})
+	tx, err := q.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, `SELECT id FROM public.events FOR UPDATE`)
+	require.NoError(t, err)
+	f.tx = tx
+	close(gate)
+	return f
+}
+
+// requireDeliveredOnce checks that every row was applied once: its result was recorded by a
+// retried flush.
+func (f *heldFlush) requireDeliveredOnce(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, n := range f.applies {
+		require.Equal(t, 1, n, "row %d delivered once: its result was recorded by a retried flush", id)
 	}
 }
