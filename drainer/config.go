@@ -245,10 +245,7 @@ type Config struct {
 	// LockTransactionTimeout, the repair pass by 2 minutes. A dial the pool goes on with in the
 	// background is bounded by the DSN's connect_timeout (pgxpool: 2 minutes when unset). Keep it above the slowest
 	// claim you expect under load: a claim cut short is retried, its rows leased meanwhile wait for
-	// their leases. A claim cut short while the server still answers a ping was slow, not lost (the
-	// first claim after a crash or a promotion rebuilds the partition heads in one statement: about
-	// 6 µs per pending row): the next claim is given twice as long, up to 10 minutes, until one
-	// answers. It must be at least MinClaimTimeout (100ms) and at most Lease (lease mode) or
+	// their leases. It must be at least MinClaimTimeout (100ms) and at most Lease (lease mode) or
 	// LockTransactionTimeout (lock mode). Defaults to 10s (DefaultClaimTimeout), or that bound when
 	// it is shorter.
 	ClaimTimeout time.Duration

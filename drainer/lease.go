@@ -194,10 +194,9 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) error {
 func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	start := time.Now()
 	deadline := start.Add(r.cfg.Lease - LeaseMargin)
-	cctx, cancel := r.claimBounded(ctx)
+	cctx, cancel := r.bounded(ctx)
 	jobs, err := queryClaimBatch(cctx, r.d.db, r.reg.queue, n, r.cfg.RunLength, r.cfg.Lease, deadline)
 	cancel()
-	r.claimAnswered(ctx, err)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	txEnd := start.Add(r.cfg.LockTransactionTimeout)
 	settleBy := txEnd.Add(-LeaseMargin)
 	// BEGIN and the claim share one ClaimTimeout: a dead connection is abandoned, not waited for.
-	cctx, cancelClaim := r.claimBounded(ctx)
+	cctx, cancelClaim := r.bounded(ctx)
 	defer cancelClaim()
 	tx, err := r.d.db.Begin(cctx)
 	if err != nil {
@@ -43,7 +43,6 @@ func (r *runner[T]) lockBatch(ctx context.Context) (int, error) {
 	}
 	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, size, r.cfg.RunLength, lockIdleBound(r.cfg.LockTransactionTimeout))
 	cancelClaim()
-	r.claimAnswered(ctx, err)
 	if err != nil {
 		return 0, err
 	}

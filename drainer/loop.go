@@ -2,7 +2,6 @@ package drainer
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/pgdrain/pgdrain/internal/pgerr"
@@ -32,8 +31,6 @@ type runner[T any] struct {
 	// lastFound is when a claim last found rows: the drainer busy-polls for BusyPoll after it.
 	lastFound time.Time
 	trickle   trickle // paces claims while rows trickle in (trickle.go)
-	// claimBound is the next claim's bound when longer than ClaimTimeout (claimbound.go).
-	claimBound atomic.Int64
 }
 
 // bounded returns ctx bounded by ClaimTimeout, for one short database call: a connection that

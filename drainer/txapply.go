@@ -112,10 +112,9 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 // txRound claims up to n rows in tx, applies them with the TxApplier and settles them as sent.
 func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time.Time) (int, error) {
 	start := time.Now()
-	cctx, cancel := r.claimBounded(ctx)
+	cctx, cancel := r.bounded(ctx)
 	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, n, r.cfg.RunLength, lockIdleBound(r.cfg.LockTransactionTimeout))
 	cancel()
-	r.claimAnswered(ctx, err)
 	if err != nil {
 		return 0, err
 	}

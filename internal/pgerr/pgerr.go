@@ -70,8 +70,7 @@ func Unavailable(err error) string {
 	if pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
 		// The call's own bound ran out: the connection (or the dial) got no answer, as from a host
 		// that vanished without a reset. pgx closed the connection; the pool dials again.
-		return "the server did not answer within the call's bound (a dead connection, an unreachable host, or a server " +
-			"busy with a long statement; abandoned)"
+		return "the server did not answer within the call's bound (a dead connection or an unreachable host; abandoned)"
 	}
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) {
