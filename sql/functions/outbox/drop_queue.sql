@@ -30,6 +30,7 @@ BEGIN
   END IF;
   DELETE FROM outbox.partition_heads h WHERE h.queue_id = v_q.queue_id;
   DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id;
+  DELETE FROM outbox.partition_heads_restored r WHERE r.queue_id = v_q.queue_id;
   DELETE FROM outbox.partition_clocks c WHERE c.queue_id = v_q.queue_id;
   DELETE FROM outbox.partition_wakes w WHERE w.queue_id = v_q.queue_id;
   DELETE FROM outbox.queues q WHERE q.queue_id = v_q.queue_id;

@@ -1,0 +1,1 @@
+DROP TABLE outbox.partition_heads_restored;
