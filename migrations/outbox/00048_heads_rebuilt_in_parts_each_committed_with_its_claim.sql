@@ -14,10 +14,12 @@ COMMENT ON TABLE outbox.partition_heads_restored IS
 -- +goose StatementBegin
 -- Brings back the partition heads of a queue after crash recovery (or a standby's promotion)
 -- emptied the unlogged heads tables, or recomputes them (_rebuild_heads): every partition with
--- pending rows gets its head again, searched from floor 0.
--- One part per call: keys in their order, from where the last part stopped (unlogged, as the heads:
--- a crash starts over), 500 at a time until 50 ms have passed; the part that
--- finds no key left marks the heads built. Each part commits with the claim that made it, so a deep
+-- pending rows gets its head again, searched from its floor: 0 for every head made since the crash
+-- (the heads were not built, outbox._make_heads), or one a search from 0 raised since; callers
+-- that recompute them (_rebuild_heads) set the floors to 0 first.
+-- One part per call: keys in their order, from where the last part stopped (unlogged, as the
+-- heads: a crash starts over), 500 at a time until 50 ms have passed; the part that finds no key
+-- left marks the heads built. Each part commits with the claim that made it, so a deep
 -- backlog is rebuilt by many short claims: in one statement, 4.3 million pending rows over 2.1
 -- million keys took 26 s, longer than a drainer's ClaimTimeout, and a claim cut off rolled it all
 -- back, every time (invariant 9). Meanwhile claims take what the heads there are offer: each is
@@ -67,8 +69,6 @@ BEGIN
       EXIT;
     END IF;
     v_any := true;
-    UPDATE outbox.partition_heads h SET floor_id = 0
-    WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_keys) AND h.floor_id <> 0;
     PERFORM outbox._refresh_heads(p_q, v_keys);
     v_after := v_keys[pg_catalog.array_length(v_keys, 1)];
     IF pg_catalog.clock_timestamp() - v_started > interval '50 milliseconds' THEN
@@ -109,6 +109,209 @@ BEGIN
   WHILE NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_queue_id) LOOP
     PERFORM outbox._restore_heads(v_q);
   END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Points the head of each given partition at its first deliverable row (the smallest id at or above
+-- the partition's floor among unsent, not poisoned rows), parked until that row's lease or backoff
+-- ends; creates missing heads. The caller must have written its own changes in an earlier
+-- statement, so they are visible here.
+-- A partition found empty loses its head, and a partition whose head search stepped over poisoned
+-- rows gets its floor raised past them, but only with the head locked FOR UPDATE (skip, never
+-- wait) and after a second look with a newer snapshot: a producer committing rows of the
+-- partition holds its head FOR KEY SHARE until it commits (outbox.tg_queue__commit), so its
+-- rows never lose their head; one that finds the head locked by us leaves a wake note, applied by
+-- a later claim. When the head is busy an empty head (head_id NULL) is parked for a second and
+-- looked at again by a later claim.
+-- A head whose version this transaction wrote (a lock-mode batch that moved it in an earlier call,
+-- or made it) is not locked either: a producer's FOR KEY SHARE SKIP LOCKED, which does not conflict
+-- with the move, follows the head's update chain to its newest version and waits, whatever SKIP
+-- LOCKED says, for a FOR UPDATE lock or a deletion found there, until the batch ends (issue 29).
+-- It is pointed at what we found like a busy one, but an empty one is not parked: the first claim
+-- after our commit deletes it, or moves it to a row a producer committed meanwhile.
+-- Only READ COMMITTED gives the second look a newer snapshot: under REPEATABLE READ or SERIALIZABLE
+-- every key counts as busy, so a head is never deleted nor a floor raised from an old snapshot.
+-- A head moved on to a row with every row below it (from the floor) sent takes that row's id as its
+-- floor, in READ COMMITTED, without the lock: no row of the key below it can still come, since a
+-- row committed after the row we found, which is committed, gets a larger id (commit order,
+-- docs/ordering.md), so claims and refreshes walk no index entries of the key's sent rows again
+-- (before, every head move and every claim walked all of them from the key's first row: the
+-- dead ones too while an xmin is held). Only a floor still as we read it is raised: one lowered
+-- meanwhile (a wake note, a producer's fix) stays.
+CREATE OR REPLACE FUNCTION outbox._refresh_heads(p_q outbox.queues, p_keys text[])
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  -- Each key's first pending row from its floor, poisoned or not (f), and, only when that one is
+  -- poisoned, its first deliverable row past it (p): the head goes to the first deliverable row (n),
+  -- and the key is "tidy" (empty, or poisoned rows to step over: floor and deletion want the lock,
+  -- below) exactly when there is none or f is poisoned. One index scan per key in the usual case
+  -- (a look for pending rows below the next one cost a second, with a heap fetch of the row just sent).
+  v_next constant text := pg_catalog.format(
+    'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head, fh.xmin AS seen, fh.ctid AS head_tid,
+            NULLIF(GREATEST(n.next_attempt_at, n.leased_until, $4), $4) AS parked,
+            n.id IS NULL OR f.attempt_count >= $2 AS tidy
+     FROM pg_catalog.unnest($1::text[]) AS k(key)
+     -- A join, read once per key: as a scalar subquery in a pulled-up LATERAL the planner copied
+     -- the lookup into each of its five uses (15 of 24 buffers per key in a drain).
+     LEFT JOIN outbox.partition_heads fh ON fh.queue_id = $3 AND fh.partition_key = k.key
+     CROSS JOIN LATERAL (
+       SELECT COALESCE(fh.floor_id, 0) AS floor_id, fh.partition_key IS NOT NULL AS has_head) fl
+     LEFT JOIN LATERAL (
+       SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
+       FROM %1$s t
+       WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.id >= fl.floor_id
+       ORDER BY t.id LIMIT 1) f ON true
+     LEFT JOIN LATERAL (
+       SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
+       FROM %1$s t
+       WHERE f.attempt_count >= $2
+         AND t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2 AND t.id > f.id
+       ORDER BY t.id LIMIT 1) p ON true
+     CROSS JOIN LATERAL (
+       SELECT CASE WHEN f.attempt_count < $2 THEN f.id ELSE p.id END AS id,
+              CASE WHEN f.attempt_count < $2 THEN f.attempt_count ELSE p.attempt_count END AS attempt_count,
+              CASE WHEN f.attempt_count < $2 THEN f.next_attempt_at ELSE p.next_attempt_at END AS next_attempt_at,
+              CASE WHEN f.attempt_count < $2 THEN f.leased_until ELSE p.leased_until END AS leased_until) n',
+    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type);
+  v_tidy text[];
+  v_tidy_pass text[];
+  v_keys text[] := p_keys;
+  v_stale text[];
+  v_locked text[];
+  v_busy text[];
+  -- Tidy keys whose head version this transaction wrote, from the xmin the pass read: a version
+  -- of ours stays the newest until we end (no one else can write it meanwhile), and one of another
+  -- transaction can not become ours, so no second read of the heads is needed.
+  v_own text[];
+  v_own_pass text[];
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
+BEGIN
+  IF p_keys IS NULL OR pg_catalog.cardinality(p_keys) = 0 THEN
+    RETURN;
+  END IF;
+  -- Point heads at their next row; partitions that are empty or stepped over poisoned rows are
+  -- only collected here, so the common uncontended case writes each of them once, below.
+  -- Heads that exist are updated in place, those that do not are made; but only a head still as
+  -- this statement's snapshot saw it (its xmin), or still missing: another transaction that moved
+  -- or made it meanwhile (a result of its row, an operator's poison_row, a producer's commit step)
+  -- committed after our snapshot was taken, and what we found from that snapshot is older than
+  -- what it wrote. Written over, the head went back to a row just sent, parked until that row's
+  -- lease or backoff ended (up to max_delay), while the key's next row was ready and no claim
+  -- looked at it. Such keys are looked at again, by a new statement with a newer snapshot (READ
+  -- COMMITTED; in REPEATABLE READ and SERIALIZABLE the update fails with 40001 instead), a few
+  -- times at most: what is left then is the other transaction's head, which a later claim, result
+  -- or the repair pass moves on.
+  -- Heads are updated (and deleted, below) at the ctid the statement read them at: a TID scan per
+  -- key whatever the statistics say. Joined on the key, a plan the session made while the heads
+  -- table was nearly empty (right after a crash, until autovacuum analyzed it again) read every
+  -- head of the queue for each key: a rebuild part of 500 keys beside 14,500 heads took 316 ms,
+  -- and longer as the heads grew.
+  FOR pass IN 1..3 LOOP
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH next AS (%s),
+       moved AS (
+         UPDATE outbox.partition_heads h
+         SET head_id = next.id, attempt_count = next.attempt_count, parked_until = next.parked,
+             floor_id = CASE WHEN $5 AND h.floor_id >= next.floor_id THEN GREATEST(h.floor_id, next.id)
+                             ELSE h.floor_id END
+         FROM next
+         WHERE next.id IS NOT NULL AND NOT next.tidy AND next.has_head
+           AND h.ctid = next.head_tid AND h.xmin = next.seen
+         RETURNING h.partition_key),
+       made AS (
+         INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+         SELECT $3, next.key, next.id, next.attempt_count, next.parked, CASE WHEN $5 THEN next.id ELSE 0 END
+         FROM next WHERE next.id IS NOT NULL AND NOT next.tidy AND NOT next.has_head
+         ON CONFLICT (queue_id, partition_key) DO NOTHING
+         RETURNING h.partition_key)
+       SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FILTER (WHERE next.tidy),
+              pg_catalog.array_agg(next.key ORDER BY next.key) FILTER (
+                WHERE next.id IS NOT NULL AND NOT next.tidy
+                  AND next.key NOT IN (SELECT moved.partition_key FROM moved)
+                  AND next.key NOT IN (SELECT made.partition_key FROM made)),
+              pg_catalog.array_agg(next.key) FILTER (
+                WHERE $5 AND next.tidy AND next.has_head AND outbox._written_here(next.seen))
+       FROM next', v_next),
+      'text[], integer, integer, timestamptz, boolean',
+      'TABLE(pgdrain_tidy text[], pgdrain_stale text[], pgdrain_own text[])')
+      INTO v_tidy_pass, v_stale, v_own_pass USING v_keys, p_q.max_attempts, p_q.queue_id, v_now, v_read_committed;
+    v_tidy := v_tidy || v_tidy_pass;
+    v_own := v_own || v_own_pass;
+    EXIT WHEN v_stale IS NULL OR NOT v_read_committed;
+    v_keys := v_stale;
+  END LOOP;
+  IF v_tidy IS NULL THEN
+    RETURN;
+  END IF;
+
+  IF v_read_committed THEN
+    -- A partition with no head row has nothing a producer relies on (one that makes its head
+    -- meanwhile waits for our insert, then leaves a wake note): it counts as locked.
+    -- A probe per key (LATERAL): as OR NOT EXISTS, a plan made on a nearly empty heads table hashed
+    -- every head of the queue on each call.
+    SELECT pg_catalog.array_agg(u.k) INTO v_locked
+    FROM pg_catalog.unnest(v_tidy) AS u(k)
+    LEFT JOIN LATERAL (SELECT true AS present FROM outbox.partition_heads h
+                       WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k OFFSET 0) e ON true
+    LEFT JOIN LATERAL (SELECT true AS held FROM outbox.partition_heads h
+                       WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k
+                         AND u.k <> ALL (COALESCE(v_own, '{}'))
+                       FOR UPDATE SKIP LOCKED) l ON true
+    WHERE e.present IS NULL OR l.held;
+  END IF;
+  SELECT pg_catalog.array_agg(k) INTO v_busy
+  FROM pg_catalog.unnest(v_tidy) AS k
+  WHERE k <> ALL (COALESCE(v_locked, '{}'));
+
+  -- Head busy (a producer is committing rows of the partition, or another claim holds it): point
+  -- the head at what we found, the floor stays; an empty head is parked for a second and looked at
+  -- again by a later claim (one of our own versions is not parked, see above).
+  IF v_busy IS NOT NULL THEN
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH next AS (%s)
+       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
+       SELECT $3, next.key, next.id, COALESCE(next.attempt_count, 0),
+              CASE WHEN next.id IS NULL AND next.key <> ALL ($5) THEN $4 + interval ''1 second'' ELSE next.parked END
+       FROM next WHERE next.id IS NOT NULL OR next.has_head
+       ON CONFLICT (queue_id, partition_key) DO UPDATE
+         SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+             parked_until = EXCLUDED.parked_until', v_next),
+      'text[], integer, integer, timestamptz, text[]', 'void')
+      USING v_busy, p_q.max_attempts, p_q.queue_id, v_now, COALESCE(v_own, '{}');
+  END IF;
+  IF v_locked IS NULL THEN
+    RETURN;
+  END IF;
+
+  -- Under the exclusive lock, with a newer snapshot (rows committed before the lock are visible):
+  -- delete empty heads, raise floors past poisoned rows.
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH next AS (%s),
+     gone AS (
+       DELETE FROM outbox.partition_heads h USING next
+       WHERE next.id IS NULL AND h.ctid = next.head_tid)
+     INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+     SELECT $3, next.key, next.id, next.attempt_count, next.parked, next.id
+     FROM next WHERE next.id IS NOT NULL
+     ON CONFLICT (queue_id, partition_key) DO UPDATE
+       SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next),
+    'text[], integer, integer, timestamptz', 'void')
+    USING v_locked, p_q.max_attempts, p_q.queue_id, v_now;
 END;
 $$;
 -- +goose StatementEnd
@@ -388,6 +591,201 @@ BEGIN
   SELECT * INTO STRICT v_q FROM outbox.queues q WHERE q.queue_id = p_queue_id;
   DELETE FROM outbox.partition_heads_built b WHERE b.queue_id = p_queue_id;
   PERFORM outbox._restore_heads(v_q);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Points the head of each given partition at its first deliverable row (the smallest id at or above
+-- the partition's floor among unsent, not poisoned rows), parked until that row's lease or backoff
+-- ends; creates missing heads. The caller must have written its own changes in an earlier
+-- statement, so they are visible here.
+-- A partition found empty loses its head, and a partition whose head search stepped over poisoned
+-- rows gets its floor raised past them, but only with the head locked FOR UPDATE (skip, never
+-- wait) and after a second look with a newer snapshot: a producer committing rows of the
+-- partition holds its head FOR KEY SHARE until it commits (outbox.tg_queue__commit), so its
+-- rows never lose their head; one that finds the head locked by us leaves a wake note, applied by
+-- a later claim. When the head is busy an empty head (head_id NULL) is parked for a second and
+-- looked at again by a later claim.
+-- A head whose version this transaction wrote (a lock-mode batch that moved it in an earlier call,
+-- or made it) is not locked either: a producer's FOR KEY SHARE SKIP LOCKED, which does not conflict
+-- with the move, follows the head's update chain to its newest version and waits, whatever SKIP
+-- LOCKED says, for a FOR UPDATE lock or a deletion found there, until the batch ends (issue 29).
+-- It is pointed at what we found like a busy one, but an empty one is not parked: the first claim
+-- after our commit deletes it, or moves it to a row a producer committed meanwhile.
+-- Only READ COMMITTED gives the second look a newer snapshot: under REPEATABLE READ or SERIALIZABLE
+-- every key counts as busy, so a head is never deleted nor a floor raised from an old snapshot.
+-- A head moved on to a row with every row below it (from the floor) sent takes that row's id as its
+-- floor, in READ COMMITTED, without the lock: no row of the key below it can still come, since a
+-- row committed after the row we found, which is committed, gets a larger id (commit order,
+-- docs/ordering.md), so claims and refreshes walk no index entries of the key's sent rows again
+-- (before, every head move and every claim walked all of them from the key's first row: the
+-- dead ones too while an xmin is held). Only a floor still as we read it is raised: one lowered
+-- meanwhile (a wake note, a producer's fix) stays.
+CREATE OR REPLACE FUNCTION outbox._refresh_heads(p_q outbox.queues, p_keys text[])
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_bitmapscan = off
+SET enable_material = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  -- Each key's first pending row from its floor, poisoned or not (f), and, only when that one is
+  -- poisoned, its first deliverable row past it (p): the head goes to the first deliverable row (n),
+  -- and the key is "tidy" (empty, or poisoned rows to step over: floor and deletion want the lock,
+  -- below) exactly when there is none or f is poisoned. One index scan per key in the usual case
+  -- (a look for pending rows below the next one cost a second, with a heap fetch of the row just sent).
+  v_next constant text := pg_catalog.format(
+    'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head, fh.xmin AS seen,
+            NULLIF(GREATEST(n.next_attempt_at, n.leased_until, $4), $4) AS parked,
+            n.id IS NULL OR f.attempt_count >= $2 AS tidy
+     FROM pg_catalog.unnest($1::text[]) AS k(key)
+     -- A join, read once per key: as a scalar subquery in a pulled-up LATERAL the planner copied
+     -- the lookup into each of its five uses (15 of 24 buffers per key in a drain).
+     LEFT JOIN outbox.partition_heads fh ON fh.queue_id = $3 AND fh.partition_key = k.key
+     CROSS JOIN LATERAL (
+       SELECT COALESCE(fh.floor_id, 0) AS floor_id, fh.partition_key IS NOT NULL AS has_head) fl
+     LEFT JOIN LATERAL (
+       SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
+       FROM %1$s t
+       WHERE t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.id >= fl.floor_id
+       ORDER BY t.id LIMIT 1) f ON true
+     LEFT JOIN LATERAL (
+       SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
+       FROM %1$s t
+       WHERE f.attempt_count >= $2
+         AND t.%2$I = k.key::%3$s AND t.sent_at IS NULL AND t.attempt_count < $2 AND t.id > f.id
+       ORDER BY t.id LIMIT 1) p ON true
+     CROSS JOIN LATERAL (
+       SELECT CASE WHEN f.attempt_count < $2 THEN f.id ELSE p.id END AS id,
+              CASE WHEN f.attempt_count < $2 THEN f.attempt_count ELSE p.attempt_count END AS attempt_count,
+              CASE WHEN f.attempt_count < $2 THEN f.next_attempt_at ELSE p.next_attempt_at END AS next_attempt_at,
+              CASE WHEN f.attempt_count < $2 THEN f.leased_until ELSE p.leased_until END AS leased_until) n',
+    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type);
+  v_tidy text[];
+  v_tidy_pass text[];
+  v_keys text[] := p_keys;
+  v_stale text[];
+  v_locked text[];
+  v_busy text[];
+  -- Tidy keys whose head version this transaction wrote, from the xmin the pass read: a version
+  -- of ours stays the newest until we end (no one else can write it meanwhile), and one of another
+  -- transaction can not become ours, so no second read of the heads is needed.
+  v_own text[];
+  v_own_pass text[];
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_read_committed constant boolean := pg_catalog.current_setting('transaction_isolation') = 'read committed';
+BEGIN
+  IF p_keys IS NULL OR pg_catalog.cardinality(p_keys) = 0 THEN
+    RETURN;
+  END IF;
+  -- Point heads at their next row; partitions that are empty or stepped over poisoned rows are
+  -- only collected here, so the common uncontended case writes each of them once, below.
+  -- Heads that exist are updated in place, those that do not are made; but only a head still as
+  -- this statement's snapshot saw it (its xmin), or still missing: another transaction that moved
+  -- or made it meanwhile (a result of its row, an operator's poison_row, a producer's commit step)
+  -- committed after our snapshot was taken, and what we found from that snapshot is older than
+  -- what it wrote. Written over, the head went back to a row just sent, parked until that row's
+  -- lease or backoff ended (up to max_delay), while the key's next row was ready and no claim
+  -- looked at it. Such keys are looked at again, by a new statement with a newer snapshot (READ
+  -- COMMITTED; in REPEATABLE READ and SERIALIZABLE the update fails with 40001 instead), a few
+  -- times at most: what is left then is the other transaction's head, which a later claim, result
+  -- or the repair pass moves on.
+  FOR pass IN 1..3 LOOP
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH next AS (%s),
+       moved AS (
+         UPDATE outbox.partition_heads h
+         SET head_id = next.id, attempt_count = next.attempt_count, parked_until = next.parked,
+             floor_id = CASE WHEN $5 AND h.floor_id >= next.floor_id THEN GREATEST(h.floor_id, next.id)
+                             ELSE h.floor_id END
+         FROM next
+         WHERE next.id IS NOT NULL AND NOT next.tidy AND next.has_head
+           AND h.queue_id = $3 AND h.partition_key = next.key AND h.xmin = next.seen
+         RETURNING h.partition_key),
+       made AS (
+         INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+         SELECT $3, next.key, next.id, next.attempt_count, next.parked, CASE WHEN $5 THEN next.id ELSE 0 END
+         FROM next WHERE next.id IS NOT NULL AND NOT next.tidy AND NOT next.has_head
+         ON CONFLICT (queue_id, partition_key) DO NOTHING
+         RETURNING h.partition_key)
+       SELECT pg_catalog.array_agg(next.key ORDER BY next.key) FILTER (WHERE next.tidy),
+              pg_catalog.array_agg(next.key ORDER BY next.key) FILTER (
+                WHERE next.id IS NOT NULL AND NOT next.tidy
+                  AND next.key NOT IN (SELECT moved.partition_key FROM moved)
+                  AND next.key NOT IN (SELECT made.partition_key FROM made)),
+              pg_catalog.array_agg(next.key) FILTER (
+                WHERE $5 AND next.tidy AND next.has_head AND outbox._written_here(next.seen))
+       FROM next', v_next),
+      'text[], integer, integer, timestamptz, boolean',
+      'TABLE(pgdrain_tidy text[], pgdrain_stale text[], pgdrain_own text[])')
+      INTO v_tidy_pass, v_stale, v_own_pass USING v_keys, p_q.max_attempts, p_q.queue_id, v_now, v_read_committed;
+    v_tidy := v_tidy || v_tidy_pass;
+    v_own := v_own || v_own_pass;
+    EXIT WHEN v_stale IS NULL OR NOT v_read_committed;
+    v_keys := v_stale;
+  END LOOP;
+  IF v_tidy IS NULL THEN
+    RETURN;
+  END IF;
+
+  IF v_read_committed THEN
+    -- A partition with no head row has nothing a producer relies on (one that makes its head
+    -- meanwhile waits for our insert, then leaves a wake note): it counts as locked.
+    SELECT pg_catalog.array_agg(k) INTO v_locked
+    FROM pg_catalog.unnest(v_tidy) AS k
+    WHERE k IN (SELECT h.partition_key FROM outbox.partition_heads h
+                WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_tidy)
+                  AND h.partition_key <> ALL (COALESCE(v_own, '{}'))
+                FOR UPDATE SKIP LOCKED)
+       OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads h
+                      WHERE h.queue_id = p_q.queue_id AND h.partition_key = k);
+  END IF;
+  SELECT pg_catalog.array_agg(k) INTO v_busy
+  FROM pg_catalog.unnest(v_tidy) AS k
+  WHERE k <> ALL (COALESCE(v_locked, '{}'));
+
+  -- Head busy (a producer is committing rows of the partition, or another claim holds it): point
+  -- the head at what we found, the floor stays; an empty head is parked for a second and looked at
+  -- again by a later claim (one of our own versions is not parked, see above).
+  IF v_busy IS NOT NULL THEN
+    EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+      'WITH next AS (%s)
+       INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until)
+       SELECT $3, next.key, next.id, COALESCE(next.attempt_count, 0),
+              CASE WHEN next.id IS NULL AND next.key <> ALL ($5) THEN $4 + interval ''1 second'' ELSE next.parked END
+       FROM next WHERE next.id IS NOT NULL OR next.has_head
+       ON CONFLICT (queue_id, partition_key) DO UPDATE
+         SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+             parked_until = EXCLUDED.parked_until', v_next),
+      'text[], integer, integer, timestamptz, text[]', 'void')
+      USING v_busy, p_q.max_attempts, p_q.queue_id, v_now, COALESCE(v_own, '{}');
+  END IF;
+  IF v_locked IS NULL THEN
+    RETURN;
+  END IF;
+
+  -- Under the exclusive lock, with a newer snapshot (rows committed before the lock are visible):
+  -- delete empty heads, raise floors past poisoned rows.
+  EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
+    'WITH next AS (%s),
+     gone AS (
+       DELETE FROM outbox.partition_heads h USING next
+       WHERE next.id IS NULL AND h.queue_id = $3 AND h.partition_key = next.key)
+     INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
+     SELECT $3, next.key, next.id, next.attempt_count, next.parked, next.id
+     FROM next WHERE next.id IS NOT NULL
+     ON CONFLICT (queue_id, partition_key) DO UPDATE
+       SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
+           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next),
+    'text[], integer, integer, timestamptz', 'void')
+    USING v_locked, p_q.max_attempts, p_q.queue_id, v_now;
 END;
 $$;
 -- +goose StatementEnd

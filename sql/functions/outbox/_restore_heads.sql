@@ -1,9 +1,11 @@
 -- Brings back the partition heads of a queue after crash recovery (or a standby's promotion)
 -- emptied the unlogged heads tables, or recomputes them (_rebuild_heads): every partition with
--- pending rows gets its head again, searched from floor 0.
--- One part per call: keys in their order, from where the last part stopped (unlogged, as the heads:
--- a crash starts over), 500 at a time until 50 ms have passed; the part that
--- finds no key left marks the heads built. Each part commits with the claim that made it, so a deep
+-- pending rows gets its head again, searched from its floor: 0 for every head made since the crash
+-- (the heads were not built, outbox._make_heads), or one a search from 0 raised since; callers
+-- that recompute them (_rebuild_heads) set the floors to 0 first.
+-- One part per call: keys in their order, from where the last part stopped (unlogged, as the
+-- heads: a crash starts over), 500 at a time until 50 ms have passed; the part that finds no key
+-- left marks the heads built. Each part commits with the claim that made it, so a deep
 -- backlog is rebuilt by many short claims: in one statement, 4.3 million pending rows over 2.1
 -- million keys took 26 s, longer than a drainer's ClaimTimeout, and a claim cut off rolled it all
 -- back, every time (invariant 9). Meanwhile claims take what the heads there are offer: each is
@@ -53,8 +55,6 @@ BEGIN
       EXIT;
     END IF;
     v_any := true;
-    UPDATE outbox.partition_heads h SET floor_id = 0
-    WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_keys) AND h.floor_id <> 0;
     PERFORM outbox._refresh_heads(p_q, v_keys);
     v_after := v_keys[pg_catalog.array_length(v_keys, 1)];
     IF pg_catalog.clock_timestamp() - v_started > interval '50 milliseconds' THEN
