@@ -145,17 +145,18 @@ BEGIN
   IF v_read_committed THEN
     -- A partition with no head row has nothing a producer relies on (one that makes its head
     -- meanwhile waits for our insert, then leaves a wake note): it counts as locked.
-    -- A probe per key (LATERAL): as OR NOT EXISTS, a plan made on a nearly empty heads table hashed
-    -- every head of the queue on each call.
+    -- A locking probe per key (LATERAL), and a look for the head only where it failed (a scalar
+    -- subquery): as OR NOT EXISTS, a plan made on a nearly empty heads table hashed every head of
+    -- the queue on each call.
     SELECT pg_catalog.array_agg(u.k) INTO v_locked
     FROM pg_catalog.unnest(v_tidy) AS u(k)
-    LEFT JOIN LATERAL (SELECT true AS present FROM outbox.partition_heads h
-                       WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k OFFSET 0) e ON true
     LEFT JOIN LATERAL (SELECT true AS held FROM outbox.partition_heads h
                        WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k
                          AND u.k <> ALL (COALESCE(v_own, '{}'))
                        FOR UPDATE SKIP LOCKED) l ON true
-    WHERE e.present IS NULL OR l.held;
+    WHERE l.held
+       OR (SELECT h.partition_key FROM outbox.partition_heads h
+           WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k) IS NULL;
   END IF;
   SELECT pg_catalog.array_agg(k) INTO v_busy
   FROM pg_catalog.unnest(v_tidy) AS k
