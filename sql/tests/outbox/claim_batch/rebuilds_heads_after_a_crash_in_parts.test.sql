@@ -5,7 +5,7 @@
 -- deliver from the heads there are, each key's first row only, and the last part marks the heads
 -- built.
 BEGIN;
-SELECT plan(11);
+SELECT plan(13);
 
 SELECT test_helpers.new_queue('k') AS q \gset
 SELECT queue_id AS qid FROM outbox.queues WHERE queue = :'q' \gset
@@ -45,6 +45,18 @@ SELECT is((SELECT count(*) FROM claimed), 20::bigint, 'a claim in between delive
 SELECT is_empty($$SELECT c.id FROM claimed c JOIN heads_before b ON b.partition_key = c.k
                   WHERE b.head_id <> c.id$$,
                 'each row claimed is the first deliverable row of its key');
+
+-- A producer commits a row of a key no part has reached yet: its head is made at once, with floor
+-- 0, and a claim delivers the key's oldest row first, not the new one.
+SELECT min(id) AS oldest FROM :q WHERE k = 'k20000' \gset
+INSERT INTO :q (event_type, payload, k) VALUES ('e', '{}', 'k20000');
+SET CONSTRAINTS outbox.pgdrain_commit IMMEDIATE;
+SET CONSTRAINTS outbox.pgdrain_commit DEFERRED;
+SELECT is((SELECT floor_id FROM outbox.partition_heads WHERE queue_id = :qid AND partition_key = 'k20000'), 0::bigint,
+          'a head a producer makes before the heads are built has floor 0');
+SELECT results_eq(format('SELECT id FROM outbox.claim_batch(%L, 10000) WHERE partition_key = %L', :'q', 'k20000'),
+                  ARRAY[:oldest::bigint],
+                  'a claim delivers that key''s oldest row, not the producer''s');
 
 -- The next parts go on from where the last one stopped, until none is left.
 SELECT set_config('test.q', :'q', true) IS NOT NULL AS set \gset
