@@ -218,10 +218,7 @@ func (l *listener) session(ctx context.Context) (connected bool, err error) {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if err := conformingStrings(ctx, conn); err != nil {
-		return false, err
-	}
-	if err := neverIdleOut(ctx, conn); err != nil {
+	if err := settleSession(ctx, conn); err != nil {
 		return false, err
 	}
 	pid, err := l.backendPID(ctx, conn)
@@ -308,31 +305,20 @@ func (l *listener) backendPID(ctx context.Context, conn *pgx.Conn) (uint32, erro
 	return pid, nil
 }
 
-// conformingStrings turns standard_conforming_strings on for conn's session when a role or a
-// database turned it off: pgx runs no simple-protocol statement without it (its own escaping
-// depends on it), and every statement of the LISTEN connection is simple protocol. Sent through
-// pgconn, which makes no such check.
-func conformingStrings(ctx context.Context, conn *pgx.Conn) error {
-	if conn.PgConn().ParameterStatus("standard_conforming_strings") == "on" {
-		return nil
-	}
+// settleSession sets, in one round trip, what the LISTEN connection's session needs whatever a role
+// or a database set:
+//   - standard_conforming_strings on: pgx runs no simple-protocol statement without it (its own
+//     escaping depends on it), and every statement of the LISTEN connection is simple protocol.
+//     Hence pgconn, which makes no such check;
+//   - idle_session_timeout off: the connection is idle by design, and a role's idle_session_timeout
+//     (a DBA's guard against forgotten sessions) ended it every few seconds, each time a
+//     reconnection and a poll. Its own liveness check (listenIdleCheck) bounds how long a dead one
+//     goes unnoticed.
+func settleSession(ctx context.Context, conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(ctx, listenCallTimeout)
 	defer cancel()
-	if _, err := conn.PgConn().Exec(ctx, "SET standard_conforming_strings = on").ReadAll(); err != nil {
-		return fmt.Errorf("turning standard_conforming_strings on for the LISTEN connection: %w", err)
-	}
-	return nil
-}
-
-// neverIdleOut turns idle_session_timeout off for conn's session: a LISTEN connection is idle by
-// design, and a role's idle_session_timeout (a DBA's guard against forgotten sessions) ended it
-// every few seconds, each time a reconnection and a poll. Its own liveness check (listenIdleCheck)
-// bounds how long a dead one goes unnoticed.
-func neverIdleOut(ctx context.Context, conn *pgx.Conn) error {
-	ctx, cancel := context.WithTimeout(ctx, listenCallTimeout)
-	defer cancel()
-	if _, err := conn.Exec(ctx, "SET idle_session_timeout = 0", pgx.QueryExecModeSimpleProtocol); err != nil {
-		return fmt.Errorf("turning idle_session_timeout off for the LISTEN connection: %w", err)
+	if _, err := conn.PgConn().Exec(ctx, "SET standard_conforming_strings = on; SET idle_session_timeout = 0").ReadAll(); err != nil {
+		return fmt.Errorf("setting standard_conforming_strings on and idle_session_timeout off for the LISTEN connection: %w", err)
 	}
 	return nil
 }
