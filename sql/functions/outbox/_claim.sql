@@ -128,10 +128,11 @@ BEGIN
     RETURN COALESCE(v_all, '{}');
   END IF;
 
-  -- Heads not built (after a crash): the first claim rebuilds them. Another claim's transaction
-  -- rebuilding them now holds the rebuild lock until it ends, a whole lock-mode batch: not waited
-  -- for. This claim takes what the heads there are offer (each is checked against the FIFO rule from
-  -- its floor, so a partial set is only incomplete), and the rebuilder's commit wakes the drainers.
+  -- Heads not built (after a crash): each claim that gets the rebuild lock rebuilds one part of them
+  -- (outbox._restore_heads, about 50 ms of keys). Another claim's transaction rebuilding a part now
+  -- holds the rebuild lock until it ends, a whole lock-mode batch: not waited for. This claim takes
+  -- what the heads there are offer (each is checked against the FIFO rule from its floor, so a
+  -- partial set is only incomplete), and the rebuilder's commit wakes the drainers.
   -- (Two IFs: the lock is tried only when the heads are not built, never by the usual claim.)
   IF NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = p_q.queue_id) THEN
     IF pg_catalog.pg_try_advisory_xact_lock(1885823232 + p_q.queue_id, -1) THEN

@@ -164,18 +164,21 @@ BEGIN
     END IF;
   END IF;
   -- Many statements, maybe several queues (or a SERIALIZABLE transaction's hook): each queue's
-  -- keys and ids, merged.
+  -- keys and ids, merged. The registry is probed by index per table (LATERAL): as a join, a
+  -- registry bloated by dead rows (queues made and dropped, a long-held xmin) was read whole.
   FOR v_merged IN
-    SELECT q, m.keys, m.ids
+    SELECT r.q, m.keys, m.ids
     FROM (SELECT u.table_oid, pg_catalog.array_agg(u.k) AS keys, pg_catalog.array_agg(u.id) AS ids
           FROM (SELECT n.table_oid, x.k, x.id
                 FROM pg_catalog.unnest(v_notes) n CROSS JOIN LATERAL unnest(n.keys, n.ids) AS x(k, id)
                 UNION ALL
                 SELECT * FROM unnest(v_oids, v_keys, v_ids)) AS u(table_oid, k, id)
           GROUP BY u.table_oid) m
-    JOIN outbox.queues q ON q.table_oid = m.table_oid
-    WHERE q.partition_column IS NOT NULL AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL
-    ORDER BY q.queue_id
+    CROSS JOIN LATERAL (SELECT q FROM outbox.queues q
+                        WHERE q.table_oid = m.table_oid AND q.partition_column IS NOT NULL
+                          AND pg_catalog.pg_table_is_visible(q.table_oid) IS NOT NULL
+                        OFFSET 0) r
+    ORDER BY (r.q).queue_id
   LOOP
     v_notified := outbox._commit_keys(v_merged.q, v_merged.keys, v_merged.ids, v_merged.ids, false);
   END LOOP;
