@@ -256,8 +256,11 @@ type Config struct {
 	// one session at a time repair a queue, so replicas take turns. The first pass runs when Run
 	// starts. Each pass also re-reads the queue's registration and moves the drainer's LISTEN to
 	// the channel it names, when outbox.create_queue changed it while the drainer ran (logged at
-	// Info). Negative turns the pass off; a positive value must be at least MinRepairInterval.
-	// Defaults to 1m (DefaultRepairInterval).
+	// Info). A pass walks the queue's keys with pending rows, so its cost grows with them: after a
+	// pass that took d, the next waits until at least ten times d after it started (a pass takes at
+	// most a tenth of the drainer's time), and a pass cut off at its bound (2 minutes at first) gets
+	// twice the bound the next time, up to 32 minutes (logged at Warn). Negative turns the pass off;
+	// a positive value must be at least MinRepairInterval. Defaults to 1m (DefaultRepairInterval).
 	RepairInterval time.Duration
 	// BusyPoll is how long after a claim that found rows the drainer keeps claiming on a timer
 	// (after 1 ms, then after as long as it has been idle, at most 10 ms apart) before it marks

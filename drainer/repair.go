@@ -8,21 +8,46 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// repairTimeout bounds one repair pass. Its cost grows with the queue's partitions, not its rows.
-const repairTimeout = 2 * time.Minute
+// repairTimeout bounds one repair pass at first. Its cost grows with the queue's partitions, not
+// its rows. A pass cut off at its bound gets twice the bound the next time, up to repairTimeoutMax:
+// a fixed bound below a queue's walk would cut off every pass, and the pass would never finish.
+const (
+	repairTimeout    = 2 * time.Minute
+	repairTimeoutMax = 32 * time.Minute
+)
+
+// repairShare bounds the repair pass's share of a drainer's time: after a pass that took d, the
+// next starts no sooner than repairShare × d after it started (and at a RepairInterval tick). With
+// millions of keys pending one pass took 28 s: at the default interval of a minute, half a core for
+// as long as such a backlog lasted, and a snapshot held half the time.
+const repairShare = 10
 
 // repairCauses are the causes outbox.repair reports; the counter exports each at zero from the
 // start. A cause not listed here is still counted when it occurs.
 var repairCauses = []string{"missing_head", "floor_above_row", "parked_past_due", "stale_notes"}
 
-// watchRepairs runs the repair pass at once and then every RepairInterval until ctx ends, each time
-// also following the queue's NOTIFY channel (followChannel).
+// watchRepairs runs the repair pass at once and then at RepairInterval ticks, no sooner than
+// repairShare times the last pass's duration after it started, until ctx ends; every tick also
+// follows the queue's NOTIFY channel (followChannel).
 func (r *runner[T]) watchRepairs(ctx context.Context) {
 	t := time.NewTicker(r.cfg.RepairInterval)
 	defer t.Stop()
+	var next time.Time // no pass before then
+	bound := repairTimeout
 	for {
-		if !r.repairOnce(ctx) {
-			return
+		if !time.Now().Before(next) {
+			start := time.Now()
+			ok, cutOff := r.repairOnce(ctx, bound)
+			if !ok {
+				return
+			}
+			took := time.Since(start)
+			next = start.Add(repairShare * took)
+			if cutOff {
+				bound = min(2*bound, repairTimeoutMax)
+			}
+			r.d.logger.DebugContext(ctx, "repair pass done", "queue", r.reg.queue, "took", took,
+				"next_no_sooner_than", next.Sub(start), "cut_off", cutOff)
 		}
 		r.followChannel(ctx)
 		select {
@@ -33,26 +58,32 @@ func (r *runner[T]) watchRepairs(ctx context.Context) {
 	}
 }
 
-// repairOnce runs outbox.repair(queue, false): every row it returns is a problem it fixed, logged
-// at Warn and counted. After a fix the loop claims at once. It returns false when the pass can
-// never work (the function is missing: the database is not migrated far enough).
-func (r *runner[T]) repairOnce(ctx context.Context) bool {
-	rctx, cancel := context.WithTimeout(ctx, repairTimeout)
+// repairOnce runs outbox.repair(queue, false), bounded by bound: every row it returns is a problem it
+// fixed, logged at Warn and counted. After a fix the loop claims at once. ok is false when the pass
+// can never work (the function is missing: the database is not migrated far enough); cutOff says
+// the pass ran into its bound.
+func (r *runner[T]) repairOnce(ctx context.Context, bound time.Duration) (ok, cutOff bool) {
+	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	repairs, err := queryRepair(rctx, r.d.db, r.reg.queue, false)
 	if err != nil {
 		if ctx.Err() != nil {
-			return true
+			return true, false
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42883" {
 			r.d.logger.WarnContext(ctx, "outbox.repair does not exist (migrate the outbox module up); the repair pass is off",
 				"err", err)
-			return false
+			return false, false
+		}
+		if rctx.Err() != nil {
+			r.d.logger.WarnContext(ctx, "repair pass cut off at its bound; the next pass gets twice as long",
+				"queue", r.reg.queue, "bound", bound, "next_bound", min(2*bound, repairTimeoutMax), "err", err)
+			return true, true
 		}
 		r.d.logger.WarnContext(ctx, "repair pass failed; retrying at the next RepairInterval", "err", err,
 			"retry_in", r.cfg.RepairInterval)
-		return true
+		return true, false
 	}
 	for _, p := range repairs {
 		r.metrics.repaired(p.cause)
@@ -68,7 +99,7 @@ func (r *runner[T]) repairOnce(ctx context.Context) bool {
 	if len(repairs) > 0 {
 		r.signal()
 	}
-	return true
+	return true, false
 }
 
 // followChannel re-reads the queue's registration (outbox.queue_info) and moves the drainer's
