@@ -343,10 +343,11 @@ func settleHeld(t *testing.T, batch pgx.Tx, held []keyedID, delivered map[string
 }
 
 // drainLocked delivers public.events in lock mode (claim_locked of 1,000, settled as sent, one
-// transaction per claim, as the owner) until the heads are built and no deliverable row is left,
-// and returns the ids delivered per key, in delivery order. Claims that find nothing while
-// deliverable rows are left (after the rebuild) fail it after a few seconds: those rows are stuck.
-func drainLocked(t *testing.T, db *testdb.DB) map[string][]int64 {
+// transaction per claim, as the owner) until the heads are built and no key's first deliverable
+// row is due, and returns the ids delivered per key, in delivery order; afterEach runs after every
+// claim's commit. Claims that find nothing while such rows are left (after the rebuild) fail it
+// after a few seconds: those rows are stuck.
+func drainLocked(t *testing.T, db *testdb.DB, afterEach ...func()) map[string][]int64 {
 	t.Helper()
 	ctx := context.Background()
 	delivered := map[string][]int64{}
@@ -364,6 +365,9 @@ func drainLocked(t *testing.T, db *testdb.DB) map[string][]int64 {
 			settleClaimed(t, tx, ids, "sent")
 		}
 		require.NoError(t, tx.Commit(ctx))
+		for _, f := range afterEach {
+			f()
+		}
 		if len(got) > 0 {
 			idle = 0
 			continue
@@ -376,7 +380,10 @@ func drainLocked(t *testing.T, db *testdb.DB) map[string][]int64 {
 			       (SELECT count(*)::int FROM public.events t, outbox.queues q
 			        WHERE q.queue = 'public.events' AND t.sent_at IS NULL AND t.attempt_count < q.max_attempts
 			          AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= now())
-			          AND (t.leased_until IS NULL OR t.leased_until <= now()))`).Scan(&built, &left))
+			          AND (t.leased_until IS NULL OR t.leased_until <= now())
+			          AND NOT EXISTS (SELECT 1 FROM public.events e
+			                          WHERE e.resource_id = t.resource_id AND e.id < t.id
+			                            AND e.sent_at IS NULL AND e.attempt_count < q.max_attempts))`).Scan(&built, &left))
 		if built && left == 0 {
 			return delivered
 		}
@@ -385,9 +392,13 @@ func drainLocked(t *testing.T, db *testdb.DB) map[string][]int64 {
 			var stuck string
 			require.NoError(t, db.Pool.QueryRow(ctx, `
 				SELECT string_agg(format('%s (id %s)', resource_id, id), ', ' ORDER BY id)
-				FROM (SELECT * FROM public.events WHERE sent_at IS NULL AND attempt_count < 10
-				      AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ORDER BY id LIMIT 10) s`).Scan(&stuck))
-			t.Fatalf("the heads are built but no claim returns the %d deliverable rows left: %s", left, stuck)
+				FROM (SELECT * FROM public.events t WHERE sent_at IS NULL AND attempt_count < 10
+				      AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+				      AND NOT EXISTS (SELECT 1 FROM public.events e
+				                      WHERE e.resource_id = t.resource_id AND e.id < t.id
+				                        AND e.sent_at IS NULL AND e.attempt_count < 10)
+				      ORDER BY id LIMIT 10) s`).Scan(&stuck))
+			t.Fatalf("the heads are built but no claim returns the %d keys' first deliverable rows, due: %s", left, stuck)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
