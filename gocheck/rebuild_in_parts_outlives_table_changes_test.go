@@ -17,9 +17,9 @@ import (
 // once, per key in commit order, and repair finds nothing.
 
 // TRUNCATE of the queue table between parts (plain, and RESTART IDENTITY, which hands out the old
-// ids again) leaves a progress row pointing at a key that no longer exists; rows written afterwards,
-// of keys before and after it and of new keys, by single-row and many-key producers, are all
-// delivered.
+// ids again) ends the rebuild: the empty table's heads are built, and no progress row is left
+// pointing at a key that no longer exists (since 00049). Rows written afterwards, of keys before
+// and after that key and of new keys, by single-row and many-key producers, are all delivered.
 func TestRebuildInParts_TableTruncatedBetweenParts(t *testing.T) {
 	t.Parallel()
 	for _, truncate := range []string{"TRUNCATE public.events", "TRUNCATE public.events RESTART IDENTITY"} {
@@ -38,6 +38,9 @@ func TestRebuildInParts_TableTruncatedBetweenParts(t *testing.T) {
 			var heads int
 			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*)::int FROM outbox.partition_heads WHERE queue_id = $1`, qid).Scan(&heads))
 			require.Zero(t, heads, "TRUNCATE took the heads with the rows")
+			// An empty table's heads are complete: the rebuild ends with the TRUNCATE, rather than go
+			// on past a key that is gone.
+			requireRebuildDone(t, db, qid)
 
 			producer := loginAs(t, db, "pgdrain_producer")
 			committed := map[string][]int64{}

@@ -2,8 +2,9 @@
 -- gone, so is everything derived from them. Deletes the queue's partition heads (they would point
 -- at rows that no longer exist, with floors above the ids a RESTART IDENTITY hands out again) and
 -- its clocks (they would make every later commit "late") and wake notes, and forgets this transaction's note of the
--- table for its commit step (their rows went with the TRUNCATE). The built-mark stays: an empty
--- table's heads are complete. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
+-- table for its commit step (their rows went with the TRUNCATE). An empty table's heads are
+-- complete: the built-mark stays, or is set when a rebuild after a crash was under way
+-- (outbox._restore_heads), which ends here rather than go on past a key that is gone. TRUNCATE holds ACCESS EXCLUSIVE until the transaction ends, so no
 -- producer or claim of the table is in flight; a rolled back TRUNCATE takes these deletes with it.
 -- The queue is found by the table (TG_RELID), not by an argument, so re-registration never leaves
 -- the trigger pointing elsewhere.
@@ -24,6 +25,11 @@ BEGIN
   WHERE q.table_oid = TG_RELID AND c.queue_id = q.queue_id;
   DELETE FROM outbox.partition_wakes w USING outbox.queues q
   WHERE q.table_oid = TG_RELID AND w.queue_id = q.queue_id;
+  DELETE FROM outbox.partition_heads_restored r USING outbox.queues q
+  WHERE q.table_oid = TG_RELID AND r.queue_id = q.queue_id;
+  INSERT INTO outbox.partition_heads_built (queue_id)
+  SELECT q.queue_id FROM outbox.queues q WHERE q.table_oid = TG_RELID AND q.partition_column IS NOT NULL
+  ON CONFLICT DO NOTHING;
   -- Ids still cached by sessions count as given out before this point (RESTART IDENTITY has already
   -- reset the sequence here, so the base is then where it starts again).
   UPDATE outbox.queues q SET clock_base = COALESCE(pg_catalog.pg_sequence_last_value(q.id_sequence), 0)
