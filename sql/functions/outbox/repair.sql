@@ -42,7 +42,7 @@ BEGIN
   END IF;
   IF v_q.partition_column IS NULL
      OR NOT pg_catalog.pg_try_advisory_xact_lock(1885823232 + v_q.queue_id, -3)
-     -- Not built yet (after a crash): the next claim rebuilds every head anyway.
+     -- Not built yet (after a crash): claims are rebuilding them, a part each (outbox._restore_heads).
      OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id) THEN
     RETURN;
   END IF;

@@ -612,6 +612,295 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Applies the wake notes producers left for a queue (outbox.partition_wakes, see
+-- outbox.tg_queue__commit): a committed row of the note's key whose head a claim held at the
+-- time. Each noted partition gets what the producer could not write itself: a head if it has
+-- none, an empty head pointed at the row and woken, a floor lowered to the row. Notes of a head
+-- that is still held stay for a later claim; a bounded number per call, oldest first.
+-- Returns the keys it applied, for the caller to refresh.
+-- Never waits for another claim: a head that another open transaction is making (a lock-mode batch
+-- that applied a note of the key keeps its new head uncommitted for the whole batch) would hold
+-- this insert on its index entry until that batch ends, and every claim of the queue behind it,
+-- and two batches each making a head the other wants deadlocked. The insert gives up after 1 ms
+-- instead, in a block of its own (entered only when notes make heads), then key by key, and the
+-- notes of a head it could not make stay for a later claim.
+-- The 1 ms bound is for those row and index-entry waits only, set inside the blocks that catch
+-- it: the tables' own locks are taken first, with the caller's lock_timeout. Another session
+-- holding or waiting for a lock on the heads table (TRUNCATE, VACUUM FULL, autovacuum truncating
+-- its end, LOCK TABLE) is waited for, as by every claim; with the whole function at 1 ms, the
+-- statements between the blocks failed the claim with 55P03 instead (a hostile run that truncated
+-- the unlogged tables: about 2,000 failed claims).
+CREATE OR REPLACE FUNCTION outbox._apply_wakes(p_q outbox.queues)
+RETURNS text[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+  v_notes tid[];
+  v_keys text[];
+  v_lows bigint[];
+  v_fixed text[];
+  v_made text[];
+  v_timeout constant text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+  SELECT pg_catalog.array_agg(w.ctid) INTO v_notes
+  FROM (SELECT x.ctid FROM outbox.partition_wakes x WHERE x.queue_id = p_q.queue_id
+        LIMIT 256 FOR UPDATE SKIP LOCKED) w;
+  IF v_notes IS NULL THEN
+    RETURN NULL;
+  END IF;
+  SELECT pg_catalog.array_agg(s.k ORDER BY s.k), pg_catalog.array_agg(s.lo ORDER BY s.k)
+    INTO v_keys, v_lows
+  FROM (SELECT w.partition_key AS k, pg_catalog.min(w.low_id) AS lo FROM outbox.partition_wakes w
+        WHERE w.ctid = ANY (v_notes) GROUP BY 1) s;
+  LOCK TABLE outbox.partition_heads IN ROW EXCLUSIVE MODE;
+
+  -- Heads we can lock now (or that do not exist: made here) take the note; the others wait.
+  -- SKIP LOCKED does not keep the lock from waiting on a head that a transaction that committed
+  -- after this statement's snapshot moved and another holds now ("while locking updated version of
+  -- tuple"): the lock_timeout ends that wait, and these notes then wait for a later claim (the error
+  -- escaped the claim, which failed with 55P03). A block entered only by claims with notes.
+  BEGIN
+  PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+  WITH held AS (
+    SELECT h.partition_key FROM outbox.partition_heads h
+    WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_keys)
+    FOR NO KEY UPDATE SKIP LOCKED),
+  fixed AS (
+    UPDATE outbox.partition_heads h
+    SET head_id = COALESCE(h.head_id, u.lo),
+        parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
+        floor_id = LEAST(h.floor_id, u.lo)
+    FROM unnest(v_keys, v_lows) AS u(k, lo)
+    WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k AND u.k IN (SELECT held.partition_key FROM held)
+    RETURNING h.partition_key)
+  SELECT pg_catalog.array_agg(fixed.partition_key) INTO v_fixed FROM fixed;
+  PERFORM pg_catalog.set_config('lock_timeout', v_timeout, true);
+  EXCEPTION WHEN lock_not_available THEN  -- (a block's settings end with it)
+    v_fixed := NULL;
+  END;
+
+  IF EXISTS (SELECT 1 FROM unnest(v_keys) AS u(k)
+             WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                               WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)) THEN
+    BEGIN
+      PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+      WITH made AS (
+        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+        -- Floor 0: notes of the key beyond this call's may hold smaller ids.
+        SELECT p_q.queue_id, u.k, u.lo, 0
+        FROM unnest(v_keys, v_lows) AS u(k, lo)
+        WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                          WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)
+        ORDER BY u.k
+        ON CONFLICT (queue_id, partition_key) DO NOTHING
+        RETURNING h.partition_key)
+      SELECT pg_catalog.array_agg(made.partition_key) INTO v_made FROM made;
+      PERFORM pg_catalog.set_config('lock_timeout', v_timeout, true);
+    EXCEPTION WHEN lock_not_available THEN
+      -- One key by one, so that the head another transaction is making holds back only its key.
+      v_made := NULL;
+      FOR i IN 1..pg_catalog.cardinality(v_keys) LOOP
+        BEGIN
+          PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+          INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+          SELECT p_q.queue_id, v_keys[i], v_lows[i], 0
+          WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                            WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_keys[i])
+          ON CONFLICT (queue_id, partition_key) DO NOTHING;
+          IF FOUND THEN
+            v_made := v_made || v_keys[i];
+          END IF;
+          PERFORM pg_catalog.set_config('lock_timeout', v_timeout, true);
+        EXCEPTION WHEN lock_not_available THEN
+          NULL;
+        END;
+      END LOOP;
+    END;
+  END IF;
+
+  v_fixed := v_fixed || v_made;
+  DELETE FROM outbox.partition_wakes w
+  WHERE w.ctid = ANY (v_notes) AND w.partition_key = ANY (v_fixed);
+  RETURN v_fixed;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Finds the pending deliverable rows of a partitioned queue that no claim can reach, and (unless
+-- dry_run) makes them reachable again. Partition heads, floors and parks are a cache of the queue
+-- table (outbox.partition_heads); this checks the cache against the table, one key at a time:
+--   missing_head     the key has a deliverable row but no head: no claim would ever look at it;
+--   floor_above_row  the head's floor (below it, everything is taken to be sent or poisoned) is above
+--                    the key's first deliverable row: that row would never be found;
+--   parked_past_due  the head is parked (lease or backoff) more than a second past the time its first
+--                    deliverable row is due;
+--   stale_notes      (no key) a transaction that wrote the queue ended without its commit step
+--                    (pgdrain_commit disabled): its notes in outbox.commit_notes (or, SERIALIZABLE,
+--                    in its row of outbox.commit_hooks) are deleted.
+-- Every fix moves the cache the safe way (a head is made or pointed at the first deliverable row, a
+-- floor lowered, a park ended): a claim re-checks every head against the table, so a fix that
+-- raced another session is harmless. Heads locked by a claim right now are skipped (their claim
+-- refreshes them). Cost: one walk over the distinct keys with unsent rows (a skip scan of the
+-- partition index) plus, per key, its poisoned rows in front of its first deliverable one: it grows
+-- with partitions, not with rows. One repair per queue at a time (advisory lock (1885823232 +
+-- queue_id, -3), tried, never waited for: a second caller returns nothing).
+-- Every problem is returned (and, when fixed, raised as a WARNING for the server log and counted in
+-- outbox.repairs); an empty result means the cache was right. Unpartitioned queues keep no cache.
+CREATE OR REPLACE FUNCTION outbox.repair(queue text, dry_run boolean DEFAULT false)
+RETURNS TABLE(partition_key text, cause text, head_id bigint, detail text)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_material = off
+SET jit = off
+AS $$
+DECLARE
+  fn constant text := 'repair';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_noted text[] := '{}';
+  r record;
+BEGIN
+  IF dry_run IS NULL THEN
+    PERFORM outbox._invalid(fn, 'dry_run must not be NULL');
+  END IF;
+  IF v_q.partition_column IS NULL
+     OR NOT pg_catalog.pg_try_advisory_xact_lock(1885823232 + v_q.queue_id, -3)
+     -- Not built yet (after a crash): claims are rebuilding them, a part each (outbox._restore_heads).
+     OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id) THEN
+    RETURN;
+  END IF;
+
+  -- Keys this very transaction wrote whose commit step has not run yet (a requeue_poisoned or a
+  -- producer before the repair, in one transaction): that step makes or moves their heads, as a
+  -- claim in the same transaction does first (outbox._claim). Not problems.
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    SELECT COALESCE(pg_catalog.array_agg(u.k), '{}') INTO v_noted
+    FROM (SELECT x.k FROM outbox.commit_notes n CROSS JOIN LATERAL pg_catalog.unnest(n.keys) AS x(k)
+          WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = v_q.table_oid
+          UNION
+          SELECT x.k FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids, h.keys) AS x(table_oid, k)
+          WHERE h.xid = pg_catalog.pg_current_xact_id() AND x.table_oid = v_q.table_oid) u;
+  END IF;
+
+  -- Every per-key lookup is a LATERAL probe of an index (OFFSET 0 keeps it one: the planner must not
+  -- turn it into a join). The CTE's row estimate is tiny whatever the queue holds, and given a join
+  -- the planner materialized every head of the queue and compared each key with each of them:
+  -- 16,666 keys took 20 s, keys squared.
+  FOR r IN EXECUTE pg_catalog.format(
+    'WITH RECURSIVE keys(k) AS (
+       (SELECT t.%2$I FROM %1$s t WHERE t.sent_at IS NULL ORDER BY t.%2$I LIMIT 1)
+       UNION ALL
+       SELECT (SELECT t.%2$I FROM %1$s t WHERE t.sent_at IS NULL AND t.%2$I > keys.k ORDER BY t.%2$I LIMIT 1)
+       FROM keys WHERE keys.k IS NOT NULL)
+     SELECT s.key, s.cause, s.head_id, s.row_id, s.detail FROM (
+       SELECT keys.k::text AS key, h.head_id, f.id AS row_id,
+              CASE WHEN h.present IS NULL THEN ''missing_head''
+                   WHEN h.floor_id > f.id THEN ''floor_above_row''
+                   WHEN h.parked_until > f.due + interval ''1 second'' THEN ''parked_past_due'' END AS cause,
+              CASE WHEN h.present IS NULL THEN pg_catalog.format(''row %%s has no partition head'', f.id)
+                   WHEN h.floor_id > f.id THEN pg_catalog.format(''floor %%s is above row %%s'', h.floor_id, f.id)
+                   ELSE pg_catalog.format(''head parked until %%s, row %%s due at %%s'', h.parked_until, f.id, f.due)
+              END AS detail
+       FROM keys
+       CROSS JOIN LATERAL (
+         SELECT t.id, GREATEST(t.next_attempt_at, t.leased_until, $3) AS due FROM %1$s t
+         WHERE t.%2$I = keys.k AND t.sent_at IS NULL AND t.attempt_count < $2
+         ORDER BY t.id LIMIT 1) f
+       LEFT JOIN LATERAL (
+         SELECT true AS present, x.head_id, x.floor_id, x.parked_until FROM outbox.partition_heads x
+         WHERE x.queue_id = $1 AND x.partition_key = keys.k::text
+         OFFSET 0) h ON true
+       -- A key with a wake note is not stuck: the next claim applies the note (outbox._apply_wakes).
+       CROSS JOIN LATERAL (
+         SELECT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                        WHERE w.queue_id = $1 AND w.partition_key = keys.k::text) AS noted
+         OFFSET 0) n
+       WHERE keys.k IS NOT NULL AND NOT n.noted AND keys.k::text <> ALL ($4)) s
+     WHERE s.cause IS NOT NULL
+     ORDER BY s.key',
+    v_q.table_oid::regclass, v_q.partition_column)
+    USING v_q.queue_id, v_q.max_attempts, v_now, v_noted
+  LOOP
+    IF NOT dry_run THEN
+      IF r.cause = 'missing_head' THEN
+        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+        VALUES (v_q.queue_id, r.key, r.row_id, r.row_id)
+        ON CONFLICT ON CONSTRAINT partition_heads_pkey DO NOTHING;
+      ELSE
+        UPDATE outbox.partition_heads h
+        SET head_id = r.row_id, parked_until = NULL, floor_id = LEAST(h.floor_id, r.row_id)
+        WHERE h.ctid = (SELECT x.ctid FROM outbox.partition_heads x
+                        WHERE x.queue_id = v_q.queue_id AND x.partition_key = r.key
+                        FOR NO KEY UPDATE SKIP LOCKED);
+      END IF;
+      CONTINUE WHEN NOT FOUND;
+      RAISE WARNING 'pgdrain repair: queue %, partition %: % (%)', v_q.queue, r.key, r.cause, r.detail;
+      INSERT INTO outbox.repairs AS c (queue, cause, repairs, last_repair_at)
+      VALUES (v_q.queue, r.cause, 1, v_now)
+      ON CONFLICT ON CONSTRAINT repairs_pkey DO UPDATE SET repairs = c.repairs + 1, last_repair_at = EXCLUDED.last_repair_at;
+    END IF;
+    partition_key := r.key;
+    cause := r.cause;
+    head_id := r.head_id;
+    detail := r.detail;
+    RETURN NEXT;
+  END LOOP;
+  IF NOT dry_run AND FOUND THEN
+    PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  END IF;
+
+  -- Notes of transactions that ended without running their commit step (pgdrain_commit was
+  -- disabled): never read again, they would stay forever. The rows they noted were checked above
+  -- like any other; the notes are only garbage.
+  FOR r IN
+    SELECT s.xid, pg_catalog.sum(s.notes) AS notes
+    FROM (SELECT n.xid, pg_catalog.count(*) AS notes
+          FROM outbox.commit_notes n
+          WHERE n.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(n.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY n.xid
+          UNION ALL
+          -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook, one entry
+          -- per row (outbox._note_written).
+          SELECT h.xid, pg_catalog.count(*)
+          FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids) AS o(table_oid)
+          WHERE o.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(h.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY h.xid) s
+    GROUP BY s.xid
+    ORDER BY s.xid
+  LOOP
+    detail := pg_catalog.format('%s notes of transaction %s, which ended without its commit step', r.notes, r.xid);
+    IF NOT dry_run THEN
+      DELETE FROM outbox.commit_notes n WHERE n.xid = r.xid AND n.table_oid = v_q.table_oid;
+      DELETE FROM outbox.commit_hooks h WHERE h.xid = r.xid;
+      RAISE WARNING 'pgdrain repair: queue %: stale_notes (%)', v_q.queue, detail;
+      INSERT INTO outbox.repairs AS c (queue, cause, repairs, last_repair_at)
+      VALUES (v_q.queue, 'stale_notes', 1, v_now)
+      ON CONFLICT ON CONSTRAINT repairs_pkey DO UPDATE SET repairs = c.repairs + 1, last_repair_at = EXCLUDED.last_repair_at;
+    END IF;
+    partition_key := NULL;
+    cause := 'stale_notes';
+    head_id := NULL;
+    RETURN NEXT;
+  END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- The version of the outbox schema installed in this database: the release it belongs to and the
 -- number of the last migration applied (the file migrations/outbox/NNNNN_*.sql). A client that needs
 -- a function added by migration N checks migration >= N before it starts (the Go drainer does).
@@ -1362,6 +1651,282 @@ BEGIN
         WHERE u.table_oid <> TG_RELID)
   WHERE h.xid = pg_catalog.pg_current_xact_id_if_assigned() AND TG_RELID = ANY (h.table_oids);
   RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Applies the wake notes producers left for a queue (outbox.partition_wakes, see
+-- outbox.tg_queue__commit): a committed row of the note's key whose head a claim held at the
+-- time. Each noted partition gets what the producer could not write itself: a head if it has
+-- none, an empty head pointed at the row and woken, a floor lowered to the row. Notes of a head
+-- that is still held stay for a later claim; a bounded number per call, oldest first.
+-- Returns the keys it applied, for the caller to refresh.
+-- Never waits for another claim: a head that another open transaction is making (a lock-mode batch
+-- that applied a note of the key keeps its new head uncommitted for the whole batch) would hold
+-- this insert on its index entry until that batch ends, and every claim of the queue behind it,
+-- and two batches each making a head the other wants deadlocked. The insert gives up after
+-- lock_timeout instead, in a block of its own (entered only when notes make heads), then key by
+-- key, and the notes of a head it could not make stay for a later claim.
+CREATE OR REPLACE FUNCTION outbox._apply_wakes(p_q outbox.queues)
+RETURNS text[]
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET lock_timeout = '1ms'
+AS $$
+DECLARE
+  v_notes tid[];
+  v_keys text[];
+  v_lows bigint[];
+  v_fixed text[];
+  v_made text[];
+BEGIN
+  SELECT pg_catalog.array_agg(w.ctid) INTO v_notes
+  FROM (SELECT x.ctid FROM outbox.partition_wakes x WHERE x.queue_id = p_q.queue_id
+        LIMIT 256 FOR UPDATE SKIP LOCKED) w;
+  IF v_notes IS NULL THEN
+    RETURN NULL;
+  END IF;
+  SELECT pg_catalog.array_agg(s.k ORDER BY s.k), pg_catalog.array_agg(s.lo ORDER BY s.k)
+    INTO v_keys, v_lows
+  FROM (SELECT w.partition_key AS k, pg_catalog.min(w.low_id) AS lo FROM outbox.partition_wakes w
+        WHERE w.ctid = ANY (v_notes) GROUP BY 1) s;
+
+  -- Heads we can lock now (or that do not exist: made here) take the note; the others wait.
+  -- SKIP LOCKED does not keep the lock from waiting on a head that a transaction that committed
+  -- after this statement's snapshot moved and another holds now ("while locking updated version of
+  -- tuple"): the lock_timeout ends that wait, and these notes then wait for a later claim (the error
+  -- escaped the claim, which failed with 55P03). A block entered only by claims with notes.
+  BEGIN
+  WITH held AS (
+    SELECT h.partition_key FROM outbox.partition_heads h
+    WHERE h.queue_id = p_q.queue_id AND h.partition_key = ANY (v_keys)
+    FOR NO KEY UPDATE SKIP LOCKED),
+  fixed AS (
+    UPDATE outbox.partition_heads h
+    SET head_id = COALESCE(h.head_id, u.lo),
+        parked_until = CASE WHEN h.head_id IS NULL THEN NULL ELSE h.parked_until END,
+        floor_id = LEAST(h.floor_id, u.lo)
+    FROM unnest(v_keys, v_lows) AS u(k, lo)
+    WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k AND u.k IN (SELECT held.partition_key FROM held)
+    RETURNING h.partition_key)
+  SELECT pg_catalog.array_agg(fixed.partition_key) INTO v_fixed FROM fixed;
+  EXCEPTION WHEN lock_not_available THEN
+    v_fixed := NULL;
+  END;
+
+  IF EXISTS (SELECT 1 FROM unnest(v_keys) AS u(k)
+             WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                               WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)) THEN
+    BEGIN
+      WITH made AS (
+        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+        -- Floor 0: notes of the key beyond this call's may hold smaller ids.
+        SELECT p_q.queue_id, u.k, u.lo, 0
+        FROM unnest(v_keys, v_lows) AS u(k, lo)
+        WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                          WHERE x.queue_id = p_q.queue_id AND x.partition_key = u.k)
+        ORDER BY u.k
+        ON CONFLICT (queue_id, partition_key) DO NOTHING
+        RETURNING h.partition_key)
+      SELECT pg_catalog.array_agg(made.partition_key) INTO v_made FROM made;
+    EXCEPTION WHEN lock_not_available THEN
+      -- One key by one, so that the head another transaction is making holds back only its key.
+      v_made := NULL;
+      FOR i IN 1..pg_catalog.cardinality(v_keys) LOOP
+        BEGIN
+          INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+          SELECT p_q.queue_id, v_keys[i], v_lows[i], 0
+          WHERE NOT EXISTS (SELECT 1 FROM outbox.partition_heads x
+                            WHERE x.queue_id = p_q.queue_id AND x.partition_key = v_keys[i])
+          ON CONFLICT (queue_id, partition_key) DO NOTHING;
+          IF FOUND THEN
+            v_made := v_made || v_keys[i];
+          END IF;
+        EXCEPTION WHEN lock_not_available THEN
+          NULL;
+        END;
+      END LOOP;
+    END;
+  END IF;
+
+  v_fixed := v_fixed || v_made;
+  DELETE FROM outbox.partition_wakes w
+  WHERE w.ctid = ANY (v_notes) AND w.partition_key = ANY (v_fixed);
+  RETURN v_fixed;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Finds the pending deliverable rows of a partitioned queue that no claim can reach, and (unless
+-- dry_run) makes them reachable again. Partition heads, floors and parks are a cache of the queue
+-- table (outbox.partition_heads); this checks the cache against the table, one key at a time:
+--   missing_head     the key has a deliverable row but no head: no claim would ever look at it;
+--   floor_above_row  the head's floor (below it, everything is taken to be sent or poisoned) is above
+--                    the key's first deliverable row: that row would never be found;
+--   parked_past_due  the head is parked (lease or backoff) more than a second past the time its first
+--                    deliverable row is due;
+--   stale_notes      (no key) a transaction that wrote the queue ended without its commit step
+--                    (pgdrain_commit disabled): its notes in outbox.commit_notes (or, SERIALIZABLE,
+--                    in its row of outbox.commit_hooks) are deleted.
+-- Every fix moves the cache the safe way (a head is made or pointed at the first deliverable row, a
+-- floor lowered, a park ended): a claim re-checks every head against the table, so a fix that
+-- raced another session is harmless. Heads locked by a claim right now are skipped (their claim
+-- refreshes them). Cost: one walk over the distinct keys with unsent rows (a skip scan of the
+-- partition index) plus, per key, its poisoned rows in front of its first deliverable one: it grows
+-- with partitions, not with rows. One repair per queue at a time (advisory lock (1885823232 +
+-- queue_id, -3), tried, never waited for: a second caller returns nothing).
+-- Every problem is returned (and, when fixed, raised as a WARNING for the server log and counted in
+-- outbox.repairs); an empty result means the cache was right. Unpartitioned queues keep no cache.
+CREATE OR REPLACE FUNCTION outbox.repair(queue text, dry_run boolean DEFAULT false)
+RETURNS TABLE(partition_key text, cause text, head_id bigint, detail text)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_material = off
+SET jit = off
+AS $$
+DECLARE
+  fn constant text := 'repair';
+  v_q outbox.queues := outbox._queue(fn, queue);
+  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_noted text[] := '{}';
+  r record;
+BEGIN
+  IF dry_run IS NULL THEN
+    PERFORM outbox._invalid(fn, 'dry_run must not be NULL');
+  END IF;
+  IF v_q.partition_column IS NULL
+     OR NOT pg_catalog.pg_try_advisory_xact_lock(1885823232 + v_q.queue_id, -3)
+     -- Not built yet (after a crash): the next claim rebuilds every head anyway.
+     OR NOT EXISTS (SELECT 1 FROM outbox.partition_heads_built b WHERE b.queue_id = v_q.queue_id) THEN
+    RETURN;
+  END IF;
+
+  -- Keys this very transaction wrote whose commit step has not run yet (a requeue_poisoned or a
+  -- producer before the repair, in one transaction): that step makes or moves their heads, as a
+  -- claim in the same transaction does first (outbox._claim). Not problems.
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    SELECT COALESCE(pg_catalog.array_agg(u.k), '{}') INTO v_noted
+    FROM (SELECT x.k FROM outbox.commit_notes n CROSS JOIN LATERAL pg_catalog.unnest(n.keys) AS x(k)
+          WHERE n.xid = pg_catalog.pg_current_xact_id() AND n.table_oid = v_q.table_oid
+          UNION
+          SELECT x.k FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids, h.keys) AS x(table_oid, k)
+          WHERE h.xid = pg_catalog.pg_current_xact_id() AND x.table_oid = v_q.table_oid) u;
+  END IF;
+
+  -- Every per-key lookup is a LATERAL probe of an index (OFFSET 0 keeps it one: the planner must not
+  -- turn it into a join). The CTE's row estimate is tiny whatever the queue holds, and given a join
+  -- the planner materialized every head of the queue and compared each key with each of them:
+  -- 16,666 keys took 20 s, keys squared.
+  FOR r IN EXECUTE pg_catalog.format(
+    'WITH RECURSIVE keys(k) AS (
+       (SELECT t.%2$I FROM %1$s t WHERE t.sent_at IS NULL ORDER BY t.%2$I LIMIT 1)
+       UNION ALL
+       SELECT (SELECT t.%2$I FROM %1$s t WHERE t.sent_at IS NULL AND t.%2$I > keys.k ORDER BY t.%2$I LIMIT 1)
+       FROM keys WHERE keys.k IS NOT NULL)
+     SELECT s.key, s.cause, s.head_id, s.row_id, s.detail FROM (
+       SELECT keys.k::text AS key, h.head_id, f.id AS row_id,
+              CASE WHEN h.present IS NULL THEN ''missing_head''
+                   WHEN h.floor_id > f.id THEN ''floor_above_row''
+                   WHEN h.parked_until > f.due + interval ''1 second'' THEN ''parked_past_due'' END AS cause,
+              CASE WHEN h.present IS NULL THEN pg_catalog.format(''row %%s has no partition head'', f.id)
+                   WHEN h.floor_id > f.id THEN pg_catalog.format(''floor %%s is above row %%s'', h.floor_id, f.id)
+                   ELSE pg_catalog.format(''head parked until %%s, row %%s due at %%s'', h.parked_until, f.id, f.due)
+              END AS detail
+       FROM keys
+       CROSS JOIN LATERAL (
+         SELECT t.id, GREATEST(t.next_attempt_at, t.leased_until, $3) AS due FROM %1$s t
+         WHERE t.%2$I = keys.k AND t.sent_at IS NULL AND t.attempt_count < $2
+         ORDER BY t.id LIMIT 1) f
+       LEFT JOIN LATERAL (
+         SELECT true AS present, x.head_id, x.floor_id, x.parked_until FROM outbox.partition_heads x
+         WHERE x.queue_id = $1 AND x.partition_key = keys.k::text
+         OFFSET 0) h ON true
+       -- A key with a wake note is not stuck: the next claim applies the note (outbox._apply_wakes).
+       CROSS JOIN LATERAL (
+         SELECT EXISTS (SELECT 1 FROM outbox.partition_wakes w
+                        WHERE w.queue_id = $1 AND w.partition_key = keys.k::text) AS noted
+         OFFSET 0) n
+       WHERE keys.k IS NOT NULL AND NOT n.noted AND keys.k::text <> ALL ($4)) s
+     WHERE s.cause IS NOT NULL
+     ORDER BY s.key',
+    v_q.table_oid::regclass, v_q.partition_column)
+    USING v_q.queue_id, v_q.max_attempts, v_now, v_noted
+  LOOP
+    IF NOT dry_run THEN
+      IF r.cause = 'missing_head' THEN
+        INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, floor_id)
+        VALUES (v_q.queue_id, r.key, r.row_id, r.row_id)
+        ON CONFLICT ON CONSTRAINT partition_heads_pkey DO NOTHING;
+      ELSE
+        UPDATE outbox.partition_heads h
+        SET head_id = r.row_id, parked_until = NULL, floor_id = LEAST(h.floor_id, r.row_id)
+        WHERE h.ctid = (SELECT x.ctid FROM outbox.partition_heads x
+                        WHERE x.queue_id = v_q.queue_id AND x.partition_key = r.key
+                        FOR NO KEY UPDATE SKIP LOCKED);
+      END IF;
+      CONTINUE WHEN NOT FOUND;
+      RAISE WARNING 'pgdrain repair: queue %, partition %: % (%)', v_q.queue, r.key, r.cause, r.detail;
+      INSERT INTO outbox.repairs AS c (queue, cause, repairs, last_repair_at)
+      VALUES (v_q.queue, r.cause, 1, v_now)
+      ON CONFLICT ON CONSTRAINT repairs_pkey DO UPDATE SET repairs = c.repairs + 1, last_repair_at = EXCLUDED.last_repair_at;
+    END IF;
+    partition_key := r.key;
+    cause := r.cause;
+    head_id := r.head_id;
+    detail := r.detail;
+    RETURN NEXT;
+  END LOOP;
+  IF NOT dry_run AND FOUND THEN
+    PERFORM pg_catalog.pg_notify(v_q.channel, v_q.queue);
+  END IF;
+
+  -- Notes of transactions that ended without running their commit step (pgdrain_commit was
+  -- disabled): never read again, they would stay forever. The rows they noted were checked above
+  -- like any other; the notes are only garbage.
+  FOR r IN
+    SELECT s.xid, pg_catalog.sum(s.notes) AS notes
+    FROM (SELECT n.xid, pg_catalog.count(*) AS notes
+          FROM outbox.commit_notes n
+          WHERE n.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(n.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY n.xid
+          UNION ALL
+          -- The first statement's notes (a SERIALIZABLE transaction's: all) are in its hook, one entry
+          -- per row (outbox._note_written).
+          SELECT h.xid, pg_catalog.count(*)
+          FROM outbox.commit_hooks h CROSS JOIN LATERAL unnest(h.table_oids) AS o(table_oid)
+          WHERE o.table_oid = v_q.table_oid
+            AND pg_catalog.pg_xact_status(h.xid) IS DISTINCT FROM 'in progress'
+          GROUP BY h.xid) s
+    GROUP BY s.xid
+    ORDER BY s.xid
+  LOOP
+    detail := pg_catalog.format('%s notes of transaction %s, which ended without its commit step', r.notes, r.xid);
+    IF NOT dry_run THEN
+      DELETE FROM outbox.commit_notes n WHERE n.xid = r.xid AND n.table_oid = v_q.table_oid;
+      DELETE FROM outbox.commit_hooks h WHERE h.xid = r.xid;
+      RAISE WARNING 'pgdrain repair: queue %: stale_notes (%)', v_q.queue, detail;
+      INSERT INTO outbox.repairs AS c (queue, cause, repairs, last_repair_at)
+      VALUES (v_q.queue, 'stale_notes', 1, v_now)
+      ON CONFLICT ON CONSTRAINT repairs_pkey DO UPDATE SET repairs = c.repairs + 1, last_repair_at = EXCLUDED.last_repair_at;
+    END IF;
+    partition_key := NULL;
+    cause := 'stale_notes';
+    head_id := NULL;
+    RETURN NEXT;
+  END LOOP;
 END;
 $$;
 -- +goose StatementEnd
