@@ -40,7 +40,7 @@ SELECT is((SELECT count(*) FROM outbox.partition_heads WHERE queue_id = :qid),
           'keys in their order: every key up to it has its head, none past it');
 
 -- Claims meanwhile take what the heads there are offer: each key's first deliverable row.
-CREATE TEMPORARY TABLE claimed AS SELECT id, partition_key AS k FROM outbox.claim_batch(:'q', 20);
+CREATE TEMPORARY TABLE claimed AS SELECT id, partition_key AS k FROM outbox.claim_batch(:'q', 20, '1 hour');
 SELECT is((SELECT count(*) FROM claimed), 20::bigint, 'a claim in between delivers');
 SELECT is_empty($$SELECT c.id FROM claimed c JOIN heads_before b ON b.partition_key = c.k
                   WHERE b.head_id <> c.id$$,
