@@ -66,10 +66,7 @@ func TestRebuildInParts_TableTruncatedBetweenParts(t *testing.T) {
 			commit(beforeEnd)
 			commit("z-new")
 
-			delivered := drainLocked(t, db)
-			requireRebuildDone(t, db, qid)
-			requireEachRowOnceInCommitOrder(t, committed, delivered)
-			requireRepairFindsNothing(t, db)
+			drainAndRequireAllDelivered(t, db, qid, committed, map[string][]int64{})
 		})
 	}
 }
@@ -112,12 +109,7 @@ func TestRebuildInParts_QueueDroppedAndCreatedAgainBetweenParts(t *testing.T) {
 	for _, k := range []string{part1End, pendingKeyAfter(t, db, part1End, 1000), "a-new"} {
 		committed[k] = append(committed[k], insertEvent(t, producer, k))
 	}
-	for k, ids := range drainLocked(t, db) {
-		delivered[k] = append(delivered[k], ids...)
-	}
-	requireRebuildDone(t, db, newQid)
-	requireEachRowOnceInCommitOrder(t, committed, delivered)
-	requireRepairFindsNothing(t, db)
+	drainAndRequireAllDelivered(t, db, newQid, committed, delivered)
 }
 
 // The key a part stopped at loses all its rows before the next part (an operator's purge), and so
@@ -158,12 +150,7 @@ func TestRebuildInParts_KeyAtTheBoundaryGoneBetweenParts(t *testing.T) {
 	for _, k := range []string{part1End, nextStart, part1End} {
 		committed[k] = append(committed[k], insertEvent(t, producer, k))
 	}
-	for k, ids := range drainLocked(t, db) {
-		delivered[k] = append(delivered[k], ids...)
-	}
-	requireRebuildDone(t, db, qid)
-	requireEachRowOnceInCommitOrder(t, committed, delivered)
-	requireRepairFindsNothing(t, db)
+	drainAndRequireAllDelivered(t, db, qid, committed, delivered)
 }
 
 // countPendingKeys counts the keys with unsent rows in (after, upTo].

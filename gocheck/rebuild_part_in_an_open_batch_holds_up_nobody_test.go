@@ -99,12 +99,7 @@ func TestRebuildPart_MadeByAnOpenLockModeBatch_HoldsUpNoProducer(t *testing.T) {
 	require.Less(t, newInPart2, part2End, "the keys called inside the part are inside it")
 	require.Less(t, part2End, notReached, "the key called not reached was not reached")
 
-	for k, ids := range drainLocked(t, db) {
-		delivered[k] = append(delivered[k], ids...)
-	}
-	requireRebuildDone(t, db, qid)
-	requireEachRowOnceInCommitOrder(t, committed, delivered)
-	requireRepairFindsNothing(t, db)
+	drainAndRequireAllDelivered(t, db, qid, committed, delivered)
 }
 
 // A second worker beside that open batch claims in lease mode (claim_batch) and in lock mode
@@ -193,12 +188,7 @@ func TestRebuildPart_MadeByAnOpenLockModeBatch_HoldsUpNoOtherWorker(t *testing.T
 	part2End := requireRebuildUnderway(t, db, qid, "the batch made one part, not the rest of the rebuild")
 	require.Greater(t, part2End, part1End, "the batch's claim made the next part, the second worker's none")
 
-	for k, ids := range drainLocked(t, db) {
-		delivered[k] = append(delivered[k], ids...)
-	}
-	requireRebuildDone(t, db, qid)
-	requireEachRowOnceInCommitOrder(t, committed, delivered)
-	requireRepairFindsNothing(t, db)
+	drainAndRequireAllDelivered(t, db, qid, committed, delivered)
 }
 
 // keyedID is a claimed row: its id and partition key.
@@ -279,6 +269,18 @@ func requireRebuildDone(t *testing.T, db *testdb.DB, qid int) {
 		       EXISTS (SELECT 1 FROM outbox.partition_heads_restored WHERE queue_id = $1)`, qid).Scan(&built, &progress))
 	require.True(t, built, "the last part marked the heads built")
 	require.False(t, progress, "and forgot where the rebuild was")
+}
+
+// drainAndRequireAllDelivered drains what is left in lock mode into delivered, then requires the
+// heads built, every committed row delivered once, per key in commit order, and nothing for repair.
+func drainAndRequireAllDelivered(t *testing.T, db *testdb.DB, qid int, committed, delivered map[string][]int64) {
+	t.Helper()
+	for k, ids := range drainLocked(t, db) {
+		delivered[k] = append(delivered[k], ids...)
+	}
+	requireRebuildDone(t, db, qid)
+	requireEachRowOnceInCommitOrder(t, committed, delivered)
+	requireRepairFindsNothing(t, db)
 }
 
 // pendingKeyAfter returns the n-th key with unsent rows after key, in key order.
