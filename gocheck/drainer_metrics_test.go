@@ -155,11 +155,17 @@ func TestDrainer_Metrics_OncePerProcessAndGoneOnStop(t *testing.T) {
 		require.NoError(t, err)
 		return d
 	}
-	stopA := drStart(t, newDrainer("public.events"))
-	stopB := drStart(t, newDrainer("public.events"))
+	a, b := newDrainer("public.events"), newDrainer("public.events")
+	stopA, stopB := drStart(t, a), drStart(t, b)
 	stopJobs := drStart(t, newDrainer("public.jobs"))
 	drWaitExported(t, reg, "public.events")
 	drWaitExported(t, reg, "public.jobs")
+	// Both drainers of public.events running: a drainer joins the metrics before its first claim,
+	// and the series of either one satisfies drWaitExported (on a slow machine B was still checking
+	// its indexes when A stopped, and A took the queue's series with it).
+	drWaitFor(t, 10*time.Second, "both drainers of public.events claiming", func() bool {
+		return !a.Health().LastClaim.IsZero() && !b.Health().LastClaim.IsZero()
+	})
 	drWaitFor(t, 10*time.Second, "every row sent", func() bool { return q.sent(t) == rows })
 
 	before := stats.calls.Load()
