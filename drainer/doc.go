@@ -101,9 +101,10 @@
 // Every Config.RepairInterval (default 1m) it calls outbox.repair, which finds pending rows no
 // claim can reach because derived state (partition heads, floors, parks) disagrees with the queue
 // table, and fixes it; replicas take turns. A pass walks the keys with pending rows, so the next
-// one waits until at least ten times the last one's duration after it. Each fix is logged at Warn with the queue, partition
-// key, cause, head id and detail, and counted in pgdrain_repairs_total{queue,cause}: a repair turns
-// a bug into a bounded delay that someone sees, so report any increase.
+// one waits until at least ten times the last one's duration after it. Each fix is logged at Warn
+// with the queue, partition key, cause, head id and detail, and counted in
+// pgdrain_repairs_total{queue,cause}: a repair turns a bug into a bounded delay that someone sees,
+// so report any increase.
 //
 // # Wake-ups, LISTEN and shutdown
 //

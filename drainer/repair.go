@@ -37,17 +37,15 @@ func (r *runner[T]) watchRepairs(ctx context.Context) {
 	for {
 		if !time.Now().Before(next) {
 			start := time.Now()
-			ok, cutOff := r.repairOnce(ctx, bound)
+			ok, nextBound := r.repairOnce(ctx, bound)
 			if !ok {
 				return
 			}
 			took := time.Since(start)
 			next = start.Add(repairShare * took)
-			if cutOff {
-				bound = min(2*bound, repairTimeoutMax)
-			}
 			r.d.logger.DebugContext(ctx, "repair pass done", "queue", r.reg.queue, "took", took,
-				"next_no_sooner_than", next.Sub(start), "cut_off", cutOff)
+				"next_no_sooner_than", next.Sub(start), "next_bound", nextBound)
+			bound = nextBound
 		}
 		r.followChannel(ctx)
 		select {
@@ -60,30 +58,31 @@ func (r *runner[T]) watchRepairs(ctx context.Context) {
 
 // repairOnce runs outbox.repair(queue, false), bounded by bound: every row it returns is a problem it
 // fixed, logged at Warn and counted. After a fix the loop claims at once. ok is false when the pass
-// can never work (the function is missing: the database is not migrated far enough); cutOff says
-// the pass ran into its bound.
-func (r *runner[T]) repairOnce(ctx context.Context, bound time.Duration) (ok, cutOff bool) {
+// can never work (the function is missing: the database is not migrated far enough). nextBound is
+// the next pass's bound: twice this one, up to repairTimeoutMax, when the pass ran into it.
+func (r *runner[T]) repairOnce(ctx context.Context, bound time.Duration) (ok bool, nextBound time.Duration) {
 	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	repairs, err := queryRepair(rctx, r.d.db, r.reg.queue, false)
 	if err != nil {
 		if ctx.Err() != nil {
-			return true, false
+			return true, bound
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42883" {
 			r.d.logger.WarnContext(ctx, "outbox.repair does not exist (migrate the outbox module up); the repair pass is off",
 				"err", err)
-			return false, false
+			return false, bound
 		}
 		if rctx.Err() != nil {
+			nextBound = min(2*bound, repairTimeoutMax)
 			r.d.logger.WarnContext(ctx, "repair pass cut off at its bound; the next pass gets twice as long",
-				"queue", r.reg.queue, "bound", bound, "next_bound", min(2*bound, repairTimeoutMax), "err", err)
-			return true, true
+				"queue", r.reg.queue, "bound", bound, "next_bound", nextBound, "err", err)
+			return true, nextBound
 		}
 		r.d.logger.WarnContext(ctx, "repair pass failed; retrying at the next RepairInterval", "err", err,
 			"retry_in", r.cfg.RepairInterval)
-		return true, false
+		return true, bound
 	}
 	for _, p := range repairs {
 		r.metrics.repaired(p.cause)
@@ -99,7 +98,7 @@ func (r *runner[T]) repairOnce(ctx context.Context, bound time.Duration) (ok, cu
 	if len(repairs) > 0 {
 		r.signal()
 	}
-	return true, false
+	return true, bound
 }
 
 // followChannel re-reads the queue's registration (outbox.queue_info) and moves the drainer's
