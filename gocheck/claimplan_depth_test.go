@@ -20,6 +20,9 @@ func Test_ClaimPlan_DoesNotScaleWithBacklogDepth(t *testing.T) {
 			q := newQueue(t, db.Pool, fmt.Sprintf("public.depth_%d_%t", depth, partitioned), partitioned)
 			fillInterleaved(t, db.Pool, q, depth, depth/rowsPerKey)
 			analyze(t, db.Pool, q)
+			// A fill whose commit step could not make its heads left wake notes, which the claims
+			// measured then apply (a CI run: 13,333 notes, 8x the buffers; outbox 00050).
+			t.Logf("depth %d (partitioned=%t): %d wake notes after the fill", depth, partitioned, wakeNotes(t, db.Pool))
 			got := measureClaim(t, db.Pool, q, claimBatchSize)
 			require.EqualValues(t, claimBatchSize, got.Rows, "a deep queue must fill a whole batch")
 			requireFlat(t, fmt.Sprintf("depth %d (partitioned=%t)", depth, partitioned), got, base)
