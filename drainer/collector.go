@@ -39,6 +39,7 @@ type collector struct {
 	backlog       *prometheus.Desc
 	oldestAge     *prometheus.Desc
 	poisoned      *prometheus.Desc
+	rebuilding    *prometheus.Desc
 }
 
 // queueSource is where the gauges of one queue come from: the pool of the first of its running
@@ -83,6 +84,10 @@ func newCollector(reg prometheus.Registerer) *collector {
 		poisoned: prometheus.NewDesc(metricPoisoned,
 			"Poisoned rows: unsent with attempt_count at max_attempts. Table-wide: aggregate replicas with "+
 				"max by (queue), never sum.", queue, nil),
+		rebuilding: prometheus.NewDesc(metricRebuilding,
+			"1 while claims rebuild the queue's partition heads after a crash, a promotion or a restore "+
+				"without the unlogged tables (keys no part has reached wait for their part), else 0. "+
+				"Table-wide: aggregate replicas with max by (queue), never sum.", queue, nil),
 	}
 }
 
@@ -197,10 +202,11 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.backlog
 	ch <- c.oldestAge
 	ch <- c.poisoned
+	ch <- c.rebuilding
 }
 
 // Collect implements prometheus.Collector: the counters, and the gauges of every queue from one
-// outbox.stats call each, all bounded by scrapeTimeout. A queue whose call fails is left out of
+// outbox.stats and one outbox.heads_rebuild call each, all bounded by scrapeTimeout. A queue whose call fails is left out of
 // the scrape (and the failure logged) rather than failing the whole scrape.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.results.Collect(ch)
@@ -226,7 +232,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(s.pending), queue)
 			ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, s.oldestAgeSeconds, queue)
 			ch <- prometheus.MustNewConstMetric(c.poisoned, prometheus.GaugeValue, float64(s.poisoned), queue)
+			rebuilding, known, err := queryHeadsRebuilding(ctx, src.pool, queue)
+			if err != nil {
+				src.logger.Warn("reading gauges for metrics", "err", err)
+				return
+			}
+			if known {
+				ch <- prometheus.MustNewConstMetric(c.rebuilding, prometheus.GaugeValue, b2f(rebuilding), queue)
+			}
 		})
 	}
 	wg.Wait()
+}
+
+// b2f is a gauge's value of a yes or no.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

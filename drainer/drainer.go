@@ -98,7 +98,9 @@ func WithListenPool[T any](pool *pgxpool.Pool) Option[T] {
 // pgdrain_repairs_total{queue,cause} (problems the repair pass fixed; any increase is a bug worth
 // reporting). Table-wide gauges, read at scrape time by one outbox.stats call per queue (bounded
 // by 5s): pgdrain_outbox_backlog_depth, pgdrain_outbox_oldest_pending_age_seconds and
-// pgdrain_outbox_poisoned{queue}. Every process draining a queue reports the same table-wide
+// pgdrain_outbox_poisoned{queue}; and pgdrain_outbox_heads_rebuilding{queue}, 1 while claims
+// rebuild the partition heads after a crash (outbox.heads_rebuild, migration 00051; left out on
+// an older schema). Every process draining a queue reports the same table-wide
 // value, so aggregate those across processes with max by (queue), never sum.
 func WithMetrics[T any](reg prometheus.Registerer) Option[T] {
 	return func(d *Drainer[T]) { d.registerer = reg }

@@ -34,4 +34,5 @@ const (
 	metricBacklog       = "pgdrain_outbox_backlog_depth"
 	metricOldestAge     = "pgdrain_outbox_oldest_pending_age_seconds"
 	metricPoisoned      = "pgdrain_outbox_poisoned"
+	metricRebuilding    = "pgdrain_outbox_heads_rebuilding"
 )

@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -70,6 +71,7 @@ const (
 	sqlStats = `
 		SELECT pending, poisoned, coalesce(extract(epoch FROM oldest_pending_age), 0)::float8
 		FROM outbox.stats($1)`
+	sqlHeadsRebuild     = `SELECT rebuilding FROM outbox.heads_rebuild($1)`
 	sqlWedgedPartitions = `
 		SELECT partition_key, head_id, head_attempt_count, coalesce(head_last_error, ''), oldest_pending_at,
 		       pending, reason, extract(epoch FROM now() - oldest_pending_at)::float8
@@ -359,6 +361,21 @@ func queryStats(ctx context.Context, db querier, queue string) (queueStats, erro
 		return s, translate("reading outbox.stats", err)
 	}
 	return s, nil
+}
+
+// queryHeadsRebuilding reports whether claims are rebuilding the queue's partition heads
+// (outbox.heads_rebuild). known is false on a schema before migration 00051, which has no such
+// function: the gauge is left out rather than the scrape failing.
+func queryHeadsRebuilding(ctx context.Context, db querier, queue string) (rebuilding, known bool, err error) {
+	err = db.QueryRow(ctx, sqlHeadsRebuild, queue).Scan(&rebuilding)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42883" {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, translate("reading outbox.heads_rebuild", err)
+	}
+	return rebuilding, true, nil
 }
 
 // queryWedgedPartitions returns the limit oldest partitions stuck longer than olderThan

@@ -25,9 +25,11 @@ var drMetricNames = []string{
 	"pgdrain_outbox_backlog_depth",
 	"pgdrain_outbox_oldest_pending_age_seconds",
 	"pgdrain_outbox_poisoned",
+	"pgdrain_outbox_heads_rebuilding",
 }
 
-var drGauges = []string{"pgdrain_outbox_backlog_depth", "pgdrain_outbox_oldest_pending_age_seconds", "pgdrain_outbox_poisoned"}
+var drGauges = []string{"pgdrain_outbox_backlog_depth", "pgdrain_outbox_oldest_pending_age_seconds", "pgdrain_outbox_poisoned",
+	"pgdrain_outbox_heads_rebuilding"}
 
 // statsCounter counts the outbox.stats calls a pool sends.
 type statsCounter struct{ calls atomic.Int64 }
@@ -129,6 +131,40 @@ func TestDrainer_Metrics_GaugesFromStats(t *testing.T) {
 	age := drMetric(t, reg, "pgdrain_outbox_oldest_pending_age_seconds", only)
 	require.GreaterOrEqual(t, age, 90.0)
 	require.Less(t, age, 150.0)
+	require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_outbox_heads_rebuilding", only))
+}
+
+// pgdrain_outbox_heads_rebuilding is 1 while claims rebuild the heads after a crash (keys no part
+// has reached wait for their part, and the repair pass checks nothing), 0 once the last part is
+// done. The drainer here claims nothing (its apply holds), so the heads stay incomplete until the
+// test's own claim.
+func TestDrainer_Metrics_SayClaimsRebuildTheHeads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
+	q.enqueue(t, "k", "op", 1)
+	// The crash: PostgreSQL empties the unlogged tables.
+	_, err := q.pool.Exec(ctx, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
+	require.NoError(t, err)
+	cfg := q.config(drainer.ClaimLease)
+	cfg.PollFallback = 100 * time.Millisecond // no part commits to wake it while the lock is held
+	d, reg := drNew(t, loginPool(t, q.db, "pgdrain_worker"), cfg, func(context.Context, string, drEvent) error { return nil })
+	// Hold the rebuild's lock, which claims try and skip the part without, so that the heads stay
+	// incomplete while the drainer runs.
+	holder, err := q.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock(1885823232 + (SELECT queue_id FROM outbox.queues), -1)`)
+	stop := drStart(t, d)
+	defer func() { require.NoError(t, stop()) }()
+	only := map[string]string{"queue": "public.events"}
+	drWaitFor(t, 10*time.Second, "the gauge says the heads are being rebuilt", func() bool {
+		v, ok := drGauge(t, reg, "pgdrain_outbox_heads_rebuilding")
+		return ok && v == 1
+	})
+	require.NoError(t, holder.Rollback(ctx))
+	drWaitFor(t, 10*time.Second, "the row delivered once a claim rebuilt the heads", func() bool { return q.sent(t) == 1 })
+	require.Equal(t, 0.0, drMetric(t, reg, "pgdrain_outbox_heads_rebuilding", only))
 }
 
 // Two drainers of one queue and one of another in one process, sharing a Registerer: each queue's
@@ -251,4 +287,24 @@ func TestDrainer_Metrics_RestartRegistersAgain(t *testing.T) {
 	checkExported("a new drainer of the queue")
 	require.NoError(t, stop())
 	require.Empty(t, drSeries(t, reg))
+}
+
+// drGauge returns the value of the gauge name of public.events, and whether reg has it yet.
+func drGauge(t *testing.T, reg prometheus.Gatherer, name string) (float64, bool) {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "queue" && l.GetValue() == "public.events" {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
 }

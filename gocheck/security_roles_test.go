@@ -177,6 +177,7 @@ func TestSecurity_EveryFunctionHasItsDecidedPrivileges(t *testing.T) {
 		"outbox.queue_info(text)":                                                             "definer operator,reader,worker",
 		"outbox.next_due(text)":                                                               "definer operator,reader,worker",
 		"outbox.repair(text,boolean)":                                                         "definer operator,worker",
+		"outbox.heads_rebuild(text)":                                                          "definer operator,reader,worker",
 		"outbox.claim_batch(text,integer,interval)":                                           "definer worker",
 		"outbox.claim_runs(text,integer,interval,integer)":                                    "definer worker",
 		"outbox.claim_locked_runs(text,integer,integer)":                                      "definer worker",

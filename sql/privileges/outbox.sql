@@ -35,6 +35,7 @@ ALTER FUNCTION outbox.poisoned_rows(text, integer, bigint) SECURITY DEFINER;
 ALTER FUNCTION outbox.release_lease(text, bigint, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION outbox.next_due(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.repair(text, boolean) SECURITY DEFINER;
+ALTER FUNCTION outbox.heads_rebuild(text) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_waits(text, interval) SECURITY DEFINER;
 ALTER FUNCTION outbox.drainer_woke(text, bigint) SECURITY DEFINER;
 ALTER FUNCTION outbox.claim_turn(text, interval) SECURITY DEFINER;
@@ -79,6 +80,9 @@ GRANT EXECUTE ON FUNCTION
   outbox.next_due(text),
   outbox.repair(text, boolean)
   TO pgdrain_worker, pgdrain_operator;
+-- Whether claims are rebuilding a queue's heads after a crash (00051): pgdrain check, the drainer's
+-- gauges, the console.
+GRANT EXECUTE ON FUNCTION outbox.heads_rebuild(text) TO pgdrain_worker, pgdrain_operator, pgdrain_reader;
 
 -- Workers say when they wait for a NOTIFY of a queue that notifies 'when_waiting' (outbox.set_notify,
 -- which like create_queue is granted to nobody), and take turns to claim while rows trickle in.

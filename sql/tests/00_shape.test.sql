@@ -2,7 +2,7 @@
 -- argument types, names, order and defaults, its result, a pinned search_path; and the registry
 -- tables the functions keep.
 BEGIN;
-SELECT plan(173);
+SELECT plan(178);
 
 CREATE TEMP TABLE contract(name text, args text[], arguments text, result text, returns text) ON COMMIT DROP;
 INSERT INTO contract VALUES
@@ -51,6 +51,8 @@ INSERT INTO contract VALUES
   ('next_due', ARRAY['text'], 'queue text', 'timestamp with time zone', 'timestamp with time zone'),
   ('repair', ARRAY['text','boolean'], 'queue text, dry_run boolean DEFAULT false',
    'TABLE(partition_key text, cause text, head_id bigint, detail text)', 'setof record'),
+  -- 00051: whether claims are rebuilding the heads after a crash, for callers who may not read them.
+  ('heads_rebuild', ARRAY['text'], 'queue text', 'TABLE(rebuilding boolean, rebuilt_through text)', 'setof record'),
   ('poisoned_rows', ARRAY['text','integer','bigint'], 'queue text, max_rows integer DEFAULT 50, before_id bigint DEFAULT NULL::bigint',
    'TABLE(id bigint, event_id uuid, event_type text, partition_key text, attempt_count integer, last_error text, created_at timestamp with time zone, payload_preview text)',
    'setof record'),
@@ -82,24 +84,24 @@ INSERT INTO contract VALUES
    'TABLE(id bigint, event_type text, payload jsonb, partition_key text, attempt_count integer, created_at timestamp with time zone, event_id uuid, headers jsonb)',
    'setof record');
 
--- 31 x has_function
+-- 32 x has_function
 SELECT has_function('outbox', c.name, c.args, format('outbox.%s(%s) exists', c.name, array_to_string(c.args, ', ')))
 FROM contract c ORDER BY c.name;
--- 31 x function_returns
+-- 32 x function_returns
 SELECT function_returns('outbox', c.name, c.args, c.returns, format('outbox.%s returns %s', c.name, c.returns))
 FROM contract c ORDER BY c.name;
--- 31 x argument names, order and defaults
+-- 32 x argument names, order and defaults
 SELECT is(pg_get_function_arguments(p.oid), c.arguments,
           format('outbox.%s takes exactly the contract''s arguments, names and defaults', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 31 x result shape (the columns of TABLE results)
+-- 32 x result shape (the columns of TABLE results)
 SELECT is(pg_get_function_result(p.oid), c.result, format('outbox.%s has the contract''s result columns', c.name))
 FROM contract c
 JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace
 ORDER BY c.name;
--- 31 x one overload only (a second signature would make calls ambiguous)
+-- 32 x one overload only (a second signature would make calls ambiguous)
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.proname = c.name AND p.pronamespace = 'outbox'::regnamespace),
           1::bigint, format('outbox.%s has exactly one signature', c.name))
 FROM contract c ORDER BY c.name;
