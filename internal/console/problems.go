@@ -12,8 +12,8 @@ import (
 type Problem struct {
 	// Kind is "stalled" (ready rows no drainer takes), "lease" (a wedged head held by a lease),
 	// "failing" (a wedged head backing off), "waiting" (a wedged head that is ready but not
-	// taken), "poisoned", "error" (the queue could not be read) or "gone" (its table no longer
-	// exists).
+	// taken), "rebuilding" (claims rebuild the partition heads: keys wait for their part),
+	// "poisoned", "error" (the queue could not be read) or "gone" (its table no longer exists).
 	Kind string
 	// Text is the sentence shown.
 	Text string
@@ -23,7 +23,8 @@ type Problem struct {
 const maxProblemsOfAKind = 3
 
 // problems lists what is wrong with a queue, most urgent first: rows no drainer takes, leases held
-// on wedged keys, wedged keys whose head fails or waits, poisoned rows. A healthy queue has none.
+// on wedged keys, wedged keys whose head fails or waits, heads being rebuilt, poisoned rows. A
+// healthy queue has none.
 func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time.Time) []Problem {
 	var out []Problem
 	if v.Gone {
@@ -38,6 +39,9 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 	}
 	if v.WedgedErr != "" {
 		out = append(out, Problem{"error", "its wedged partitions could not be read: " + v.WedgedErr})
+	}
+	if v.RebuildErr != "" {
+		out = append(out, Problem{"error", "whether its partition heads are being rebuilt could not be read: " + v.RebuildErr})
 	}
 	if !v.HasStats {
 		return out
@@ -95,11 +99,25 @@ func problems(v QueueView, samples []sample, wedgedAfter time.Duration, now time
 			"key %s: head row %d is ready but no drainer has taken it for %s%s.",
 			shortKey(w.PartitionKey), w.HeadID, human(now.Sub(w.OldestPendingAt)), behind(w))})
 	}
+	if v.Rebuild != nil {
+		out = append(out, Problem{"rebuilding", rebuildText(*v.Rebuild)})
+	}
 	if v.Stats.Poisoned > 0 {
 		out = append(out, Problem{"poisoned", fmt.Sprintf(
 			"%d poisoned row(s): no drainer will try them again until they are requeued.", v.Stats.Poisoned)})
 	}
 	return out
+}
+
+// rebuildText says that claims are rebuilding a queue's partition heads, how far, and what that
+// needs. The key is the queue's data: quoted, as plain text (the page escapes it).
+func rebuildText(r HeadsRebuild) string {
+	progress := "no part done yet"
+	if r.Through != nil {
+		progress = "done through key " + quoted(shortKey(*r.Through))
+	}
+	return fmt.Sprintf("its partition heads are being rebuilt after a crash, a promotion or a restore (%s): keys no part "+
+		"has reached wait for their part. Each claim rebuilds one part, so its drainers must be running.", progress)
 }
 
 // goneText says that a queue's table no longer exists, since when, and what to do.

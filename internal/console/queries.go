@@ -132,6 +132,35 @@ func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan t
 	return list, nil
 }
 
+// HeadsRebuild says that claims are rebuilding a partitioned queue's partition heads after a crash,
+// a standby's promotion or a restore without the unlogged tables' data, each claim one part of the
+// keys in their order (outbox.heads_rebuild, 00051). Through is the last key a part has done, nil
+// before the first part.
+type HeadsRebuild struct {
+	Through *string
+}
+
+// readHeadsRebuild asks outbox.heads_rebuild (granted to pgdrain_reader) whether claims are
+// rebuilding the heads of a partitioned queue: nil when they are not, and when it can not be known
+// here: on a schema before 00051, which has no such function (42883), and on a hot standby, which
+// can not read the unlogged tables behind it (0A000): the primary's claims rebuild them, unseen there.
+func readHeadsRebuild(ctx context.Context, db *pgxpool.Pool, queue string) (*HeadsRebuild, error) {
+	var rebuilding bool
+	var through *string
+	err := db.QueryRow(ctx, `SELECT r.rebuilding, r.rebuilt_through FROM outbox.heads_rebuild($1) r`, queue).
+		Scan(&rebuilding, &through)
+	if code := sqlState(err); code == "42883" || code == "0A000" {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox.heads_rebuild(%s): %w", queue, err)
+	}
+	if !rebuilding {
+		return nil, nil
+	}
+	return &HeadsRebuild{Through: through}, nil
+}
+
 // Poisoned is one poisoned row as the queue page lists it.
 type Poisoned struct {
 	ID           int64

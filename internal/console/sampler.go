@@ -34,6 +34,10 @@ type series struct {
 	// why they could not be read.
 	wedged    []Wedged
 	wedgedErr error
+	// rebuild says that claims are rebuilding the partition heads as of the last reading (nil: they
+	// are not, or it can not be known), and rebuildErr why that could not be read.
+	rebuild    *HeadsRebuild
+	rebuildErr error
 	// goneSince is when the sampler first saw the queue's table gone (reg.Gone); its figures, which
 	// described a table that no longer exists, are dropped then.
 	goneSince time.Time
@@ -41,10 +45,12 @@ type series struct {
 
 // reading is what one pass reads of one queue.
 type reading struct {
-	sample    sample
-	err       error
-	wedged    []Wedged
-	wedgedErr error
+	sample     sample
+	err        error
+	wedged     []Wedged
+	wedgedErr  error
+	rebuild    *HeadsRebuild
+	rebuildErr error
 }
 
 // sampler reads every queue's gauges once per Refresh for all viewers: the pages never call
@@ -104,7 +110,8 @@ func (s *sampler) readFailed(err error) error {
 	return err
 }
 
-// read reads one queue: outbox.stats and the insert counter, and on a partitioned queue whose
+// read reads one queue: outbox.stats and the insert counter; on a partitioned queue whether claims
+// rebuild its heads (outbox.heads_rebuild: meanwhile keys wait that nothing else shows), and when its
 // oldest pending row is older than wedgedAfter its wedged partitions (outbox.wedged_partitions, at
 // most listLimit), whose successors stats counts as ready although no claim can take them.
 func (s *sampler) read(ctx context.Context, q queueReg) reading {
@@ -118,7 +125,13 @@ func (s *sampler) read(ctx context.Context, q queueReg) reading {
 		r.sample.at, r.err = start, s.readFailed(err) // a failure dates from when the read began
 		return r
 	}
-	if q.PartitionColumn == nil || st.OldestPendingAge == nil || *st.OldestPendingAge < s.wedgedAfter {
+	if q.PartitionColumn == nil {
+		return r
+	}
+	if r.rebuild, r.rebuildErr = readHeadsRebuild(ctx, s.db, q.Name); r.rebuildErr != nil {
+		r.rebuildErr = s.readFailed(r.rebuildErr)
+	}
+	if st.OldestPendingAge == nil || *st.OldestPendingAge < s.wedgedAfter {
 		return r
 	}
 	r.wedged, r.wedgedErr = readWedged(ctx, s.db, q.Name, s.wedgedAfter)
@@ -140,6 +153,7 @@ func (s *sampler) keep(sr *series, r reading) {
 			sr.goneSince = r.sample.at
 		}
 		sr.samples, sr.wedged, sr.wedgedErr, sr.err, sr.failingSince = nil, nil, nil, nil, time.Time{}
+		sr.rebuild, sr.rebuildErr = nil, nil
 		return
 	}
 	sr.err = r.err
@@ -151,6 +165,7 @@ func (s *sampler) keep(sr *series, r reading) {
 	}
 	sr.failingSince = time.Time{}
 	sr.wedged, sr.wedgedErr = r.wedged, r.wedgedErr
+	sr.rebuild, sr.rebuildErr = r.rebuild, r.rebuildErr
 	sr.samples = append(sr.samples, r.sample)
 	cut := 0
 	for cut < len(sr.samples)-1 && sr.samples[cut].at.Before(r.sample.at.Add(-s.history)) {
@@ -398,6 +413,11 @@ type QueueView struct {
 	// (at most 50), as of the last sample; WedgedErr says why they could not be read.
 	Wedged    []Wedged
 	WedgedErr string
+	// Rebuild, as of the last sample, says that claims are rebuilding the partition heads and how far
+	// (nil: they are not, or it can not be known); meanwhile Wedged lists only keys the rebuild has
+	// reached. RebuildErr says why that could not be read.
+	Rebuild    *HeadsRebuild
+	RebuildErr string
 	// Problems are what a person should look at, most urgent first; none for a healthy queue.
 	Problems []Problem
 	// FailingSince is when the reads of this queue that keep failing (Err) began to fail.
@@ -438,6 +458,10 @@ func (s *sampler) view(name string, sparkPoints int) (QueueView, queueReg, bool)
 		v.BlockedAtLeast = len(sr.wedged) >= listLimit
 		if sr.wedgedErr != nil {
 			v.WedgedErr = describe(sr.wedgedErr)
+		}
+		v.Rebuild = sr.rebuild
+		if sr.rebuildErr != nil {
+			v.RebuildErr = describe(sr.rebuildErr)
 		}
 	}
 	now := time.Now()
