@@ -130,6 +130,7 @@ type Drainer[T any] struct {
 	// runs. Only the running Run's lock loop touches it.
 	txOverrun chan struct{}
 	health    health // what the running (or last) Run saw of the database: Health
+	retries   retryLog
 }
 
 // New returns a Drainer for cfg.Table. It validates cfg but does not touch the database: Run

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -246,22 +247,28 @@ func dataException(err error) *pgconn.PgError {
 // logRetry logs a failed database call that the drainer retries after retryIn: at Warn with its
 // cause when the database is unavailable (see unavailable), the call met a passing conflict
 // with other transactions (pgerr.Conflict) or the server cancelled it on its own timeouts
-// (pgerr.Cancelled), otherwise at Error.
+// (pgerr.Cancelled), otherwise at Error. A line that repeats is logged so the first three times,
+// then once a minute with the retries since (quieted_retries), which are logged at Debug.
 func (d *Drainer[T]) logRetry(ctx context.Context, msg string, err error, retryIn time.Duration) {
+	level, attrs := slog.LevelError, []any{"err", err}
 	if cause := d.unavailable(err); cause != "" {
-		d.logger.WarnContext(ctx, msg+" (database unavailable)", "err", err, "cause", cause, "retry_in", retryIn)
-		return
-	}
-	if cause := pgerr.Conflict(err); cause != "" {
-		d.logger.WarnContext(ctx, msg+" (a passing conflict; retrying)", "err", err, "cause", cause, "retry_in", retryIn)
+		level, msg, attrs = slog.LevelWarn, msg+" (database unavailable)", append(attrs, "cause", cause)
+	} else if cause := pgerr.Conflict(err); cause != "" {
+		level, msg, attrs = slog.LevelWarn, msg+" (a passing conflict; retrying)", append(attrs, "cause", cause)
 		d.recheckIsolation(ctx, err)
+	} else if cause := pgerr.Cancelled(err); cause != "" {
+		level, msg, attrs = slog.LevelWarn, msg+" (cancelled by the server; retrying)", append(attrs, "cause", cause)
+	}
+	attrs = append(attrs, "retry_in", retryIn)
+	loud, quieted := d.retries.admit(msg, time.Now())
+	if !loud {
+		d.logger.Log(ctx, slog.LevelDebug, msg, attrs...)
 		return
 	}
-	if cause := pgerr.Cancelled(err); cause != "" {
-		d.logger.WarnContext(ctx, msg+" (cancelled by the server; retrying)", "err", err, "cause", cause, "retry_in", retryIn)
-		return
+	if quieted > 0 {
+		attrs = append(attrs, "quieted_retries", quieted)
 	}
-	d.logger.ErrorContext(ctx, msg, "err", err, "retry_in", retryIn)
+	d.logger.Log(ctx, level, msg, attrs...)
 }
 
 // recheckIsolation switches the drainer's statements to READ COMMITTED transactions of their own

@@ -78,3 +78,37 @@ func TestDrainer_StartWaitsOutErrorsThatPass(t *testing.T) {
 		})
 	}
 }
+
+// A claim that keeps failing (here: EXECUTE on claim_batch revoked) is retried with backoff, and
+// was logged at every retry, every 5 s at most for as long as it lasted. The first three retries
+// are logged at their level, the rest at Debug until a minute has passed.
+func TestDrainer_RepeatedRetriesAreLoggedThreeTimesThenQuietly(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{})
+	q.enqueue(t, "k", "op", 1)
+	_, err := q.pool.Exec(context.Background(),
+		`REVOKE EXECUTE ON FUNCTION outbox.claim_batch(text, integer, interval) FROM pgdrain_worker`)
+	require.NoError(t, err)
+	logger, buf := drCapture(t)
+	d, _ := drNew(t, loginPool(t, q.db, "pgdrain_worker"), q.config(drainer.ClaimLease),
+		func(context.Context, string, drEvent) error { return nil }, drainer.WithLogger[drEvent](logger))
+	stop := drStart(t, d)
+	drWaitFor(t, 20*time.Second, "six failed claims", func() bool {
+		return strings.Count(buf.String(), `msg="claiming batch failed; retrying"`) >= 6
+	})
+	require.NoError(t, stop())
+	var loud, quiet int
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if !strings.Contains(line, `msg="claiming batch failed; retrying"`) {
+			continue
+		}
+		switch {
+		case strings.Contains(line, "level=ERROR"):
+			loud++
+		case strings.Contains(line, "level=DEBUG"):
+			quiet++
+		}
+	}
+	require.Equal(t, 3, loud, "the first three at their level")
+	require.GreaterOrEqual(t, quiet, 3, "the rest at Debug")
+}

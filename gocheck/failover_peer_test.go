@@ -142,7 +142,9 @@ func newFoTally() *foTally { return &foTally{counts: map[string]int{}} }
 func (h *foTally) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *foTally) Handle(_ context.Context, r slog.Record) error {
-	if r.Level < slog.LevelWarn {
+	// A retry that repeats is logged at Debug after its first three lines (drainer.logRetry): the
+	// tally counts those too, so that it counts every failed call.
+	if r.Level < slog.LevelWarn && !strings.Contains(r.Message, "retrying") {
 		return nil
 	}
 	code := ""
