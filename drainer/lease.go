@@ -106,6 +106,7 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) error {
 	hungry := true            // the last claim found rows (or something woke us): claim when there is room
 	var gatherUntil time.Time // after a full claim: wait until then for the whole window to free
 	var claimAvg time.Duration
+	failed := false // the last claim failed: only its backoff ends the wait
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -136,6 +137,7 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) error {
 					}
 					r.d.logRetry(ctx, "claiming batch failed; retrying", err, errDelay)
 					wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
+					failed = true
 				case len(jobs) > 0:
 					errDelay = errorDelayMin
 					r.lastFound = time.Now()
@@ -170,17 +172,23 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) error {
 			timerC = timer.C
 		}
 		var freed <-chan struct{}
-		if hungry {
+		wake := r.wake
+		switch {
+		case failed:
+			// A NOTIFY (producers keep committing while claims fail) or a freed slot woke it at
+			// once, and the retries came as fast as those: the signal stays for the next wait.
+			wake = nil
+		case hungry:
 			freed = p.freed
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-r.wake:
+		case <-wake:
 			r.woke(ctx)
 			hungry = true
 		case <-timerC:
-			hungry = true
+			hungry, failed = true, false
 		case <-freed:
 		}
 		timer.Stop()

@@ -126,10 +126,17 @@ func (r *runner[T]) lockLoop(ctx context.Context) error {
 			}
 		}
 		timer.Reset(wait)
+		// After a failure only the backoff ends the wait: a NOTIFY (producers keep committing while
+		// claims fail) woke it at once, and the retries came as fast as the commits. The signal
+		// stays for the next wait.
+		wake := r.wake
+		if err != nil {
+			wake = nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-r.wake:
+		case <-wake:
 			r.woke(ctx)
 		case <-timer.C:
 		}

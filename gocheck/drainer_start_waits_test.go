@@ -112,3 +112,33 @@ func TestDrainer_RepeatedRetriesAreLoggedThreeTimesThenQuietly(t *testing.T) {
 	require.Equal(t, 3, loud, "the first three at their level")
 	require.GreaterOrEqual(t, quiet, 3, "the rest at Debug")
 }
+
+// After a failed claim the drainer waits out its backoff (100 ms, doubling to 5 s). A NOTIFY ended
+// that wait at once, so while producers kept committing (and claims kept failing: here EXECUTE on
+// the claim revoked) the drainer retried at the producers' pace. Both modes.
+func TestDrainer_FailedClaimsBackOffWhileProducersNotify(t *testing.T) {
+	t.Parallel()
+	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		ctx := context.Background()
+		q := drNewQueue(t, drQueueOpts{})
+		_, err := q.pool.Exec(ctx, `SELECT outbox.set_notify('public.events', 'always');
+			REVOKE EXECUTE ON FUNCTION outbox.claim_batch(text, integer, interval) FROM pgdrain_worker;
+			REVOKE EXECUTE ON FUNCTION outbox.claim_locked(text, integer) FROM pgdrain_worker`)
+		require.NoError(t, err)
+		logger, buf := drCapture(t)
+		d, _ := drNew(t, loginPool(t, q.db, "pgdrain_worker"), q.config(mode),
+			func(context.Context, string, drEvent) error { return nil }, drainer.WithLogger[drEvent](logger))
+		stop := drStart(t, d)
+		failures := func() int { return strings.Count(buf.String(), "batch failed; retrying") }
+		drWaitFor(t, 20*time.Second, "a failed claim", func() bool { return failures() >= 1 })
+		start, before := time.Now(), failures()
+		for time.Since(start) < 2*time.Second {
+			q.enqueue(t, "k", "op", 1) // a commit, and a NOTIFY
+			time.Sleep(10 * time.Millisecond)
+		}
+		n := failures() - before
+		require.NoError(t, stop())
+		// Backoffs of 0.1 + 0.2 + 0.4 + 0.8 s fit in 2 s, and the first may have begun before.
+		require.LessOrEqual(t, n, 6, "%d failed claims in 2 s of producers' NOTIFYs", n)
+	})
+}
