@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgdrain/pgdrain/internal/pgerr"
 	"github.com/pgdrain/pgdrain/internal/readcommitted"
+	"github.com/pgdrain/pgdrain/internal/retrylog"
 	"github.com/pgdrain/pgdrain/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -130,7 +131,7 @@ type Drainer[T any] struct {
 	// runs. Only the running Run's lock loop touches it.
 	txOverrun chan struct{}
 	health    health // what the running (or last) Run saw of the database: Health
-	retries   retryLog
+	retries   retrylog.Log
 }
 
 // New returns a Drainer for cfg.Table. It validates cfg but does not touch the database: Run

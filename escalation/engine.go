@@ -19,6 +19,7 @@ import (
 	"github.com/pgdrain/pgdrain/internal/errtext"
 	"github.com/pgdrain/pgdrain/internal/pgerr"
 	"github.com/pgdrain/pgdrain/internal/readcommitted"
+	"github.com/pgdrain/pgdrain/internal/retrylog"
 	"github.com/pgdrain/pgdrain/internal/version"
 )
 
@@ -59,7 +60,8 @@ type Engine struct {
 	// ("<escalation_id>/<step_idx>"), each logged once.
 	unjournaledSeen map[string]bool
 
-	health health // for Health
+	health  health       // for Health
+	retries retrylog.Log // which of Run's retries are logged at their level
 
 	schemaChecked atomic.Bool  // checkSchema passed once (Run's start or the first RunOnce)
 	alrMigration  atomic.Int64 // the alr schema's migration, as checkSchema read it
@@ -602,18 +604,25 @@ func sentNothing(err error) bool {
 }
 
 // logRetry logs a failed database call that Run retries after retryIn: at Warn with its cause when
-// the database is unavailable (internal/pgerr, as the drainer), otherwise at Error.
+// the database is unavailable (internal/pgerr, as the drainer), otherwise at Error. A line that
+// repeats is logged so the first three times, then once a minute with the retries since
+// (quieted_retries), which are logged at Debug (internal/retrylog).
 func (e *Engine) logRetry(msg string, err error, retryIn time.Duration) {
 	e.recheckIsolation(err)
+	level, attrs := slog.LevelError, []any{"err", err}
 	if cause := pgerr.Unavailable(err); cause != "" {
-		e.log.Warn(msg+" (database unavailable)", "err", err, "cause", cause, "retry_in", retryIn)
-		return
+		level, msg, attrs = slog.LevelWarn, msg+" (database unavailable)", append(attrs, "cause", cause)
+	} else if cause := pgerr.Passing(err); cause != "" {
+		level, msg, attrs = slog.LevelWarn, msg+" (retrying)", append(attrs, "cause", cause)
 	}
-	if cause := pgerr.Passing(err); cause != "" {
-		e.log.Warn(msg+" (retrying)", "err", err, "cause", cause, "retry_in", retryIn)
-		return
+	attrs = append(attrs, "retry_in", retryIn)
+	loud, quieted := e.retries.Admit(msg, time.Now())
+	if !loud {
+		level = slog.LevelDebug
+	} else if quieted > 0 {
+		attrs = append(attrs, "quieted_retries", quieted)
 	}
-	e.log.Error(msg, "err", err, "retry_in", retryIn)
+	e.log.Log(context.Background(), level, msg, attrs...)
 }
 
 // recheckIsolation switches the engine's statements to READ COMMITTED transactions of their own

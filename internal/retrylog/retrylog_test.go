@@ -1,4 +1,4 @@
-package drainer
+package retrylog
 
 import (
 	"testing"
@@ -10,12 +10,12 @@ import (
 // A retry every 5 s (pgerr.BackoffMax) for ten minutes is logged at its level 3 times, then once a
 // minute with the retries quieted since; after a quiet minute a new failure starts a new streak.
 func TestRetryLog_FirstThreeThenOnceAMinute(t *testing.T) {
-	var l retryLog
+	var l Log
 	start := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
 	var loud []time.Duration
 	var quieted []int
 	for at := time.Duration(0); at < 10*time.Minute; at += 5 * time.Second {
-		if ok, q := l.admit("claiming batch failed; retrying", start.Add(at)); ok {
+		if ok, q := l.Admit("claiming batch failed; retrying", start.Add(at)); ok {
 			loud, quieted = append(loud, at), append(quieted, q)
 		}
 	}
@@ -24,15 +24,15 @@ func TestRetryLog_FirstThreeThenOnceAMinute(t *testing.T) {
 		490 * time.Second, 550 * time.Second}, loud)
 	require.Equal(t, []int{0, 0, 0, 11, 11, 11, 11, 11, 11, 11, 11, 11}, quieted)
 
-	ok, _ := l.admit("starting failed; retrying", start.Add(10*time.Minute))
+	ok, _ := l.Admit("starting failed; retrying", start.Add(10*time.Minute))
 	require.True(t, ok, "another kind is counted on its own")
 
-	later := start.Add(10*time.Minute + retryLogEvery)
-	for i := range retryLogFirst {
-		ok, q := l.admit("claiming batch failed; retrying", later.Add(time.Duration(i)*time.Second))
+	later := start.Add(10*time.Minute + Every)
+	for i := range First {
+		ok, q := l.Admit("claiming batch failed; retrying", later.Add(time.Duration(i)*time.Second))
 		require.True(t, ok, "a new streak after a quiet minute: retry %d", i)
 		require.Zero(t, q, "the last streak's quieted retries are not carried into the new one")
 	}
-	ok, _ = l.admit("claiming batch failed; retrying", later.Add(retryLogFirst*time.Second))
+	ok, _ = l.Admit("claiming batch failed; retrying", later.Add(First*time.Second))
 	require.False(t, ok)
 }
