@@ -211,6 +211,16 @@ func drWaitFor(t *testing.T, timeout time.Duration, what string, cond func() boo
 // histogram's sample count), failing when it is not there.
 func drMetric(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
+	v, ok := drMetricIfAny(t, reg, name, labels)
+	if !ok {
+		t.Fatalf("metric %s%v not found", name, labels)
+	}
+	return v
+}
+
+// drMetricIfAny is drMetric for a metric that may not be there yet: ok is false then.
+func drMetricIfAny(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) (v float64, ok bool) {
+	t.Helper()
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	for _, f := range families {
@@ -230,16 +240,15 @@ func drMetric(t *testing.T, reg prometheus.Gatherer, name string, labels map[str
 			}
 			switch {
 			case m.Counter != nil:
-				return m.GetCounter().GetValue()
+				return m.GetCounter().GetValue(), true
 			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
+				return m.GetGauge().GetValue(), true
 			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
+				return float64(m.GetHistogram().GetSampleCount()), true
 			}
 		}
 	}
-	t.Fatalf("metric %s%v not found", name, labels)
-	return 0
+	return 0, false
 }
 
 func drResults(t *testing.T, reg prometheus.Gatherer, outcome string) float64 {

@@ -159,7 +159,7 @@ func TestDrainer_Metrics_SayClaimsRebuildTheHeads(t *testing.T) {
 	defer func() { require.NoError(t, stop()) }()
 	only := map[string]string{"queue": "public.events"}
 	drWaitFor(t, 10*time.Second, "the gauge says the heads are being rebuilt", func() bool {
-		v, ok := drGauge(t, reg, "pgdrain_outbox_heads_rebuilding")
+		v, ok := drMetricIfAny(t, reg, "pgdrain_outbox_heads_rebuilding", only)
 		return ok && v == 1
 	})
 	require.NoError(t, holder.Rollback(ctx))
@@ -287,24 +287,4 @@ func TestDrainer_Metrics_RestartRegistersAgain(t *testing.T) {
 	checkExported("a new drainer of the queue")
 	require.NoError(t, stop())
 	require.Empty(t, drSeries(t, reg))
-}
-
-// drGauge returns the value of the gauge name of public.events, and whether reg has it yet.
-func drGauge(t *testing.T, reg prometheus.Gatherer, name string) (float64, bool) {
-	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "queue" && l.GetValue() == "public.events" {
-					return m.GetGauge().GetValue(), true
-				}
-			}
-		}
-	}
-	return 0, false
 }
