@@ -132,13 +132,13 @@ func lastID(t *testing.T, db *testdb.DB) int64 {
 
 // simulateMakeHeads returns the keys outbox._make_heads gives wake notes to and how many tries
 // time out, when keys (sorted) are new and a try times out exactly when its span holds a key of
-// held: its stack of spans (1-based, as there), lower half first, at most 32 timeouts.
+// held: its queue of spans (1-based, as there), breadth first, at most 32 timeouts.
 func simulateMakeHeads(keys []string, held map[string]bool) (missed []string, timeouts int) {
 	type span struct{ first, last int }
-	stack := []span{{1, len(keys)}}
-	for len(stack) > 0 {
-		s := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
+	queue := []span{{1, len(keys)}}
+	for len(queue) > 0 {
+		s := queue[0]
+		queue = queue[1:]
 		if timeouts >= 32 {
 			missed = append(missed, keys[s.first-1:s.last]...)
 			continue
@@ -152,7 +152,7 @@ func simulateMakeHeads(keys []string, held map[string]bool) (missed []string, ti
 			continue
 		}
 		half := (s.first + s.last) / 2
-		stack = append(stack, span{half + 1, s.last}, span{s.first, half})
+		queue = append(queue, span{s.first, half}, span{half + 1, s.last})
 	}
 	sort.Strings(missed)
 	return missed, timeouts
