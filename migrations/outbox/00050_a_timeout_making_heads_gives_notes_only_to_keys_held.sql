@@ -8,13 +8,18 @@
 -- insert would wait on that transaction's index entry until the batch ends (issue 29); it gives up
 -- after 1 ms instead: a producer never waits for a claim.
 -- A timeout gives up only the keys it must. The first try inserts every new key in one statement;
--- on a timeout the keys are halved and each half tried again in a block of its own, down to the
--- one key another transaction holds. All of them got wake notes before, whatever the wait was: a
--- moment's wait on the table (its extension lock while VACUUM scans it) turned a bulk load's
--- 13,333 new keys into as many notes, and the claims that applied them read 8 times the buffers
--- (a claim-plan check failed in CI so). At most 32 tries time out, so a stalled table costs a
--- producer 32 ms at most; the keys left then get notes. The blocks are entered only by
--- transactions with new keys, one unless a try times out.
+-- on a timeout the keys are halved and each half tried again in a block of its own, breadth first
+-- (a queue of spans, each level in key order), down to the keys another transaction holds. All of
+-- them got wake notes before, whatever the wait was: a CI run's bulk load of 13,333 new keys got
+-- as many notes (a moment's wait on the table, its extension lock beside VACUUM, is the likeliest
+-- cause), and the claims that applied them read 8 times the buffers. At most 32 tries time out
+-- (65-97 ms measured on 2 cores; a stalled table costs no more), then the spans still queued get
+-- notes: breadth first, those are the last level's spans around the held keys. Depth first (a
+-- stack), the timeouts isolated the first held keys one by one and the cap left clean spans
+-- untried: 6 held keys among 600 new keys noted 274 keys, a run of 100 held keys in 2,000 (a
+-- rebuild part is a run of keys) 1,051, a run of 40 before 1,000 others all 1,040; breadth first
+-- 51, 117 and 41 (TestMakeHeads_HeldKeysLeaveTheOtherNewKeysTheirHeads). The blocks are entered
+-- only by transactions with new keys, one unless a try times out.
 -- A new head's floor is its smallest id (poisoned rows before it are not walked again) only while
 -- the queue's heads are complete and no wake note waits for the key: after a crash "no head" may
 -- mean the heads were lost while older rows of the key are still pending, and a note means a
@@ -36,7 +41,7 @@ DECLARE
   v_ids bigint[];
   v_floors boolean;
   v_notes boolean;
-  v_spans int[] := '{}';  -- a stack of [first, last] spans of v_keys still to try
+  v_spans int[] := '{}';  -- a queue of [first, last] spans of v_keys still to try
   v_first int;
   v_last int;
   v_half int;
@@ -60,9 +65,9 @@ BEGIN
 
   v_spans := ARRAY[1, pg_catalog.cardinality(v_keys)];
   WHILE pg_catalog.cardinality(v_spans) > 0 LOOP
-    v_first := v_spans[pg_catalog.cardinality(v_spans) - 1];
-    v_last := v_spans[pg_catalog.cardinality(v_spans)];
-    v_spans := v_spans[1:pg_catalog.cardinality(v_spans) - 2];
+    v_first := v_spans[1];
+    v_last := v_spans[2];
+    v_spans := v_spans[3:];
     IF v_timeouts >= 32 THEN
       v_missed := v_missed || v_keys[v_first:v_last];
       CONTINUE;
@@ -89,9 +94,9 @@ BEGIN
       IF v_first = v_last THEN
         v_missed := v_missed || v_keys[v_first];
       ELSE
-        -- The upper half goes on the stack first: keys are tried in their order.
+        -- Queued lower half first: each level's spans are tried in key order.
         v_half := (v_first + v_last) / 2;
-        v_spans := v_spans || ARRAY[v_half + 1, v_last, v_first, v_half];
+        v_spans := v_spans || ARRAY[v_first, v_half, v_half + 1, v_last];
       END IF;
     END;
   END LOOP;
