@@ -255,3 +255,37 @@ func TestCLI_CheckSaysClaimsRebuildTheHeads(t *testing.T) {
 	require.Contains(t, text.stdout, "a claim can reach every pending row")
 	require.NotContains(t, text.stdout, "not checked: repair")
 }
+
+// outbox.wedged_partitions reads the heads, so while claims rebuild them `pgdrain wedged` lists no
+// key no part has reached, and said "no partition ... has pending work older than ..." of a queue
+// whose every key waited. It now says the heads are being rebuilt (on stderr with --json, whose
+// stdout stays the list), and nothing once they are built.
+func TestCLI_WedgedSaysClaimsRebuildTheHeads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
+	_, err := q.pool.Exec(ctx, `INSERT INTO public.events (event_type, payload, resource_id, created_at)
+		SELECT 'op', '{}', 'k' || g, now() - interval '1 hour' FROM generate_series(1, 5) g`)
+	require.NoError(t, err)
+	// The crash: PostgreSQL empties the unlogged tables (after the producer's commit step made the heads).
+	_, err = q.pool.Exec(ctx, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
+	require.NoError(t, err)
+	operator := loginURL(t, q.db, "pgdrain_operator")
+
+	text := runCLI(t, "wedged", "public.events", "--dsn", operator)
+	require.Equal(t, cli.ExitOK, text.code, "%s\n%s", text.stdout, text.stderr)
+	require.Contains(t, text.stdout, "note: claims are rebuilding the partition heads of public.events")
+	require.Contains(t, text.stdout, "no part done yet")
+	js := runCLI(t, "wedged", "public.events", "--dsn", operator, "--json")
+	require.Equal(t, cli.ExitOK, js.code, js.stderr)
+	require.JSONEq(t, `[]`, js.stdout)
+	require.Contains(t, js.stderr, "claims are rebuilding the partition heads")
+
+	_, err = q.pool.Exec(ctx, `SELECT count(*) FROM outbox.claim_batch('public.events', 1)`) // one part: every key
+	require.NoError(t, err)
+	text = runCLI(t, "wedged", "public.events", "--dsn", operator)
+	require.Equal(t, cli.ExitProblems, text.code, "the keys are listed once their heads are back: %s", text.stderr)
+	require.Contains(t, text.stdout, "k5")
+	require.NotContains(t, text.stdout, "rebuilding")
+	require.NotContains(t, text.stderr, "rebuilding")
+}

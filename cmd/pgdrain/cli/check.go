@@ -192,27 +192,37 @@ func checkIndexes(ctx context.Context, conn *pgx.Conn, queue string) ([]finding,
 // would vouch for keys that wait for their part. nil when the heads are complete, and on a schema
 // before outbox.heads_rebuild (00051), whose repair is checked as before.
 func checkHeadsRebuild(ctx context.Context, conn *pgx.Conn, table string) (*skipped, error) {
-	var rebuilding bool
-	var through *string
-	err := conn.QueryRow(ctx, `SELECT rebuilding, rebuilt_through FROM outbox.heads_rebuild($1)`, table).Scan(&rebuilding, &through)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42883" {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("asking whether the partition heads are being rebuilt: %w", err)
-	}
-	if !rebuilding {
-		return nil, nil
-	}
-	progress := "no part done yet"
-	if through != nil {
-		progress = "done through key " + strconv.Quote(*through)
+	progress, err := headsRebuild(ctx, conn, table)
+	if err != nil || progress == "" {
+		return nil, err
 	}
 	return &skipped{Check: "repair", Detail: fmt.Sprintf("claims are rebuilding the partition heads, a part "+
 		"per claim, after a crash, a promotion or a restore without the unlogged tables (%s); keys no part "+
 		"has reached wait for their part, and outbox.repair checks nothing until the last one. Run check "+
 		"again once a drainer has claimed for a while", progress)}, nil
+}
+
+// headsRebuild says how far claims are in rebuilding the queue's partition heads
+// (outbox.heads_rebuild): "no part done yet" or "done through key ...", and "" when they are not
+// rebuilding them, or on a schema before 00051, which can not say.
+func headsRebuild(ctx context.Context, conn *pgx.Conn, queue string) (string, error) {
+	var rebuilding bool
+	var through *string
+	err := conn.QueryRow(ctx, `SELECT rebuilding, rebuilt_through FROM outbox.heads_rebuild($1)`, queue).Scan(&rebuilding, &through)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42883" {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("asking whether the partition heads are being rebuilt: %w", err)
+	}
+	switch {
+	case !rebuilding:
+		return "", nil
+	case through == nil:
+		return "no part done yet", nil
+	}
+	return "done through key " + strconv.Quote(*through), nil
 }
 
 func checkRepair(ctx context.Context, conn *pgx.Conn, table string) ([]finding, error) {
