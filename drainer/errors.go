@@ -260,7 +260,7 @@ func (d *Drainer[T]) logRetry(ctx context.Context, msg string, err error, retryI
 		level, msg, attrs = slog.LevelWarn, msg+" (cancelled by the server; retrying)", append(attrs, "cause", cause)
 	}
 	attrs = append(attrs, "retry_in", retryIn)
-	loud, quieted := d.retries.Admit(msg, time.Now())
+	loud, quieted := d.retries.Admit(msg+" "+pgerr.Code(err), time.Now())
 	if !loud {
 		d.logger.Log(ctx, slog.LevelDebug, msg, attrs...)
 		return

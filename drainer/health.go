@@ -87,6 +87,9 @@ func (r *runner[T]) took(ctx context.Context, at time.Time, claim bool, err erro
 	if err != nil && r.runCtx.Err() != nil {
 		return
 	}
+	if err == nil {
+		r.d.retries.Reset() // the next failure is the first of a new streak (logRetry)
+	}
 	if !pgerr.ReadOnly(err) {
 		r.d.health.took(at, claim, err, "")
 		return

@@ -106,7 +106,6 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) error {
 	hungry := true            // the last claim found rows (or something woke us): claim when there is room
 	var gatherUntil time.Time // after a full claim: wait until then for the whole window to free
 	var claimAvg time.Duration
-	failed := false // the last claim failed: only its backoff ends the wait
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -136,8 +135,11 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) error {
 						return closed
 					}
 					r.d.logRetry(ctx, "claiming batch failed; retrying", err, errDelay)
-					wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
-					failed = true
+					if !r.backOff(ctx, errDelay) {
+						return nil
+					}
+					errDelay = min(2*errDelay, errorDelayMax)
+					continue
 				case len(jobs) > 0:
 					errDelay = errorDelayMin
 					r.lastFound = time.Now()
@@ -172,23 +174,17 @@ func (p *pipeline[T]) claimLoop(ctx context.Context) error {
 			timerC = timer.C
 		}
 		var freed <-chan struct{}
-		wake := r.wake
-		switch {
-		case failed:
-			// A NOTIFY (producers keep committing while claims fail) or a freed slot woke it at
-			// once, and the retries came as fast as those: the signal stays for the next wait.
-			wake = nil
-		case hungry:
+		if hungry {
 			freed = p.freed
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
+		case <-r.wake:
 			r.woke(ctx)
 			hungry = true
 		case <-timerC:
-			hungry, failed = true, false
+			hungry = true
 		case <-freed:
 		}
 		timer.Stop()

@@ -112,7 +112,11 @@ func (r *runner[T]) lockLoop(ctx context.Context) error {
 				return closed
 			}
 			r.d.logRetry(ctx, "draining batch failed; retrying", err, errDelay)
-			wait, errDelay = errDelay, min(2*errDelay, errorDelayMax)
+			if !r.backOff(ctx, errDelay) {
+				return nil
+			}
+			errDelay = min(2*errDelay, errorDelayMax)
+			continue
 		case n > 0:
 			// Claim again at once: a full batch may have left rows behind, and a recorded head
 			// unblocks its partition's successor, which no NOTIFY announces.
@@ -126,19 +130,36 @@ func (r *runner[T]) lockLoop(ctx context.Context) error {
 			}
 		}
 		timer.Reset(wait)
-		// After a failure only the backoff ends the wait: a NOTIFY (producers keep committing while
-		// claims fail) woke it at once, and the retries came as fast as the commits. The signal
-		// stays for the next wait.
-		wake := r.wake
-		if err != nil {
-			wake = nil
-		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
+		case <-r.wake:
 			r.woke(ctx)
 		case <-timer.C:
+		}
+	}
+}
+
+// backOff waits d after a failed claim or batch, and reports false when ctx ended first. A NOTIFY
+// or a freed apply slot does not end the wait: while producers kept committing, a drainer whose
+// claims failed (a revoked grant, a database refusing the call) retried at their pace. The claim
+// after the wait takes what they committed. A LISTEN connection made again does end it: the
+// database is reachable again (a restart, a failover), and the claim should not wait out a backoff
+// of up to errorDelayMax.
+func (r *runner[T]) backOff(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-r.wake:
+			if r.waiting.reconnected.Load() {
+				r.woke(ctx)
+				return true
+			}
 		}
 	}
 }

@@ -204,9 +204,11 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.logRetry("taking due steps failed; retrying", err, wait)
 		case full:
 			errDelay = 0
+			e.retries.Reset()
 			continue
 		default:
 			errDelay = 0
+			e.retries.Reset()
 		}
 		select {
 		case <-ctx.Done():
@@ -616,7 +618,7 @@ func (e *Engine) logRetry(msg string, err error, retryIn time.Duration) {
 		level, msg, attrs = slog.LevelWarn, msg+" (retrying)", append(attrs, "cause", cause)
 	}
 	attrs = append(attrs, "retry_in", retryIn)
-	loud, quieted := e.retries.Admit(msg, time.Now())
+	loud, quieted := e.retries.Admit(msg+" "+pgerr.Code(err), time.Now())
 	if !loud {
 		level = slog.LevelDebug
 	} else if quieted > 0 {

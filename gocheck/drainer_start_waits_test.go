@@ -142,3 +142,39 @@ func TestDrainer_FailedClaimsBackOffWhileProducersNotify(t *testing.T) {
 		require.LessOrEqual(t, n, 6, "%d failed claims in 2 s of producers' NOTIFYs", n)
 	})
 }
+
+// A LISTEN connection made again (the database restarted, or a failover) ends a failed claim's
+// backoff, which a NOTIFY does not (TestDrainer_FailedClaimsBackOffWhileProducersNotify): the
+// database is reachable again, and a drainer at the longest backoff (5 s) should not wait it out.
+func TestDrainer_ListenReconnectEndsAFailedClaimsBackoff(t *testing.T) {
+	t.Parallel()
+	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		ctx := context.Background()
+		q := drNewQueue(t, drQueueOpts{})
+		q.enqueue(t, "k", "op", 1)
+		revoke := `REVOKE EXECUTE ON FUNCTION outbox.claim_batch(text, integer, interval) FROM pgdrain_worker;
+			REVOKE EXECUTE ON FUNCTION outbox.claim_locked(text, integer) FROM pgdrain_worker`
+		_, err := q.pool.Exec(ctx, revoke)
+		require.NoError(t, err)
+		logger, buf := drCapture(t)
+		worker := loginPool(t, q.db, "pgdrain_worker")
+		d, _ := drNew(t, worker, q.config(mode), func(context.Context, string, drEvent) error { return nil },
+			drainer.WithLogger[drEvent](logger))
+		stop := drStart(t, d)
+		defer func() { require.NoError(t, stop()) }()
+		drWaitFor(t, 30*time.Second, "a failed claim at the longest backoff", func() bool {
+			return strings.Contains(buf.String(), "retry_in=5s")
+		})
+		_, err = q.pool.Exec(ctx, strings.ReplaceAll(strings.ReplaceAll(revoke, "REVOKE", "GRANT"), "FROM", "TO"))
+		require.NoError(t, err)
+		pid := drainer.ListenerPID(worker)
+		require.NotZero(t, pid)
+		start := time.Now()
+		_, err = q.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, int32(pid))
+		require.NoError(t, err)
+		drWaitFor(t, 10*time.Second, "the row sent", func() bool { return q.sent(t) == 1 })
+		took := time.Since(start)
+		t.Logf("sent %s after the LISTEN connection was cut", took)
+		require.Less(t, took, 3*time.Second, "the reconnected LISTEN ended the 5 s backoff")
+	})
+}

@@ -100,6 +100,15 @@ const ReadOnlyCause = "the server refuses writes (a read-only transaction): eith
 	"(SHOW default_transaction_read_only; lift it with ALTER ROLE or ALTER DATABASE ... RESET default_transaction_read_only); " +
 	"retrying until it accepts writes"
 
+// Code is err's SQLSTATE when the server sent it, else "".
+func Code(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
 // ReadOnly reports whether err is the server refusing a write because the transaction is read only
 // (SQLSTATE 25006): a standby, or a session whose default_transaction_read_only is on.
 func ReadOnly(err error) bool {

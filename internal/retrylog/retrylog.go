@@ -15,7 +15,8 @@ const (
 	Every = time.Minute
 )
 
-// Log decides which retries of each kind (its message) are logged at their level. The zero Log
+// Log decides which retries of each kind (its message, with its SQLSTATE when the caller adds it)
+// are logged at their level. The zero Log
 // is ready to use; it is safe for concurrent use.
 type Log struct {
 	mu    sync.Mutex
@@ -52,4 +53,11 @@ func (l *Log) Admit(msg string, now time.Time) (loud bool, quieted int) {
 	k.loud = now
 	quieted, k.quieted = k.quieted, 0
 	return true, quieted
+}
+
+// Reset forgets every streak: the call succeeded, so its next failure is the first of a new one.
+func (l *Log) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.kinds)
 }

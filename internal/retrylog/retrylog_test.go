@@ -36,3 +36,19 @@ func TestRetryLog_FirstThreeThenOnceAMinute(t *testing.T) {
 	ok, _ = l.Admit("claiming batch failed; retrying", later.Add(First*time.Second))
 	require.False(t, ok)
 }
+
+// A success between failures ends their streak: the next failure is logged at its level.
+func TestRetryLog_ResetStartsANewStreak(t *testing.T) {
+	var l Log
+	start := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	for i := range First {
+		ok, _ := l.Admit("claiming batch failed; retrying", start.Add(time.Duration(i)*time.Second))
+		require.True(t, ok)
+	}
+	ok, _ := l.Admit("claiming batch failed; retrying", start.Add(First*time.Second))
+	require.False(t, ok, "the fourth in a row is quiet")
+	l.Reset()
+	ok, q := l.Admit("claiming batch failed; retrying", start.Add((First+1)*time.Second))
+	require.True(t, ok, "after a success the next failure is loud")
+	require.Zero(t, q)
+}

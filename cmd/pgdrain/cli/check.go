@@ -181,11 +181,6 @@ func checkIndexes(ctx context.Context, conn *pgx.Conn, queue string) ([]finding,
 	return list, nil
 }
 
-// checkRepair dry-runs outbox.repair: pending deliverable rows that no claim can reach because the
-// derived state (partition heads, floors, parks) disagrees with the queue table. It changes nothing.
-// The Go drainer's repair pass fixes them (Config.RepairInterval); a finding here that does not go
-// away is a bug worth reporting. A repair running right now in another session makes it report
-// nothing: run check again.
 // checkHeadsRebuild returns the repair check as skipped while claims rebuild the queue's partition
 // heads after a crash, a promotion or a restore without the unlogged tables' data
 // (outbox.heads_rebuild): outbox.repair checks nothing until the last part, so its empty dry run
@@ -225,6 +220,11 @@ func headsRebuild(ctx context.Context, conn *pgx.Conn, queue string) (string, er
 	return "done through key " + strconv.Quote(*through), nil
 }
 
+// checkRepair dry-runs outbox.repair: pending deliverable rows that no claim can reach because the
+// derived state (partition heads, floors, parks) disagrees with the queue table. It changes nothing.
+// The Go drainer's repair pass fixes them (Config.RepairInterval); a finding here that does not go
+// away is a bug worth reporting. A repair running right now in another session makes it report
+// nothing: run check again.
 func checkRepair(ctx context.Context, conn *pgx.Conn, table string) ([]finding, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT r.partition_key, r.cause, r.head_id, r.detail FROM outbox.repair($1, dry_run => true) r`, table)
