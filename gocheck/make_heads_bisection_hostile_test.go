@@ -98,6 +98,7 @@ func committedInCommitOrder(t *testing.T, db *testdb.DB) map[string][]int64 {
 		FROM public.events e JOIN public.commit_order o ON o.tag = e.payload->>'tag' GROUP BY 1`)
 }
 
+// rowsByKeyQuery runs sql, whose rows are a key and its ids, and returns the ids per key.
 func rowsByKeyQuery(t *testing.T, db *testdb.DB, sql string, args ...any) map[string][]int64 {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), sql, args...)

@@ -223,18 +223,8 @@ func crashedBacklog(t *testing.T) (*testdb.DB, map[string][]int64) {
 // rowsByKey returns the ids of public.events's rows matching where, per key, in id order.
 func rowsByKey(t *testing.T, db *testdb.DB, where string) map[string][]int64 {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(),
+	return rowsByKeyQuery(t, db,
 		`SELECT resource_id, array_agg(id ORDER BY id) FROM public.events WHERE `+where+` GROUP BY resource_id`)
-	require.NoError(t, err)
-	byKey := map[string][]int64{}
-	for rows.Next() {
-		var k string
-		var ids []int64
-		require.NoError(t, rows.Scan(&k, &ids))
-		byKey[k] = ids
-	}
-	require.NoError(t, rows.Err())
-	return byKey
 }
 
 // queueIDOf returns the queue_id of queue.
