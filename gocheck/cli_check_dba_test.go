@@ -337,3 +337,37 @@ func TestCLI_CheckNamesAColumnOfAnotherType(t *testing.T) {
 	runCLIJSON(t, cli.ExitOK, &r, "check", "public.ct", "--dsn", db.URL)
 	require.True(t, r.OK, "%+v", r.Problems)
 }
+
+// A default on a column pgdrain writes that makes a new row other than pending and free: sent_at
+// DEFAULT now() writes every row as sent, so it is never delivered and no count shows it.
+// create_queue refuses it for a new queue since 00052; check names it on a registered one.
+func TestCLI_CheckNamesADefaultThatWritesRowsSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.cd', 'k')`)
+	var r checkReport
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.cd", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+
+	cliExec(t, db.Pool, `ALTER TABLE public.cd ALTER COLUMN sent_at SET DEFAULT now(), ALTER COLUMN attempt_count DROP NOT NULL`)
+	cliExec(t, db.Pool, `INSERT INTO public.cd (event_type, payload, k) VALUES ('e', '{}', 'a')`)
+	var pending int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pending FROM outbox.stats('public.cd')`).Scan(&pending))
+	require.Zero(t, pending, "the row was written as sent")
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.cd", "--dsn", db.URL)
+	require.Len(t, r.Problems, 2, "%+v", r.Problems)
+	byName := map[string]string{}
+	for _, p := range r.Problems {
+		require.Equal(t, "columns", p.Check)
+		require.Equal(t, "default", p.Problem)
+		byName[*p.Name] = p.Detail
+	}
+	require.Contains(t, byName["sent_at"], "column sent_at of public.cd has DEFAULT now(): new rows are written as sent")
+	require.Contains(t, byName["sent_at"], "ALTER TABLE public.cd ALTER COLUMN sent_at DROP DEFAULT")
+	require.Contains(t, byName["attempt_count"], "is not NOT NULL DEFAULT 0")
+
+	cliExec(t, db.Pool, `ALTER TABLE public.cd ALTER COLUMN sent_at DROP DEFAULT, ALTER COLUMN attempt_count SET NOT NULL`)
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.cd", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+}

@@ -26,15 +26,22 @@ var canonicalColumns = []struct{ name, typ string }{
 // catalog.
 func checkColumns(ctx context.Context, conn *pgx.Conn, t queueTable) ([]finding, *skipped, error) {
 	rows, err := conn.Query(ctx, `
-		SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)
-		FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, t.oid)
+		SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
+		       pg_catalog.pg_get_expr(d.adbin, d.adrelid)
+		FROM pg_catalog.pg_attribute a
+		LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, t.oid)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the queue's columns: %w", err)
 	}
 	have := map[string]string{}
+	notNull := map[string]bool{}
+	defaults := map[string]*string{}
 	var name, typ string
-	if _, err := pgx.ForEachRow(rows, []any{&name, &typ}, func() error {
-		have[name] = typ
+	var nn bool
+	var def *string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &typ, &nn, &def}, func() error {
+		have[name], notNull[name], defaults[name] = typ, nn, def
 		return nil
 	}); err != nil {
 		return nil, nil, fmt.Errorf("reading the queue's columns: %w", err)
@@ -54,5 +61,34 @@ func checkColumns(ctx context.Context, conn *pgx.Conn, t queueTable) ([]finding,
 					"ALTER TABLE %s ALTER COLUMN %s TYPE %s", c.name, t.ident, got, c.typ, t.ident, c.name, c.typ)})
 		}
 	}
-	return list, nil, nil
+	return append(list, columnDefaultFindings(t, have, notNull, defaults)...), nil, nil
+}
+
+// columnDefaultFindings reports a default that writes a new row other than pending and free, as
+// create_queue refuses it for a new queue since 00052 (outbox._column_problems): sent_at's writes
+// every row as sent (never delivered, counted nowhere), leased_until's or lease_token's as leased,
+// and an attempt_count that is not NOT NULL DEFAULT 0 as tried already, or with NULL attempts that
+// no claim takes.
+func columnDefaultFindings(t queueTable, have map[string]string, notNull map[string]bool, defaults map[string]*string) []finding {
+	var list []finding
+	for _, c := range []struct{ name, written string }{
+		{"sent_at", "as sent: never delivered, counted nowhere"},
+		{"leased_until", "as leased"}, {"lease_token", "as leased"},
+	} {
+		if d := defaults[c.name]; d != nil {
+			list = append(list, finding{Check: checkColumnsName, Problem: "default", Name: ptr(c.name), Detail: fmt.Sprintf(
+				"column %s of %s has DEFAULT %s: new rows are written %s; ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT",
+				c.name, t.ident, *d, c.written, t.ident, c.name)})
+		}
+	}
+	if _, ok := have["attempt_count"]; ok {
+		d := defaults["attempt_count"]
+		if !notNull["attempt_count"] || d == nil || *d != "0" {
+			list = append(list, finding{Check: checkColumnsName, Problem: "default", Name: ptr("attempt_count"), Detail: fmt.Sprintf(
+				"column attempt_count of %s is not NOT NULL DEFAULT 0: rows written with NULL attempts are taken by no claim, "+
+					"and a larger default writes them as tried already; ALTER TABLE %s ALTER COLUMN attempt_count SET DEFAULT 0, "+
+					"ALTER COLUMN attempt_count SET NOT NULL", t.ident, t.ident)})
+		}
+	}
+	return list
 }

@@ -2,7 +2,7 @@
 -- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
 -- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
 -- again with new settings updates them; the partition column can not change. An adopted table keeps its rows; missing lease columns are added as
--- NULL = "free", and those it has must have create_queue's types (outbox._column_type_problems). What the table enforces on producers (CHECKs, column privileges) is
+-- NULL = "free", and those it has must be as create_queue makes them (types and defaults: outbox._column_problems). What the table enforces on producers (CHECKs, column privileges) is
 -- outbox._guard_queue_table.
 -- Registration follows the table: when the registered table was dropped (or dropped and made
 -- again) outside drop_queue, the new table is registered under the same queue_id and every piece
@@ -205,15 +205,16 @@ BEGIN
         'queue %s exists but lacks required columns (or has other types): %s', v_name, v_missing));
     END IF;
     -- And the columns pgdrain writes, when the table has them, with the types its statements are
-    -- built for: refused for a new queue or a new table under a registered name; a registered
-    -- queue's table keeps working as it does, with a warning (pgdrain check fails it).
-    v_column_problem := outbox._column_type_problems(v_rel);
+    -- built for and defaults that make a new row pending and free: refused for a new queue or a new
+    -- table under a registered name; a registered queue's table keeps working as it does, with a
+    -- warning (pgdrain check fails it).
+    v_column_problem := outbox._column_problems(v_rel);
     IF v_column_problem IS NOT NULL AND v_new_table THEN
       PERFORM outbox._invalid(fn, pg_catalog.format(
-        'queue %s exists but columns pgdrain writes have other types than its statements need: %s', v_name, v_column_problem));
+        'queue %s exists but columns pgdrain writes are not as its statements need them: %s', v_name, v_column_problem));
     ELSIF v_column_problem IS NOT NULL THEN
-      RAISE WARNING '%: columns of % have other types than pgdrain''s statements need: %', fn, v_name, v_column_problem
-        USING HINT = 'Claims fail (SQLSTATE 42804) or failures are not recorded while they do: ALTER TABLE ... ALTER COLUMN ... TYPE each (pgdrain check says how).';
+      RAISE WARNING '%: columns of % are not as pgdrain''s statements need them: %', fn, v_name, v_column_problem
+        USING HINT = 'Claims fail (SQLSTATE 42804), failures are not recorded or new rows are not pending while they are so: ALTER TABLE ... ALTER COLUMN ... TYPE, SET DEFAULT or DROP DEFAULT each (pgdrain check says how).';
     END IF;
     IF NOT EXISTS (
       SELECT 1 FROM pg_catalog.pg_index i

@@ -1,25 +1,46 @@
 -- +goose Up
 -- +goose StatementBegin
 -- The columns of queue table p_rel that pgdrain itself writes (create_queue adds them when they are
--- missing) but whose types are not the ones its statements are built for, as "column type (needs
--- type)" separated by commas; NULL when there are none. A claim's RETURN QUERY requires its
--- columns' exact types (attempt_count bigint: every claim failed with 42804), and a narrower
--- last_error (varchar(3)) refused every failure recorded: the row was delivered again and again,
--- never poisoned, and apply_results refused the whole batch's results with it. The same list as
--- pgdrain check's columns check.
-CREATE OR REPLACE FUNCTION outbox._column_type_problems(p_rel regclass)
+-- missing) as they must not be, each as "column what (needs what)", separated by commas; NULL when
+-- there are none.
+-- - A type other than the one its statements are built for: a claim's RETURN QUERY requires its
+--   columns' exact types (attempt_count bigint: every claim failed with 42804), and a narrower
+--   last_error (varchar(3)) refused every failure recorded: the row was delivered again and again,
+--   never poisoned, and apply_results refused the whole batch's results with it.
+-- - A default that makes a new row other than pending and free: sent_at's wrote every row as sent
+--   (never delivered, counted nowhere), leased_until's or lease_token's as leased by nobody, and an
+--   attempt_count that is not NOT NULL DEFAULT 0 as already tried (poisoned at max_attempts) or
+--   NULL (no claim, stats or repair ever counts such a row).
+-- The same types as pgdrain check's columns check.
+CREATE OR REPLACE FUNCTION outbox._column_problems(p_rel regclass)
 RETURNS text
 LANGUAGE sql
 STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT pg_catalog.string_agg(pg_catalog.format('%s %s (needs %s)', a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), r.typ),
-                               ', ' ORDER BY r.n)
+  SELECT pg_catalog.string_agg(p.problem, ', ' ORDER BY p.n, p.kind)
   FROM (VALUES (1, 'attempt_count', 'integer'), (2, 'next_attempt_at', 'timestamp with time zone'),
                (3, 'sent_at', 'timestamp with time zone'), (4, 'leased_until', 'timestamp with time zone'),
                (5, 'lease_token', 'uuid'), (6, 'last_error', 'text'), (7, 'headers', 'jsonb')) AS r(n, col, typ)
   JOIN pg_catalog.pg_attribute a ON a.attrelid = p_rel AND a.attname = r.col AND NOT a.attisdropped
-  WHERE pg_catalog.format_type(a.atttypid, a.atttypmod) <> r.typ
+  LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+  CROSS JOIN LATERAL (
+    SELECT r.n, 1 AS kind, pg_catalog.format('%s %s (needs %s)', r.col, pg_catalog.format_type(a.atttypid, a.atttypmod), r.typ)
+    WHERE pg_catalog.format_type(a.atttypid, a.atttypmod) <> r.typ
+    UNION ALL
+    SELECT r.n, 2, pg_catalog.format('%s DEFAULT %s (needs none: new rows would be written %s)', r.col,
+                                     pg_catalog.pg_get_expr(d.adbin, d.adrelid),
+                                     CASE r.col WHEN 'sent_at' THEN 'as sent, never delivered' ELSE 'as leased' END)
+    WHERE r.col IN ('sent_at', 'leased_until', 'lease_token') AND d.adbin IS NOT NULL
+    UNION ALL
+    SELECT r.n, 2, pg_catalog.format('attempt_count %s%s (needs NOT NULL DEFAULT 0: %s)',
+                                     CASE WHEN a.attnotnull THEN 'NOT NULL ' ELSE '' END,
+                                     COALESCE('DEFAULT ' || pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'without a default'),
+                                     CASE WHEN NOT a.attnotnull THEN 'a row written with NULL attempts is taken by no claim'
+                                          WHEN d.adbin IS NULL THEN 'enqueue and every producer that leaves it out fail'
+                                          ELSE 'new rows would be written as tried already' END)
+    WHERE r.col = 'attempt_count'
+      AND NOT (a.attnotnull AND d.adbin IS NOT NULL AND pg_catalog.pg_get_expr(d.adbin, d.adrelid) = '0')) AS p(n, kind, problem)
 $$;
 -- +goose StatementEnd
 
@@ -28,7 +49,7 @@ $$;
 -- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
 -- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
 -- again with new settings updates them; the partition column can not change. An adopted table keeps its rows; missing lease columns are added as
--- NULL = "free", and those it has must have create_queue's types (outbox._column_type_problems). What the table enforces on producers (CHECKs, column privileges) is
+-- NULL = "free", and those it has must be as create_queue makes them (types and defaults: outbox._column_problems). What the table enforces on producers (CHECKs, column privileges) is
 -- outbox._guard_queue_table.
 -- Registration follows the table: when the registered table was dropped (or dropped and made
 -- again) outside drop_queue, the new table is registered under the same queue_id and every piece
@@ -231,15 +252,16 @@ BEGIN
         'queue %s exists but lacks required columns (or has other types): %s', v_name, v_missing));
     END IF;
     -- And the columns pgdrain writes, when the table has them, with the types its statements are
-    -- built for: refused for a new queue or a new table under a registered name; a registered
-    -- queue's table keeps working as it does, with a warning (pgdrain check fails it).
-    v_column_problem := outbox._column_type_problems(v_rel);
+    -- built for and defaults that make a new row pending and free: refused for a new queue or a new
+    -- table under a registered name; a registered queue's table keeps working as it does, with a
+    -- warning (pgdrain check fails it).
+    v_column_problem := outbox._column_problems(v_rel);
     IF v_column_problem IS NOT NULL AND v_new_table THEN
       PERFORM outbox._invalid(fn, pg_catalog.format(
-        'queue %s exists but columns pgdrain writes have other types than its statements need: %s', v_name, v_column_problem));
+        'queue %s exists but columns pgdrain writes are not as its statements need them: %s', v_name, v_column_problem));
     ELSIF v_column_problem IS NOT NULL THEN
-      RAISE WARNING '%: columns of % have other types than pgdrain''s statements need: %', fn, v_name, v_column_problem
-        USING HINT = 'Claims fail (SQLSTATE 42804) or failures are not recorded while they do: ALTER TABLE ... ALTER COLUMN ... TYPE each (pgdrain check says how).';
+      RAISE WARNING '%: columns of % are not as pgdrain''s statements need them: %', fn, v_name, v_column_problem
+        USING HINT = 'Claims fail (SQLSTATE 42804), failures are not recorded or new rows are not pending while they are so: ALTER TABLE ... ALTER COLUMN ... TYPE, SET DEFAULT or DROP DEFAULT each (pgdrain check says how).';
     END IF;
     IF NOT EXISTS (
       SELECT 1 FROM pg_catalog.pg_index i
@@ -566,7 +588,7 @@ GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, 
 
 -- +goose Down
 -- +goose StatementBegin
-DROP FUNCTION IF EXISTS outbox._column_type_problems(regclass);
+DROP FUNCTION IF EXISTS outbox._column_problems(regclass);
 -- +goose StatementEnd
 
 

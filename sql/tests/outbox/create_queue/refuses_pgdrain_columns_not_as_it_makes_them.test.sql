@@ -1,12 +1,15 @@
 -- An adopted table may already have the columns pgdrain writes (attempt_count, next_attempt_at,
--- sent_at, leased_until, lease_token, last_error, headers); with other types than create_queue
+-- sent_at, leased_until, lease_token, last_error, headers). With other types than create_queue
 -- makes, every claim failed (attempt_count bigint: 42804 from the claim's read-back) or no failure
 -- could be recorded (last_error varchar(3): 22001, the row delivered again and again, never
--- poisoned, and the batch's other results refused with it). create_queue refuses such a table for
--- a new queue (22023, naming each column, its type and the type needed) and changes nothing; a
--- registered queue whose column a DBA changed since is registered again, with a warning.
+-- poisoned, and the batch's other results refused with it); with defaults that make a new row
+-- other than pending and free, rows were lost without a trace (sent_at DEFAULT now(): written as
+-- sent, never delivered, counted nowhere) or never claimed (a nullable attempt_count). create_queue
+-- refuses such a table for a new queue (22023, naming each column, what it is and what it needs)
+-- and changes nothing; a registered queue whose column a DBA changed since is registered again,
+-- with a warning.
 BEGIN;
-SELECT plan(11);
+SELECT plan(15);
 
 CREATE FUNCTION pg_temp.queue_table(p_name text, p_columns text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -16,7 +19,7 @@ END $$;
 SELECT pg_temp.queue_table('ct_narrow', ', attempt_count bigint NOT NULL DEFAULT 0, last_error varchar(3)');
 
 SELECT throws_ok($$SELECT outbox.create_queue('public.ct_narrow', 'k')$$, '22023',
-  'create_queue: queue public.ct_narrow exists but columns pgdrain writes have other types than its statements need: attempt_count bigint (needs integer), last_error character varying(3) (needs text)',
+  'create_queue: queue public.ct_narrow exists but columns pgdrain writes are not as its statements need them: attempt_count bigint (needs integer), last_error character varying(3) (needs text)',
   'a table with attempt_count bigint and last_error varchar(3) is refused, naming each column, its type and the type needed');
 SELECT is_empty($$SELECT 1 FROM outbox.queues WHERE queue = 'public.ct_narrow'
                   UNION ALL SELECT 1 FROM pg_trigger WHERE tgrelid = 'public.ct_narrow'::regclass AND NOT tgisinternal
@@ -36,6 +39,24 @@ SELECT throws_like($$SELECT outbox.create_queue('public.ct_leased', 'k')$$,
   '%leased_until timestamp(0) with time zone (needs timestamp with time zone)', 'leased_until rounded to seconds');
 SELECT throws_like($$SELECT outbox.create_queue('public.ct_token', 'k')$$, '%lease_token text (needs uuid)', 'lease_token as text');
 SELECT throws_like($$SELECT outbox.create_queue('public.ct_headers', 'k')$$, '%headers json (needs jsonb)', 'headers as json');
+
+-- Defaults: a row must be written pending and free.
+SELECT pg_temp.queue_table('ct_sent_default', ', sent_at timestamptz DEFAULT now()');
+SELECT pg_temp.queue_table('ct_lease_default', ', leased_until timestamptz DEFAULT now() + interval ''1 hour'', lease_token uuid DEFAULT gen_random_uuid()');
+SELECT pg_temp.queue_table('ct_attempts_null', ', attempt_count integer DEFAULT 0');
+SELECT pg_temp.queue_table('ct_attempts_used', ', attempt_count integer NOT NULL DEFAULT 10');
+SELECT throws_ok($$SELECT outbox.create_queue('public.ct_sent_default', 'k')$$, '22023',
+  'create_queue: queue public.ct_sent_default exists but columns pgdrain writes are not as its statements need them: sent_at DEFAULT now() (needs none: new rows would be written as sent, never delivered)',
+  'a sent_at with a default, which would write every row as sent and never deliver it, is refused');
+SELECT throws_like($$SELECT outbox.create_queue('public.ct_lease_default', 'k')$$,
+  '%leased_until DEFAULT (now() + ''01:00:00''::interval) (needs none: new rows would be written as leased), lease_token DEFAULT gen_random_uuid() (needs none: new rows would be written as leased)',
+  'so are a lease and a token by default');
+SELECT throws_like($$SELECT outbox.create_queue('public.ct_attempts_null', 'k')$$,
+  '%attempt_count DEFAULT 0 (needs NOT NULL DEFAULT 0: a row written with NULL attempts is taken by no claim)',
+  'a nullable attempt_count');
+SELECT throws_like($$SELECT outbox.create_queue('public.ct_attempts_used', 'k')$$,
+  '%attempt_count NOT NULL DEFAULT 10 (needs NOT NULL DEFAULT 0: new rows would be written as tried already)',
+  'and attempts used up by default');
 
 SELECT pg_temp.queue_table('ct_exact', ', attempt_count integer NOT NULL DEFAULT 0, next_attempt_at timestamptz, sent_at timestamptz,
   leased_until timestamptz, lease_token uuid, last_error text, headers jsonb');
