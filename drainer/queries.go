@@ -2,7 +2,6 @@ package drainer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,12 +9,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgdrain/pgdrain/internal/headsrebuild"
 )
 
-// Every statement the drainer sends is here (but LISTEN/UNLISTEN, in listen.go). Each calls an
-// outbox SQL function granted to pgdrain_worker (docs/security.md) or sets a setting of its own; the
-// drainer reads and writes no table itself, so a login role that is only a member of
-// pgdrain_worker can run it.
+// Every statement the drainer sends is here (but LISTEN/UNLISTEN, in listen.go, and the gauge's
+// outbox.heads_rebuild, in internal/headsrebuild, which the CLI, the console and the relay share).
+// Each calls an outbox SQL function granted to pgdrain_worker (docs/security.md) or sets a setting
+// of its own; the drainer reads and writes no table itself, so a login role that is only a member
+// of pgdrain_worker can run it.
 const (
 	sqlQueueInfo = `
 		SELECT queue_name, coalesce(partition_column, ''), max_attempts, backoff_min, backoff_max,
@@ -71,7 +73,6 @@ const (
 	sqlStats = `
 		SELECT pending, poisoned, coalesce(extract(epoch FROM oldest_pending_age), 0)::float8
 		FROM outbox.stats($1)`
-	sqlHeadsRebuild     = `SELECT rebuilding FROM outbox.heads_rebuild($1)`
 	sqlWedgedPartitions = `
 		SELECT partition_key, head_id, head_attempt_count, coalesce(head_last_error, ''), oldest_pending_at,
 		       pending, reason, extract(epoch FROM now() - oldest_pending_at)::float8
@@ -364,18 +365,14 @@ func queryStats(ctx context.Context, db querier, queue string) (queueStats, erro
 }
 
 // queryHeadsRebuilding reports whether claims are rebuilding the queue's partition heads
-// (outbox.heads_rebuild). known is false on a schema before migration 00051, which has no such
-// function: the gauge is left out rather than the scrape failing.
+// (outbox.heads_rebuild). known is false when the database can not say (a schema before migration
+// 00051, which has no such function): the gauge is left out rather than the scrape failing.
 func queryHeadsRebuilding(ctx context.Context, db querier, queue string) (rebuilding, known bool, err error) {
-	err = db.QueryRow(ctx, sqlHeadsRebuild, queue).Scan(&rebuilding)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42883" {
-		return false, false, nil
-	}
+	p, known, err := headsrebuild.Read(ctx, db, queue)
 	if err != nil {
 		return false, false, translate("reading outbox.heads_rebuild", err)
 	}
-	return rebuilding, true, nil
+	return p != nil, known, nil
 }
 
 // queryWedgedPartitions returns the limit oldest partitions stuck longer than olderThan

@@ -305,3 +305,38 @@ func claimUntilHeadsBuilt(t *testing.T, pool *pgxpool.Pool) {
 	}
 	t.Fatal("the heads are still being rebuilt after 100 claims")
 }
+
+// outbox.stats counts a rebuild's unreached keys as pending and ready, though no claim takes them
+// before their part: `pgdrain stats` says the heads are being rebuilt (and, with --json,
+// heads_rebuild), and nothing once they are built.
+func TestCLI_StatsSaysClaimsRebuildTheHeads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
+	_, err := q.pool.Exec(ctx, `INSERT INTO public.events (event_type, payload, resource_id)
+		SELECT 'op', '{}', 'k' || g FROM generate_series(1, 5) g`)
+	require.NoError(t, err)
+	_, err = q.pool.Exec(ctx, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
+	require.NoError(t, err)
+	reader := loginURL(t, q.db, "pgdrain_reader")
+
+	text := runCLI(t, "stats", "public.events", "--dsn", reader)
+	require.Equal(t, cli.ExitOK, text.code, text.stderr)
+	require.Contains(t, text.stdout, "heads_rebuild")
+	require.Contains(t, text.stdout, "no part done yet: keys no part has reached wait for their part")
+	var s struct {
+		Pending      int64   `json:"pending"`
+		HeadsRebuild *string `json:"heads_rebuild"`
+	}
+	runCLIJSON(t, cli.ExitOK, &s, "stats", "public.events", "--dsn", reader)
+	require.EqualValues(t, 5, s.Pending)
+	require.NotNil(t, s.HeadsRebuild)
+	require.Equal(t, "no part done yet", *s.HeadsRebuild)
+
+	claimUntilHeadsBuilt(t, q.pool)
+	text = runCLI(t, "stats", "public.events", "--dsn", reader)
+	require.Equal(t, cli.ExitOK, text.code, text.stderr)
+	require.NotContains(t, text.stdout, "heads_rebuild")
+	runCLIJSON(t, cli.ExitOK, &s, "stats", "public.events", "--dsn", reader)
+	require.Nil(t, s.HeadsRebuild)
+}

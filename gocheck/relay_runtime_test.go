@@ -238,3 +238,27 @@ func rlGet(t *testing.T, url string) (int, string) {
 	require.NoError(t, err)
 	return resp.StatusCode, string(b)
 }
+
+// While claims rebuild a queue's partition heads after a crash, /healthz says so for the queue
+// (heads_rebuild), without calling the relay unhealthy: its own claims rebuild them. As
+// pgdrain_worker; a relay not yet running, whose claims would finish the rebuild at once.
+func TestRelay_HealthSaysClaimsRebuildTheHeads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+	q.enqueue(t, "k", "op", 0)
+	_, err := q.pool.Exec(ctx, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
+	require.NoError(t, err)
+	pool := loginPool(t, q.db, "pgdrain_worker")
+	r, err := relay.New(pool, []relay.Route{rlRoute(q, drainer.ClaimLease, &rlSink{}, 1, 1)}, relay.WithLogger(drLogger(t)))
+	require.NoError(t, err)
+	h := r.Health(ctx)
+	require.Equal(t, "ok", h.Database)
+	require.Len(t, h.Queues, 1)
+	require.Equal(t, "no part done yet", h.Queues[0].HeadsRebuild, "%+v", h)
+
+	_, err = q.pool.Exec(ctx, `SELECT count(*) FROM outbox.claim_batch('public.events', 1)`)
+	require.NoError(t, err)
+	h = r.Health(ctx)
+	require.Empty(t, h.Queues[0].HeadsRebuild, "%+v", h)
+}

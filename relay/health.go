@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pgdrain/pgdrain/internal/headsrebuild"
 )
 
 // healthPingTimeout bounds the database ping of one health check.
@@ -39,6 +41,10 @@ type QueueHealth struct {
 	// Cause says what Error means when the database is unavailable or refuses writes (drainer.Health):
 	// for a refused write, a standby or default_transaction_read_only = on, and where it was set.
 	Cause string `json:"cause,omitempty"`
+	// HeadsRebuild says how far the queue's claims are in rebuilding its partition heads after a
+	// crash, a promotion or a restore (outbox.heads_rebuild): keys no part has reached wait for
+	// theirs meanwhile. Not a failure: the relay's own claims rebuild them, a part per claim.
+	HeadsRebuild string `json:"heads_rebuild,omitempty"`
 }
 
 // Health pings the database and reports every route's state.
@@ -68,6 +74,12 @@ func (r *Relay) Health(ctx context.Context) Health {
 			q.Error, q.Cause = dh.Err.Error(), dh.Cause
 		}
 		h.OK = h.OK && q.State == "running" && q.Error == ""
+		// Asked only of a database that answered the ping; what it can not say is left out.
+		if h.Database == "ok" {
+			if p, _, err := headsrebuild.Read(pctx, r.pool, x.Queue); err == nil && p != nil {
+				q.HeadsRebuild = p.String()
+			}
+		}
 		h.Queues = append(h.Queues, q)
 	}
 	return h

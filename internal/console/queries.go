@@ -13,9 +13,11 @@ import (
 
 	"github.com/pgdrain/pgdrain/escalation"
 	"github.com/pgdrain/pgdrain/internal/console/timetext"
+	"github.com/pgdrain/pgdrain/internal/headsrebuild"
 )
 
-// Every statement the console sends is in this file. Pages read through existing SQL functions
+// Every statement the console sends is in this file (but outbox.heads_rebuild's, in
+// internal/headsrebuild, which the drainer, the CLI and the relay share). Pages read through existing SQL functions
 // where one exists (outbox.stats, outbox.wedged_partitions) and otherwise through bounded,
 // index-backed queries; actions call exactly the functions the CLI calls.
 
@@ -136,29 +138,17 @@ func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan t
 // a standby's promotion or a restore without the unlogged tables' data, each claim one part of the
 // keys in their order (outbox.heads_rebuild, 00051). Through is the last key a part has done, nil
 // before the first part.
-type HeadsRebuild struct {
-	Through *string
-}
+type HeadsRebuild = headsrebuild.Progress
 
 // readHeadsRebuild asks outbox.heads_rebuild (granted to pgdrain_reader) whether claims are
 // rebuilding the heads of a partitioned queue: nil when they are not, and when it can not be known
-// here: on a schema before 00051, which has no such function (42883), and on a hot standby, which
-// can not read the unlogged tables behind it (0A000): the primary's claims rebuild them, unseen there.
+// here (headsrebuild.Read: a schema before 00051, a hot standby).
 func readHeadsRebuild(ctx context.Context, db *pgxpool.Pool, queue string) (*HeadsRebuild, error) {
-	var rebuilding bool
-	var through *string
-	err := db.QueryRow(ctx, `SELECT r.rebuilding, r.rebuilt_through FROM outbox.heads_rebuild($1) r`, queue).
-		Scan(&rebuilding, &through)
-	if code := sqlState(err); code == "42883" || code == "0A000" {
-		return nil, nil
-	}
+	p, _, err := headsrebuild.Read(ctx, db, queue)
 	if err != nil {
 		return nil, fmt.Errorf("reading outbox.heads_rebuild(%s): %w", queue, err)
 	}
-	if !rebuilding {
-		return nil, nil
-	}
-	return &HeadsRebuild{Through: through}, nil
+	return p, nil
 }
 
 // Poisoned is one poisoned row as the queue page lists it.

@@ -2,15 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgdrain/pgdrain/internal/console/timetext"
+	"github.com/pgdrain/pgdrain/internal/headsrebuild"
 )
 
 // finding is one problem found by check.
@@ -198,26 +197,17 @@ func checkHeadsRebuild(ctx context.Context, conn *pgx.Conn, table string) (*skip
 }
 
 // headsRebuild says how far claims are in rebuilding the queue's partition heads
-// (outbox.heads_rebuild): "no part done yet" or "done through key ...", and "" when they are not
-// rebuilding them, or on a schema before 00051, which can not say.
+// (headsrebuild.Read): "no part done yet" or "done through key ...", and "" when they are not
+// rebuilding them, or on a schema before 00051 or a hot standby, which can not say.
 func headsRebuild(ctx context.Context, conn *pgx.Conn, queue string) (string, error) {
-	var rebuilding bool
-	var through *string
-	err := conn.QueryRow(ctx, `SELECT rebuilding, rebuilt_through FROM outbox.heads_rebuild($1)`, queue).Scan(&rebuilding, &through)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42883" {
-		return "", nil
-	}
+	p, _, err := headsrebuild.Read(ctx, conn, queue)
 	if err != nil {
 		return "", fmt.Errorf("asking whether the partition heads are being rebuilt: %w", err)
 	}
-	switch {
-	case !rebuilding:
+	if p == nil {
 		return "", nil
-	case through == nil:
-		return "no part done yet", nil
 	}
-	return "done through key " + strconv.Quote(*through), nil
+	return p.String(), nil
 }
 
 // checkRepair dry-runs outbox.repair: pending deliverable rows that no claim can reach because the

@@ -17,6 +17,10 @@ type queueStats struct {
 	Poisoned                int64      `json:"poisoned"`
 	OldestPendingAt         *time.Time `json:"oldest_pending_at"`
 	OldestPendingAgeSeconds *float64   `json:"oldest_pending_age_seconds"`
+	// HeadsRebuild is how far claims are in rebuilding the partition heads after a crash, a
+	// promotion or a restore (outbox.heads_rebuild): null when they are not. Meanwhile keys no part
+	// has reached count as pending and ready but wait for their part.
+	HeadsRebuild *string `json:"heads_rebuild"`
 }
 
 var statsCommand = command{
@@ -33,6 +37,12 @@ var statsCommand = command{
 			return fmt.Errorf("reading stats: %w", err)
 		}
 		s.OldestPendingAt = utc(s.OldestPendingAt)
+		// The counts stand whatever it says: a role that may not ask is told so on stderr.
+		if progress, err := headsRebuild(ctx, e.conn, args[0]); err != nil {
+			fmt.Fprintf(e.errOut, "note: %v\n", err)
+		} else if progress != "" {
+			s.HeadsRebuild = &progress
+		}
 		if e.json {
 			return writeJSON(e.out, s)
 		}
@@ -41,7 +51,7 @@ var statsCommand = command{
 			d := time.Duration(*s.OldestPendingAgeSeconds * float64(time.Second))
 			age = humanDuration(&d)
 		}
-		return writeTable(e.out, []string{"FIELD", "VALUE"}, [][]string{
+		rows := [][]string{
 			{"queue", s.Queue},
 			{"pending", strconv.FormatInt(s.Pending, 10)},
 			{"ready", strconv.FormatInt(s.Ready, 10)},
@@ -50,6 +60,10 @@ var statsCommand = command{
 			{"poisoned", strconv.FormatInt(s.Poisoned, 10)},
 			{"oldest_pending_at", timeOrDash(s.OldestPendingAt)},
 			{"oldest_pending_age", age},
-		})
+		}
+		if s.HeadsRebuild != nil {
+			rows = append(rows, []string{"heads_rebuild", *s.HeadsRebuild + ": keys no part has reached wait for their part"})
+		}
+		return writeTable(e.out, []string{"FIELD", "VALUE"}, rows)
 	}),
 }
