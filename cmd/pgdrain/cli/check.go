@@ -146,7 +146,7 @@ func readQueueTable(ctx context.Context, conn *pgx.Conn, queue string) (queueTab
 
 // checkedText lists what check verified, leaving out what it skipped, for the "ok" line.
 func checkedText(skips []skipped, partitioned bool) string {
-	parts := []string{"its columns of pgdrain's types", "exactly the required indexes", fmt.Sprintf("autovacuum scale factors <= %g", maxScaleFactor), "its triggers"}
+	parts := []string{"its columns of pgdrain's types and defaults", "exactly the required indexes", fmt.Sprintf("autovacuum scale factors <= %g", maxScaleFactor), "its triggers"}
 	skippedCheck := map[string]bool{}
 	for _, s := range skips {
 		skippedCheck[s.Check] = true
