@@ -45,6 +45,35 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Why row level security of table p_rel would filter what pgdrain's functions read, or NULL when it
+-- does not. The functions are SECURITY DEFINER and run as p_definer (the owner of the outbox
+-- functions); a policy applies to that role when the table has ROW LEVEL SECURITY enabled and either
+-- forces it on its owner (FORCE ROW LEVEL SECURITY) or is owned by a role p_definer does not have
+-- the privileges of, unless p_definer is a superuser or has BYPASSRLS. Such a policy is evaluated in
+-- each caller's session (a drainer's settings, not a producer's): claims, results, stats, repair and
+-- the commit step then see only the rows it shows them, and the others are never delivered and
+-- counted nowhere.
+CREATE OR REPLACE FUNCTION outbox._row_security_problem(p_rel regclass, p_definer oid)
+RETURNS text
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.format(
+    'has row level security that applies to %s, the role pgdrain''s functions run as (%s): claims, '
+    'stats and repair would see only the rows its policies show the drainer''s session, and never '
+    'deliver the others; pgdrain needs every row of a queue table',
+    pg_catalog.pg_get_userbyid(p_definer),
+    CASE WHEN c.relforcerowsecurity THEN 'FORCE ROW LEVEL SECURITY'
+         ELSE pg_catalog.format('the table is owned by %s', pg_catalog.pg_get_userbyid(c.relowner)) END)
+  FROM pg_catalog.pg_class c, pg_catalog.pg_roles r
+  WHERE c.oid = p_rel AND r.oid = p_definer
+    AND c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls)
+    AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(p_definer, c.relowner, 'USAGE'))
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE
 -- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
 -- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
@@ -107,6 +136,10 @@ DECLARE
   v_column_problem text;
   v_new_table boolean;
   v_created boolean := false;
+  -- The role pgdrain's SECURITY DEFINER functions (claims, results, the producers' triggers) run
+  -- as: the owner of the outbox functions, which must be able to use what this call makes and adopts.
+  v_definer constant oid := (SELECT p.proowner FROM pg_catalog.pg_proc p
+                             WHERE p.oid = 'outbox.claim_batch(text,integer,interval)'::pg_catalog.regprocedure);
 BEGIN
   IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -172,6 +205,16 @@ BEGIN
     RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
   END IF;
   v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
+  -- What this call makes (the table, the queue's sequences in outbox, the triggers' functions) is
+  -- the caller's: a caller whose objects the functions' owner can not use (a superuser DBA beside
+  -- a non-superuser migrating role, as docs/security.md advises) made a queue whose producers'
+  -- INSERTs and every claim failed with 42501 "permission denied for sequence ...". Refused before
+  -- anything changes, naming the role to run it as.
+  IF NOT pg_catalog.pg_has_role(v_definer, current_user, 'USAGE') THEN
+    RAISE EXCEPTION '%: run it as the role pgdrain''s functions run as (%), got %: what it makes would be %''s, which % may not use (every producer and claim of the queue would fail with permission denied)',
+      fn, pg_catalog.pg_get_userbyid(v_definer), current_user, current_user, pg_catalog.pg_get_userbyid(v_definer)
+      USING ERRCODE = '42501', HINT = pg_catalog.format('SET ROLE %I, then call create_queue again.', pg_catalog.pg_get_userbyid(v_definer));
+  END IF;
 
   -- The registration is this table's only while its oid is the table's; a registration whose
   -- table was dropped (and maybe made again) is stale, and the new table is a new queue.
@@ -263,6 +306,19 @@ BEGIN
       RAISE WARNING '%: columns of % are not as pgdrain''s statements need them: %', fn, v_name, v_column_problem
         USING HINT = 'Claims fail (SQLSTATE 42804), failures are not recorded or new rows are not pending while they are so: ALTER TABLE ... ALTER COLUMN ... TYPE, SET DEFAULT or DROP DEFAULT each (pgdrain check says how).';
     END IF;
+    -- Row level security that applies to the functions' owner (FORCE ROW LEVEL SECURITY, or a
+    -- table owned by a role it is not a member of) filters what every claim, result, stats and
+    -- repair reads by the policy evaluated in the drainer's session: rows it hides were never
+    -- delivered, counted nowhere (stats said 0 pending), and a claim that could not see a head's
+    -- row dropped the head, so sessions that could see it no longer claimed it either.
+    v_other := outbox._row_security_problem(v_rel, v_definer);
+    IF v_other IS NOT NULL AND v_new_table THEN
+      PERFORM outbox._invalid(fn, pg_catalog.format('queue %s exists but %s', v_name, v_other));
+    ELSIF v_other IS NOT NULL THEN
+      RAISE WARNING '%: queue % %', fn, v_name, v_other
+        USING HINT = 'ALTER TABLE ... NO FORCE ROW LEVEL SECURITY (or DISABLE ROW LEVEL SECURITY); until then rows the policy hides from the drainers are not delivered.';
+    END IF;
+    v_other := NULL;
     IF NOT EXISTS (
       SELECT 1 FROM pg_catalog.pg_index i
       WHERE i.indrelid = v_rel AND i.indisprimary AND i.indnatts = 1
@@ -589,6 +645,7 @@ GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, 
 -- +goose Down
 -- +goose StatementBegin
 DROP FUNCTION IF EXISTS outbox._column_problems(regclass);
+DROP FUNCTION IF EXISTS outbox._row_security_problem(regclass, oid);
 -- +goose StatementEnd
 
 
