@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -369,5 +370,84 @@ func TestCLI_CheckNamesADefaultThatWritesRowsSent(t *testing.T) {
 
 	cliExec(t, db.Pool, `ALTER TABLE public.cd ALTER COLUMN sent_at DROP DEFAULT, ALTER COLUMN attempt_count SET NOT NULL`)
 	runCLIJSON(t, cli.ExitOK, &r, "check", "public.cd", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+}
+
+// Row level security that applies to the role pgdrain's functions run as (here a role that is not
+// a superuser and not the table's owner, as docs/security.md's migrating role) hides from every
+// claim, result and stats the rows the policy does not show the caller's session: never delivered,
+// counted nowhere. create_queue refuses it for a new queue (00052); check names it on a table
+// changed since, and says what lifts it.
+func TestCLI_CheckNamesRowSecurityThatHidesRowsFromPgdrain(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.rs', 'k')`)
+	cliExec(t, db.Pool, `INSERT INTO public.rs (event_type, payload, k) VALUES ('e', '{}', 'a'), ('e', '{"tenant": 2}', 'b')`)
+	definer := fmt.Sprintf("rs_definer_%s", db.Name)
+	cliExec(t, db.Pool, fmt.Sprintf(`CREATE ROLE %s NOLOGIN`, pgx.Identifier{definer}.Sanitize()))
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), fmt.Sprintf(`ALTER FUNCTION outbox.claim_batch(text, integer, interval) OWNER TO CURRENT_USER;
+			DROP ROLE %s`, pgx.Identifier{definer}.Sanitize()))
+	})
+	cliExec(t, db.Pool, fmt.Sprintf(`ALTER FUNCTION outbox.claim_batch(text, integer, interval) OWNER TO %s`, pgx.Identifier{definer}.Sanitize()))
+	var r checkReport
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.rs", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+
+	cliExec(t, db.Pool, `ALTER TABLE public.rs ENABLE ROW LEVEL SECURITY`)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.rs", "--dsn", db.URL)
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	p := r.Problems[0]
+	require.Equal(t, "row security", p.Check)
+	require.Equal(t, "applies to pgdrain", p.Problem)
+	require.Contains(t, p.Detail, "public.rs has row level security that applies to "+definer+", the role pgdrain's functions run as (the table is owned by")
+	require.Contains(t, p.Detail, "ALTER TABLE public.rs DISABLE ROW LEVEL SECURITY")
+
+	cliExec(t, db.Pool, `ALTER TABLE public.rs DISABLE ROW LEVEL SECURITY`)
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.rs", "--dsn", db.URL)
+	require.True(t, r.OK, "%+v", r.Problems)
+}
+
+// A lock-mode batch left prepared (PREPARE TRANSACTION by a two-phase-commit coordinator that then
+// went away) holds its rows and keys until someone commits or rolls it back, across restarts;
+// wedged_partitions calls its keys ready. check names it once it is older than 10 s.
+func TestCLI_CheckNamesAPreparedTransactionHoldingTheQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	var prepared int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT current_setting('max_prepared_transactions')::int`).Scan(&prepared))
+	if prepared == 0 {
+		t.Skip("the server has max_prepared_transactions = 0 (scripts/with-postgres.sh starts its clusters with 8)")
+	}
+	cliExec(t, db.Pool, `SELECT outbox.create_queue('public.pt', 'k')`)
+	cliExec(t, db.Pool, `INSERT INTO public.pt (event_type, payload, k) VALUES ('e', '{}', 'a')`)
+	gid := "pgdrain_check_" + db.Name
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `BEGIN`)
+	require.NoError(t, err)
+	var id int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT id FROM outbox.claim_locked('public.pt', 1)`).Scan(&id))
+	_, err = conn.Exec(ctx, fmt.Sprintf(`PREPARE TRANSACTION '%s'`, gid))
+	require.NoError(t, err)
+	conn.Release()
+	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), fmt.Sprintf(`ROLLBACK PREPARED '%s'`, gid)) })
+
+	var r checkReport
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.pt", "--dsn", db.URL)
+	require.True(t, r.OK, "a transaction prepared a moment ago is not named: %+v", r.Problems)
+	time.Sleep(11 * time.Second)
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.pt", "--dsn", db.URL)
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	p := r.Problems[0]
+	require.Equal(t, "prepared transactions", p.Check)
+	require.Equal(t, gid, *p.Name)
+	require.Contains(t, p.Detail, fmt.Sprintf("prepared transaction %q", gid))
+	require.Contains(t, p.Detail, "COMMIT PREPARED or ROLLBACK PREPARED it")
+
+	_, err = db.Pool.Exec(ctx, fmt.Sprintf(`ROLLBACK PREPARED '%s'`, gid))
+	require.NoError(t, err)
+	runCLIJSON(t, cli.ExitOK, &r, "check", "public.pt", "--dsn", db.URL)
 	require.True(t, r.OK, "%+v", r.Problems)
 }

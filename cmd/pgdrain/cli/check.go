@@ -15,7 +15,7 @@ import (
 // finding is one problem found by check.
 type finding struct {
 	// Check is the area: "columns", "indexes", "autovacuum", "triggers", "constraints", "sequence",
-	// "key type" or "repair".
+	// "key type", "row security", "prepared transactions" or "repair".
 	Check   string  `json:"check"`
 	Problem string  `json:"problem"`
 	Name    *string `json:"name"`
@@ -56,7 +56,7 @@ var checkCommand = command{
 		}
 		findings = append(findings, tg...)
 		var skips []skipped
-		for _, c := range []func(context.Context, *pgx.Conn, queueTable) ([]finding, *skipped, error){checkColumns, checkConstraints, checkSequence, checkKeyType} {
+		for _, c := range []func(context.Context, *pgx.Conn, queueTable) ([]finding, *skipped, error){checkColumns, checkConstraints, checkSequence, checkKeyType, checkRowSecurity, checkPrepared} {
 			list, skip, err := c(ctx, e.conn, t)
 			if err != nil {
 				return err
@@ -157,6 +157,7 @@ func checkedText(skips []skipped, partitioned bool) string {
 	if !skippedCheck[checkSequenceName] {
 		parts = append(parts, "an id sequence ahead of its ids")
 	}
+	parts = append(parts, "no row level security hiding rows from pgdrain", "no prepared transaction holding it")
 	if partitioned && !skippedCheck[checkKeyTypeName] {
 		parts = append(parts, "a partition key with one text per value")
 	}
