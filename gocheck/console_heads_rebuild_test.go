@@ -16,7 +16,7 @@ import (
 // the unlogged tables' data does: its partition heads are gone, and claims must rebuild them.
 func crashHeads(t *testing.T, b *consoleBundle) {
 	t.Helper()
-	exec(t, b.db.Pool, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
+	forgetHeadsAsACrashDoes(t, b.db.Pool)
 }
 
 // partDoneThrough notes that a rebuild part of public.events' heads has done the keys through key.

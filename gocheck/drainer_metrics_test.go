@@ -144,8 +144,7 @@ func TestDrainer_Metrics_SayClaimsRebuildTheHeads(t *testing.T) {
 	q := drNewQueue(t, drQueueOpts{partitionColumn: "resource_id"})
 	q.enqueue(t, "k", "op", 1)
 	// The crash: PostgreSQL empties the unlogged tables.
-	_, err := q.pool.Exec(ctx, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
-	require.NoError(t, err)
+	forgetHeadsAsACrashDoes(t, q.pool)
 	cfg := q.config(drainer.ClaimLease)
 	cfg.PollFallback = 100 * time.Millisecond // no part commits to wake it while the lock is held
 	d, reg := drNew(t, loginPool(t, q.db, "pgdrain_worker"), cfg, func(context.Context, string, drEvent) error { return nil })

@@ -225,8 +225,7 @@ func TestCLI_CheckSaysClaimsRebuildTheHeads(t *testing.T) {
 		SELECT 'op', '{}', 'k' || g FROM generate_series(1, 50) g`)
 	require.NoError(t, err)
 	// The crash: PostgreSQL empties the unlogged tables.
-	_, err = q.pool.Exec(ctx, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
-	require.NoError(t, err)
+	forgetHeadsAsACrashDoes(t, q.pool)
 	operator := loginURL(t, q.db, "pgdrain_operator")
 
 	text := runCLI(t, "check", "public.events", "--dsn", operator)
@@ -268,8 +267,7 @@ func TestCLI_WedgedSaysClaimsRebuildTheHeads(t *testing.T) {
 		SELECT 'op', '{}', 'k' || g, now() - interval '1 hour' FROM generate_series(1, 5) g`)
 	require.NoError(t, err)
 	// The crash: PostgreSQL empties the unlogged tables (after the producer's commit step made the heads).
-	_, err = q.pool.Exec(ctx, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
-	require.NoError(t, err)
+	forgetHeadsAsACrashDoes(t, q.pool)
 	operator := loginURL(t, q.db, "pgdrain_operator")
 
 	text := runCLI(t, "wedged", "public.events", "--dsn", operator)
@@ -287,6 +285,14 @@ func TestCLI_WedgedSaysClaimsRebuildTheHeads(t *testing.T) {
 	require.Contains(t, text.stdout, "k5")
 	require.NotContains(t, text.stdout, "rebuilding")
 	require.NotContains(t, text.stderr, "rebuilding")
+}
+
+// forgetHeadsAsACrashDoes empties the partition heads and their built-marks of every queue, as a
+// crash does (PostgreSQL empties unlogged tables at recovery): claims then rebuild them in parts.
+func forgetHeadsAsACrashDoes(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
+	require.NoError(t, err)
 }
 
 // claimUntilHeadsBuilt claims until the claims' parts have rebuilt the heads of public.events: a
@@ -316,8 +322,7 @@ func TestCLI_StatsSaysClaimsRebuildTheHeads(t *testing.T) {
 	_, err := q.pool.Exec(ctx, `INSERT INTO public.events (event_type, payload, resource_id)
 		SELECT 'op', '{}', 'k' || g FROM generate_series(1, 5) g`)
 	require.NoError(t, err)
-	_, err = q.pool.Exec(ctx, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
-	require.NoError(t, err)
+	forgetHeadsAsACrashDoes(t, q.pool)
 	reader := loginURL(t, q.db, "pgdrain_reader")
 
 	text := runCLI(t, "stats", "public.events", "--dsn", reader)

@@ -540,7 +540,7 @@ func TestProducers_BulkLoadBesideARebuildPartAfterACrashReset(t *testing.T) {
 	_, err = openTx.Exec(ctx, `INSERT INTO public.commit_marks (tag) VALUES ('open')`)
 	require.NoError(t, err)
 
-	exec(t, db.Pool, `DELETE FROM outbox.partition_heads; DELETE FROM outbox.partition_heads_built`)
+	forgetHeadsAsACrashDoes(t, db.Pool)
 	db.Pool.Reset()
 
 	delivered := map[string][]int64{}
