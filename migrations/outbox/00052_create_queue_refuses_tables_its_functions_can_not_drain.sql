@@ -74,6 +74,32 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Refuses, before anything changes, a caller of create_queue or set_notify whose objects the role
+-- pgdrain's SECURITY DEFINER functions run as (the owner of the outbox functions) may not use: what
+-- those calls make (the queue table, its sequences in outbox, its triggers' functions) is the
+-- caller's, and with a superuser DBA beside a non-superuser migrating role (as docs/security.md
+-- advises) every producer's INSERT and every claim of the queue failed with 42501 "permission
+-- denied for sequence ...". 42501, naming the role to run the call as.
+CREATE OR REPLACE FUNCTION outbox._check_caller(p_function text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_definer constant oid := (SELECT p.proowner FROM pg_catalog.pg_proc p
+                             WHERE p.oid = 'outbox.claim_batch(text,integer,interval)'::pg_catalog.regprocedure);
+BEGIN
+  IF NOT pg_catalog.pg_has_role(v_definer, current_user, 'USAGE') THEN
+    RAISE EXCEPTION '%: run it as the role pgdrain''s functions run as (%), got %: what it makes would be %''s, which % may not use (every producer and claim of the queue would fail with permission denied)',
+      p_function, pg_catalog.pg_get_userbyid(v_definer), current_user, current_user, pg_catalog.pg_get_userbyid(v_definer)
+      USING ERRCODE = '42501', HINT = pg_catalog.format('SET ROLE %I, then call %s again.', pg_catalog.pg_get_userbyid(v_definer), p_function);
+  END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE
 -- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
 -- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
@@ -205,16 +231,8 @@ BEGIN
     RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
   END IF;
   v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
-  -- What this call makes (the table, the queue's sequences in outbox, the triggers' functions) is
-  -- the caller's: a caller whose objects the functions' owner can not use (a superuser DBA beside
-  -- a non-superuser migrating role, as docs/security.md advises) made a queue whose producers'
-  -- INSERTs and every claim failed with 42501 "permission denied for sequence ...". Refused before
-  -- anything changes, naming the role to run it as.
-  IF NOT pg_catalog.pg_has_role(v_definer, current_user, 'USAGE') THEN
-    RAISE EXCEPTION '%: run it as the role pgdrain''s functions run as (%), got %: what it makes would be %''s, which % may not use (every producer and claim of the queue would fail with permission denied)',
-      fn, pg_catalog.pg_get_userbyid(v_definer), current_user, current_user, pg_catalog.pg_get_userbyid(v_definer)
-      USING ERRCODE = '42501', HINT = pg_catalog.format('SET ROLE %I, then call create_queue again.', pg_catalog.pg_get_userbyid(v_definer));
-  END IF;
+  -- What this call makes is the caller's: refused when the functions' owner may not use it.
+  PERFORM outbox._check_caller(fn);
 
   -- The registration is this table's only while its oid is the table's; a registration whose
   -- table was dropped (and maybe made again) is stale, and the new table is a new queue.
@@ -550,6 +568,42 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- When a queue's producers NOTIFY its channel:
+--   'always': every insert of an unpartitioned queue, every commit that made a partition of a
+--     partitioned queue claimable. Any LISTENing client is woken.
+--   'when_waiting' (the default for queues created since 00024): only while a drainer waits for a
+--     NOTIFY, which it says with outbox.drainer_waits
+--     before it sleeps (and outbox.drainer_woke when a NOTIFY woke it). NOTIFY takes a cluster-wide
+--     lock from commit until the commit's WAL flush is done, so concurrent producers that notify
+--     commit one at a time; while the drainers are busy nobody needs one. The Go drainer does this
+--     by itself; another client that only LISTENs is then woken only by its own polling.
+-- Owner only, like create_queue (it replaces the queue's NOTIFY trigger). Idempotent; kept when
+-- create_queue runs again.
+CREATE OR REPLACE FUNCTION outbox.set_notify(queue text, notify text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_q outbox.queues;
+BEGIN
+  IF notify IS NULL OR notify NOT IN ('always', 'when_waiting') THEN
+    RAISE EXCEPTION 'set_notify: notify must be ''always'' or ''when_waiting'', got %',
+      COALESCE(pg_catalog.quote_literal(notify), 'NULL')
+      USING ERRCODE = '22023';
+  END IF;
+  v_q := outbox._queue('set_notify', queue);
+  -- It makes the queue's sequences when they are missing: the caller's (outbox._check_caller).
+  PERFORM outbox._check_caller('set_notify');
+  UPDATE outbox.queues q SET notify = set_notify.notify WHERE q.queue_id = v_q.queue_id
+  RETURNING q.* INTO v_q;
+  PERFORM outbox._install_notify_trigger(v_q);
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- The version of the outbox schema installed in this database: the release it belongs to and the
 -- number of the last migration applied (the file migrations/outbox/NNNNN_*.sql). A client that needs
 -- a function added by migration N checks migration >= N before it starts (the Go drainer does).
@@ -708,6 +762,7 @@ GRANT EXECUTE ON FUNCTION outbox.version() TO pgdrain_worker, pgdrain_producer, 
 -- +goose StatementBegin
 DROP FUNCTION IF EXISTS outbox._column_problems(regclass);
 DROP FUNCTION IF EXISTS outbox._row_security_problem(regclass, oid);
+DROP FUNCTION IF EXISTS outbox._check_caller(text);
 -- +goose StatementEnd
 
 
@@ -1130,6 +1185,40 @@ BEGIN
      ORDER BY t.created_at
      LIMIT $4', v_q.table_oid::regclass, v_q.partition_column)
     USING v_q.queue_id, v_q.max_attempts, older_than, max_partitions;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- When a queue's producers NOTIFY its channel:
+--   'always': every insert of an unpartitioned queue, every commit that made a partition of a
+--     partitioned queue claimable. Any LISTENing client is woken.
+--   'when_waiting' (the default for queues created since 00024): only while a drainer waits for a
+--     NOTIFY, which it says with outbox.drainer_waits
+--     before it sleeps (and outbox.drainer_woke when a NOTIFY woke it). NOTIFY takes a cluster-wide
+--     lock from commit until the commit's WAL flush is done, so concurrent producers that notify
+--     commit one at a time; while the drainers are busy nobody needs one. The Go drainer does this
+--     by itself; another client that only LISTENs is then woken only by its own polling.
+-- Owner only, like create_queue (it replaces the queue's NOTIFY trigger). Idempotent; kept when
+-- create_queue runs again.
+CREATE OR REPLACE FUNCTION outbox.set_notify(queue text, notify text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_q outbox.queues;
+BEGIN
+  IF notify IS NULL OR notify NOT IN ('always', 'when_waiting') THEN
+    RAISE EXCEPTION 'set_notify: notify must be ''always'' or ''when_waiting'', got %',
+      COALESCE(pg_catalog.quote_literal(notify), 'NULL')
+      USING ERRCODE = '22023';
+  END IF;
+  v_q := outbox._queue('set_notify', queue);
+  UPDATE outbox.queues q SET notify = set_notify.notify WHERE q.queue_id = v_q.queue_id
+  RETURNING q.* INTO v_q;
+  PERFORM outbox._install_notify_trigger(v_q);
 END;
 $$;
 -- +goose StatementEnd

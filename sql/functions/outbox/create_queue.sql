@@ -129,16 +129,8 @@ BEGIN
     RAISE EXCEPTION '%: schema % does not exist', fn, v_schema USING ERRCODE = '3F000';
   END IF;
   v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
-  -- What this call makes (the table, the queue's sequences in outbox, the triggers' functions) is
-  -- the caller's: a caller whose objects the functions' owner can not use (a superuser DBA beside
-  -- a non-superuser migrating role, as docs/security.md advises) made a queue whose producers'
-  -- INSERTs and every claim failed with 42501 "permission denied for sequence ...". Refused before
-  -- anything changes, naming the role to run it as.
-  IF NOT pg_catalog.pg_has_role(v_definer, current_user, 'USAGE') THEN
-    RAISE EXCEPTION '%: run it as the role pgdrain''s functions run as (%), got %: what it makes would be %''s, which % may not use (every producer and claim of the queue would fail with permission denied)',
-      fn, pg_catalog.pg_get_userbyid(v_definer), current_user, current_user, pg_catalog.pg_get_userbyid(v_definer)
-      USING ERRCODE = '42501', HINT = pg_catalog.format('SET ROLE %I, then call create_queue again.', pg_catalog.pg_get_userbyid(v_definer));
-  END IF;
+  -- What this call makes is the caller's: refused when the functions' owner may not use it.
+  PERFORM outbox._check_caller(fn);
 
   -- The registration is this table's only while its oid is the table's; a registration whose
   -- table was dropped (and maybe made again) is stale, and the new table is a new queue.

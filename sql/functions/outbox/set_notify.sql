@@ -24,6 +24,8 @@ BEGIN
       USING ERRCODE = '22023';
   END IF;
   v_q := outbox._queue('set_notify', queue);
+  -- It makes the queue's sequences when they are missing: the caller's (outbox._check_caller).
+  PERFORM outbox._check_caller('set_notify');
   UPDATE outbox.queues q SET notify = set_notify.notify WHERE q.queue_id = v_q.queue_id
   RETURNING q.* INTO v_q;
   PERFORM outbox._install_notify_trigger(v_q);

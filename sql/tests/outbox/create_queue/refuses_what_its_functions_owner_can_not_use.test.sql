@@ -1,5 +1,5 @@
--- create_queue refuses, before anything changes, a queue the role pgdrain's SECURITY DEFINER
--- functions run as (the owner of the outbox functions) could not drain:
+-- create_queue (and set_notify) refuses, before anything changes, a queue the role pgdrain's
+-- SECURITY DEFINER functions run as (the owner of the outbox functions) could not drain:
 -- - called by a role whose objects that owner may not use (a superuser DBA beside a non-superuser
 --   migrating role): the table, the queue's sequences and trigger functions it made were the
 --   caller's, and every producer's INSERT and every claim then failed with 42501 "permission
@@ -11,11 +11,12 @@
 --   gets FORCE later is registered again with a warning.
 -- Row level security that does not apply to the owner (ENABLE on its own table) is accepted.
 BEGIN;
-SELECT plan(9);
+SELECT plan(10);
 
 -- The functions' owner, made a role that is not a superuser for this test.
 CREATE ROLE cq_definer NOLOGIN;
 CREATE ROLE cq_app NOLOGIN;
+SELECT outbox.create_queue('public.cq_notify', 'k');
 ALTER FUNCTION outbox.claim_batch(text, integer, interval) OWNER TO cq_definer;
 SELECT count(*) AS queues_before FROM outbox.queues \gset
 
@@ -24,6 +25,10 @@ SELECT throws_ok($$SELECT outbox.create_queue('public.cq_by_other', 'k')$$, '425
          current_user, current_user),
   'a caller whose objects the functions'' owner may not use is refused, naming the role to run it as');
 SELECT is(to_regclass('public.cq_by_other'), NULL, '... and no table was made');
+SELECT throws_ok($$SELECT outbox.set_notify('public.cq_notify', 'always')$$, '42501',
+  format('set_notify: run it as the role pgdrain''s functions run as (cq_definer), got %s: what it makes would be %s''s, which cq_definer may not use (every producer and claim of the queue would fail with permission denied)',
+         current_user, current_user),
+  'so is a caller of set_notify, which makes the queue''s sequences when they are missing');
 
 -- From here the owner has the caller's privileges (as the migrating role has its own).
 SELECT format('GRANT %I TO cq_definer', current_user) \gexec
