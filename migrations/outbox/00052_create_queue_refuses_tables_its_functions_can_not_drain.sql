@@ -103,9 +103,12 @@ $$;
 -- Creates (or adopts) the queue table, exactly the two required partial indexes, the TRUNCATE
 -- trigger and either the NOTIFY trigger (unpartitioned) or the trigger that feeds the commit step
 -- (partitioned, whose commit step notifies); then registers the queue. Idempotent: calling it
--- again with new settings updates them; the partition column can not change. An adopted table keeps its rows; missing lease columns are added as
--- NULL = "free", and those it has must be as create_queue makes them (types and defaults: outbox._column_problems). What the table enforces on producers (CHECKs, column privileges) is
--- outbox._guard_queue_table.
+-- again with new settings updates them; the partition column can not change. An adopted table
+-- keeps its rows; missing lease columns are added as NULL = "free", and those it has must be as
+-- create_queue makes them (types and defaults: outbox._column_problems). What the table enforces
+-- on producers (CHECKs, column privileges) is outbox._guard_queue_table. The caller must be a role
+-- whose objects the functions' owner may use (outbox._check_caller), and the table's row level
+-- security must not apply to that owner (outbox._row_security_problem).
 -- Registration follows the table: when the registered table was dropped (or dropped and made
 -- again) outside drop_queue, the new table is registered under the same queue_id and every piece
 -- of state derived from the old one (partition heads, built-mark, clocks) is dropped first; heads

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,7 +30,7 @@ func checkRowSecurity(ctx context.Context, conn *pgx.Conn, t queueTable) ([]find
 		  AND r.oid = p.proowner AND c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls)
 		  AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(p.proowner, c.relowner, 'USAGE'))`,
 		t.oid).Scan(&forced, &definer, &owner)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, nil
 	}
 	if err != nil {
