@@ -79,9 +79,10 @@ $$;
 -- those calls make (the queue table, its sequences in outbox, its triggers' functions) is the
 -- caller's, and with a superuser DBA beside a non-superuser migrating role (as docs/security.md
 -- advises) every producer's INSERT and every claim of the queue failed with 42501 "permission
--- denied for sequence ...". 42501, naming the role to run the call as.
+-- denied for sequence ...". 42501, naming the role to run the call as. Returns that owner (what
+-- create_queue judges row level security for).
 CREATE OR REPLACE FUNCTION outbox._check_caller(p_function text)
-RETURNS void
+RETURNS oid
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
@@ -95,6 +96,7 @@ BEGIN
       p_function, pg_catalog.pg_get_userbyid(v_definer), current_user, current_user, pg_catalog.pg_get_userbyid(v_definer)
       USING ERRCODE = '42501', HINT = pg_catalog.format('SET ROLE %I, then call %s again.', pg_catalog.pg_get_userbyid(v_definer), p_function);
   END IF;
+  RETURN v_definer;
 END;
 $$;
 -- +goose StatementEnd
@@ -167,8 +169,7 @@ DECLARE
   v_created boolean := false;
   -- The role pgdrain's SECURITY DEFINER functions (claims, results, the producers' triggers) run
   -- as: the owner of the outbox functions, which must be able to use what this call makes and adopts.
-  v_definer constant oid := (SELECT p.proowner FROM pg_catalog.pg_proc p
-                             WHERE p.oid = 'outbox.claim_batch(text,integer,interval)'::pg_catalog.regprocedure);
+  v_definer oid;
 BEGIN
   IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -235,7 +236,7 @@ BEGIN
   END IF;
   v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
   -- What this call makes is the caller's: refused when the functions' owner may not use it.
-  PERFORM outbox._check_caller(fn);
+  v_definer := outbox._check_caller(fn);
 
   -- The registration is this table's only while its oid is the table's; a registration whose
   -- table was dropped (and maybe made again) is stale, and the new table is a new queue.

@@ -3,9 +3,10 @@
 -- those calls make (the queue table, its sequences in outbox, its triggers' functions) is the
 -- caller's, and with a superuser DBA beside a non-superuser migrating role (as docs/security.md
 -- advises) every producer's INSERT and every claim of the queue failed with 42501 "permission
--- denied for sequence ...". 42501, naming the role to run the call as.
+-- denied for sequence ...". 42501, naming the role to run the call as. Returns that owner (what
+-- create_queue judges row level security for).
 CREATE OR REPLACE FUNCTION outbox._check_caller(p_function text)
-RETURNS void
+RETURNS oid
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
@@ -19,5 +20,6 @@ BEGIN
       p_function, pg_catalog.pg_get_userbyid(v_definer), current_user, current_user, pg_catalog.pg_get_userbyid(v_definer)
       USING ERRCODE = '42501', HINT = pg_catalog.format('SET ROLE %I, then call %s again.', pg_catalog.pg_get_userbyid(v_definer), p_function);
   END IF;
+  RETURN v_definer;
 END;
 $$;

@@ -65,8 +65,7 @@ DECLARE
   v_created boolean := false;
   -- The role pgdrain's SECURITY DEFINER functions (claims, results, the producers' triggers) run
   -- as: the owner of the outbox functions, which must be able to use what this call makes and adopts.
-  v_definer constant oid := (SELECT p.proowner FROM pg_catalog.pg_proc p
-                             WHERE p.oid = 'outbox.claim_batch(text,integer,interval)'::pg_catalog.regprocedure);
+  v_definer oid;
 BEGIN
   IF partition_column IS NOT NULL AND partition_column !~ '^[A-Za-z_][A-Za-z0-9_]{0,62}$' THEN
     PERFORM outbox._invalid(fn, pg_catalog.format(
@@ -133,7 +132,7 @@ BEGIN
   END IF;
   v_rel := pg_catalog.to_regclass(pg_catalog.format('%I.%I', v_schema, v_table));
   -- What this call makes is the caller's: refused when the functions' owner may not use it.
-  PERFORM outbox._check_caller(fn);
+  v_definer := outbox._check_caller(fn);
 
   -- The registration is this table's only while its oid is the table's; a registration whose
   -- table was dropped (and maybe made again) is stale, and the new table is a new queue.
