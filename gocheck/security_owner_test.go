@@ -27,34 +27,12 @@ import (
 func TestSecurity_ANonSuperuserOwnerMigratesRegistersAndDrains(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	owner := "pgdrain_t_owner_" + hex.EncodeToString(b)
-	db := testdb.NewEmpty(t)
+	db, ownerPool, owner := migratedByANonSuperuserOwner(t)
 	ident := pgx.Identifier{owner}.Sanitize()
-	exec(t, db.Pool, fmt.Sprintf(`CREATE ROLE %s LOGIN NOSUPERUSER CREATEROLE`, ident))
-	// Runs before the database is dropped (cleanups run last-registered first): what the role owns
-	// there goes with it.
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = db.Pool.Exec(cctx, fmt.Sprintf(`DROP OWNED BY %s CASCADE`, ident))
-		_, _ = db.Pool.Exec(cctx, fmt.Sprintf(`DROP ROLE IF EXISTS %s`, ident))
-	})
-	exec(t, db.Pool, fmt.Sprintf(`GRANT CREATE ON DATABASE %s TO %s; GRANT CREATE ON SCHEMA public TO %s`,
-		pgx.Identifier{db.Name}.Sanitize(), ident, ident))
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	u.User = url.User(owner)
-	ownerURL := u.String()
-	require.NoError(t, testdb.MigrateUp(ctx, ownerURL), "goose up as a role that is not a superuser")
-	ownerPool, err := pgxpool.New(ctx, ownerURL)
-	require.NoError(t, err)
-	t.Cleanup(ownerPool.Close)
 
 	exec(t, ownerPool, `SELECT outbox.create_queue('public.owned', 'k')`)
 	producer := loginAs(t, db, "pgdrain_producer")
-	_, err = producer.Exec(ctx, `INSERT INTO public.owned (event_type, payload, k) VALUES ('e', '{}', 'a')`)
+	_, err := producer.Exec(ctx, `INSERT INTO public.owned (event_type, payload, k) VALUES ('e', '{}', 'a')`)
 	require.NoError(t, err, "a producer login writes the owner's queue")
 	worker := loginAs(t, db, "pgdrain_worker")
 	var id int64
@@ -92,4 +70,93 @@ func TestSecurity_ANonSuperuserOwnerMigratesRegistersAndDrains(t *testing.T) {
 	var r checkReport
 	runCLIJSON(t, cli.ExitOK, &r, "check", "public.owned", "--dsn", loginURL(t, db, "pgdrain_operator"))
 	require.True(t, r.OK, "%+v", r.Problems)
+}
+
+// migratedByANonSuperuserOwner makes an empty database, a login role that is not a superuser, and
+// migrates the database as that role (goose up): it owns pgdrain's functions. It returns the
+// database (db.Pool is a superuser's), a pool of the owner, and the owner's name.
+func migratedByANonSuperuserOwner(t *testing.T) (*testdb.DB, *pgxpool.Pool, string) {
+	t.Helper()
+	ctx := context.Background()
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	owner := "pgdrain_t_owner_" + hex.EncodeToString(b)
+	db := testdb.NewEmpty(t)
+	ident := pgx.Identifier{owner}.Sanitize()
+	exec(t, db.Pool, fmt.Sprintf(`CREATE ROLE %s LOGIN NOSUPERUSER CREATEROLE`, ident))
+	// Runs before the database is dropped (cleanups run last-registered first): what the role owns
+	// there goes with it.
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = db.Pool.Exec(cctx, fmt.Sprintf(`DROP OWNED BY %s CASCADE`, ident))
+		_, _ = db.Pool.Exec(cctx, fmt.Sprintf(`DROP ROLE IF EXISTS %s`, ident))
+	})
+	exec(t, db.Pool, fmt.Sprintf(`GRANT CREATE ON DATABASE %s TO %s; GRANT CREATE ON SCHEMA public TO %s`,
+		pgx.Identifier{db.Name}.Sanitize(), ident, ident))
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.User = url.User(owner)
+	ownerURL := u.String()
+	require.NoError(t, testdb.MigrateUp(ctx, ownerURL), "goose up as a role that is not a superuser")
+	ownerPool, err := pgxpool.New(ctx, ownerURL)
+	require.NoError(t, err)
+	t.Cleanup(ownerPool.Close)
+	return db, ownerPool, owner
+}
+
+// A DBA who turns on row level security for a queue table after it was registered, in a way that
+// applies to the owner of pgdrain's functions (FORCE here): the claims, results and operator calls
+// run as that owner, and the policy hid from them every row it did not show: those rows were never
+// delivered and counted nowhere, and stats called the queue empty. Since migration 00053 those
+// calls fail instead (42501, PostgreSQL's "query would be affected by row-level security policy",
+// with its hint), change nothing, and drain every row again once the policy no longer applies.
+func TestSecurity_RowSecurityTurnedOnAfterRegistrationFailsClaimsInsteadOfHidingRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, ownerPool, _ := migratedByANonSuperuserOwner(t)
+	exec(t, ownerPool, `SELECT outbox.create_queue('public.hidden', 'k')`)
+	producer := loginAs(t, db, "pgdrain_producer")
+	_, err := producer.Exec(ctx, `INSERT INTO public.hidden (event_type, payload, k)
+		VALUES ('e', '{}', 'a'), ('e', '{}', 'b'), ('e', '{}', 'c'), ('e', '{}', 'd')`)
+	require.NoError(t, err)
+
+	exec(t, db.Pool, `ALTER TABLE public.hidden ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+		CREATE POLICY only_a ON public.hidden USING (k = 'a')`)
+	worker := loginAs(t, db, "pgdrain_worker")
+	operator := loginAs(t, db, "pgdrain_operator")
+	refused := func(who *pgx.Conn, call string) {
+		t.Helper()
+		_, err := who.Exec(ctx, call)
+		code, msg := sqlState(err)
+		require.Equal(t, "42501", code, "%s: %v", call, err)
+		require.Contains(t, msg, `row-level security policy for table "hidden"`, call)
+	}
+	refused(worker, `SELECT * FROM outbox.claim_batch('public.hidden', 10)`)
+	refused(worker, `SELECT * FROM outbox.claim_runs('public.hidden', 10, '30 seconds', 4)`)
+	refused(worker, `SELECT * FROM outbox.claim_locked('public.hidden', 10)`)
+	refused(operator, `SELECT * FROM outbox.stats('public.hidden')`)
+	refused(operator, `SELECT * FROM outbox.repair('public.hidden', true)`)
+	refused(operator, `SELECT * FROM outbox.poisoned_rows('public.hidden')`)
+	var leased, unsent int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE lease_token IS NOT NULL),
+		count(*) FILTER (WHERE sent_at IS NULL) FROM public.hidden`).Scan(&leased, &unsent))
+	require.Zero(t, leased, "a refused claim leased nothing")
+	require.Equal(t, 4, unsent)
+	var r checkReport
+	runCLIJSON(t, cli.ExitProblems, &r, "check", "public.hidden", "--dsn", loginURL(t, db, "pgdrain_operator"))
+	require.Len(t, r.Problems, 1, "%+v", r.Problems)
+	require.Equal(t, "row security", r.Problems[0].Check, "pgdrain check says why: %+v", r.Problems)
+	skipped := map[string]string{}
+	for _, s := range r.Skipped {
+		skipped[s.Check] = s.Detail
+	}
+	require.Contains(t, skipped["repair"], "row level security applies to the role pgdrain's functions run as",
+		"and skips the repair pass's dry run, which fails as claims do: %+v", r.Skipped)
+
+	// Forced no longer: the owner of the table is the functions' owner, whom its policies skip.
+	exec(t, db.Pool, `ALTER TABLE public.hidden NO FORCE ROW LEVEL SECURITY`)
+	var claimed int
+	require.NoError(t, worker.QueryRow(ctx, `SELECT count(*) FROM outbox.claim_batch('public.hidden', 10)`).Scan(&claimed))
+	require.Equal(t, 4, claimed, "every key's row is claimed, not only the one the policy showed")
 }

@@ -20,6 +20,9 @@ RETURNS TABLE(id bigint, event_id uuid, event_type text, partition_key text, att
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
+-- Row level security that applies to the owner fails the call (42501) instead of hiding rows
+-- from it: hidden rows were never delivered and counted nowhere (docs/security.md).
+SET row_security = off
 SET enable_seqscan = off
 -- (enable_seqscan = off makes a plan that cannot avoid a scan cost about 1e10, past the JIT
 -- thresholds: it was compiled on every call, 0.15-1.6 s.)
