@@ -212,7 +212,7 @@ func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 	extStart := time.Now()
 	ectx, cancel := context.WithTimeout(ctx, max(time.Until(deadline), r.cfg.ApplyTimeout))
 	defer cancel()
-	until, err := queryExtendLeases(ectx, r.d.db, r.reg.queue, jobs, r.cfg.Lease)
+	kept, err := queryExtendLeases(ectx, r.d.db, r.reg.queue, jobs, r.cfg.Lease)
 	if err != nil {
 		r.d.logger.WarnContext(ctx, "extending the leases of a slow claim failed; applying with the time left",
 			"rows", len(jobs), "err", err)
@@ -221,16 +221,16 @@ func (r *runner[T]) claimLeased(ctx context.Context, n int) ([]*job, error) {
 		}
 		return jobs, nil
 	}
-	kept := jobs[:0]
+	held := jobs[:0]
 	for i, j := range jobs {
-		if until[i] == nil {
+		if !kept[i] {
 			r.metrics.leaseLost.Inc()
 			continue
 		}
 		j.deadline = extStart.Add(r.cfg.Lease - LeaseMargin)
-		kept = append(kept, j)
+		held = append(held, j)
 	}
-	return kept, nil
+	return held, nil
 }
 
 // dispatch queues claimed rows and fills the free slots. A row whose previous apply still runs
@@ -451,7 +451,7 @@ func (r *runner[T]) ensureLease(ctx context.Context, j *job) leaseState {
 	start := time.Now()
 	ectx, cancel := context.WithTimeout(ctx, max(time.Until(j.deadline), r.cfg.ApplyTimeout))
 	defer cancel()
-	until, err := queryExtendLease(ectx, r.d.db, r.reg.queue, j, r.cfg.Lease)
+	kept, err := queryExtendLease(ectx, r.d.db, r.reg.queue, j, r.cfg.Lease)
 	switch {
 	case err != nil && time.Until(j.deadline) > 0:
 		if ctx.Err() == nil {
@@ -461,7 +461,7 @@ func (r *runner[T]) ensureLease(ctx context.Context, j *job) leaseState {
 	case err != nil:
 		r.d.logger.WarnContext(ctx, "extending lease failed; leaving the row", "id", j.event.ID, "err", err)
 		return leaseUnsure
-	case until == nil:
+	case !kept:
 		r.metrics.leaseLost.Inc()
 		r.d.logger.DebugContext(ctx, "lease lost before apply; not applying", "id", j.event.ID)
 		return leaseGone

@@ -19,8 +19,14 @@ import (
 // of its own; the drainer reads and writes no table itself, so a login role that is only a member
 // of pgdrain_worker can run it.
 const (
+	// Times and intervals come back as integer microseconds (epochMicros): their text depends on
+	// the session's DateStyle, IntervalStyle and TimeZone, and a pool whose default_query_exec_mode
+	// is exec or simple_protocol (behind PgBouncer: docs/pgbouncer.md) reads every result as text,
+	// which pgx parses only in the ISO and postgres styles. Under a role's DateStyle = 'SQL, DMY'
+	// every claim failed to scan, after leasing its rows, for ever.
 	sqlQueueInfo = `
-		SELECT queue_name, coalesce(partition_column, ''), max_attempts, backoff_min, backoff_max,
+		SELECT queue_name, coalesce(partition_column, ''), max_attempts,
+		       (extract(epoch FROM backoff_min) * 1000000)::int8, (extract(epoch FROM backoff_max) * 1000000)::int8,
 		       permanent_policy, channel
 		FROM outbox.queue_info($1)`
 	sqlCheckIndexes = `SELECT problem, coalesce(index_name, ''), detail FROM outbox.check_indexes($1)`
@@ -34,12 +40,14 @@ const (
 	// The claims also return when the claim started, on the server's clock, which is the clock of
 	// created_at: the pacing of a trickle (trickle.go) compares the two.
 	sqlClaimBatch = `
-		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
-		       event_id::text, headers, pg_catalog.statement_timestamp()
+		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count,
+		       (extract(epoch FROM created_at) * 1000000)::int8, lease_token,
+		       event_id::text, headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8
 		FROM outbox.claim_batch($1, $2, $3)`
 	sqlClaimRuns = `
-		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count, created_at, lease_token,
-		       event_id::text, headers, pg_catalog.statement_timestamp()
+		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count,
+		       (extract(epoch FROM created_at) * 1000000)::int8, lease_token,
+		       event_id::text, headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8
 		FROM outbox.claim_runs($1, $2, $3, $4)`
 	// The lock-mode claims also give their transaction the server's bound on idle time that the
 	// drainer keeps itself (lockIdleBound): a role's shorter idle_in_transaction_session_timeout
@@ -47,16 +55,19 @@ const (
 	// would keep a batch whose client vanished (a partition) until TCP keepalive gave up.
 	// set_config's is_local lasts until the transaction ends.
 	sqlClaimLocked = `
-		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count, c.created_at, NULL::uuid,
-		       c.event_id::text, c.headers, pg_catalog.statement_timestamp()
+		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count,
+		       (extract(epoch FROM c.created_at) * 1000000)::int8, NULL::uuid,
+		       c.event_id::text, c.headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8
 		FROM outbox.claim_locked($1, $2) AS c,
 		     pg_catalog.set_config('idle_in_transaction_session_timeout', $3, true) AS s`
 	sqlClaimLockedRuns = `
-		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count, c.created_at, NULL::uuid,
-		       c.event_id::text, c.headers, pg_catalog.statement_timestamp()
+		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count,
+		       (extract(epoch FROM c.created_at) * 1000000)::int8, NULL::uuid,
+		       c.event_id::text, c.headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8
 		FROM outbox.claim_locked_runs($1, $2, $4) AS c,
 		     pg_catalog.set_config('idle_in_transaction_session_timeout', $3, true) AS s`
-	sqlExtendLease  = `SELECT outbox.extend_lease($1, $2, $3, $4)`
+	// Only whether the lease is still ours counts (the drainer keeps its deadline on its own clock).
+	sqlExtendLease  = `SELECT outbox.extend_lease($1, $2, $3, $4) IS NOT NULL`
 	sqlApplyResults = `SELECT id, applied FROM outbox.apply_results($1, $2, $3, $4, $5, $6)`
 	// sqlApplyResultsAsync is sqlApplyResults in a transaction that commits without waiting for
 	// its WAL flush (Config.AsyncResults): set_config's is_local lasts until that commit.
@@ -74,7 +85,8 @@ const (
 		SELECT pending, poisoned, coalesce(extract(epoch FROM oldest_pending_age), 0)::float8
 		FROM outbox.stats($1)`
 	sqlWedgedPartitions = `
-		SELECT partition_key, head_id, head_attempt_count, coalesce(head_last_error, ''), oldest_pending_at,
+		SELECT partition_key, head_id, head_attempt_count, coalesce(head_last_error, ''),
+		       (extract(epoch FROM oldest_pending_at) * 1000000)::int8,
 		       pending, reason, extract(epoch FROM now() - oldest_pending_at)::float8
 		FROM outbox.wedged_partitions($1, $2, $3)`
 	sqlRepair = `
@@ -97,11 +109,13 @@ func queryQueueInfo(ctx context.Context, db querier, queue string) (registration
 		r      registration
 		policy string
 	)
+	var backoffMin, backoffMax int64
 	err := db.QueryRow(ctx, sqlQueueInfo, queue).Scan(&r.queue, &r.partitionColumn, &r.maxAttempts,
-		&r.backoffMin, &r.backoffMax, &policy, &r.channel)
+		&backoffMin, &backoffMax, &policy, &r.channel)
 	if err != nil {
 		return r, translate("reading registration of queue "+queue, err)
 	}
+	r.backoffMin, r.backoffMax = time.Duration(backoffMin)*time.Microsecond, time.Duration(backoffMax)*time.Microsecond
 	switch policy {
 	case "poison":
 		r.permanentPolicy = PoisonPermanent
@@ -181,8 +195,10 @@ func collectJobs(rows pgx.Rows, queue string, deadline time.Time) ([]*job, error
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*job, error) {
 		j := &job{deadline: deadline}
 		j.event.Table = queue
+		var createdAt, claimStart int64
 		err := row.Scan(&j.event.ID, &j.event.Type, &j.payload, &j.event.PartitionKey, &j.event.Attempts,
-			&j.event.CreatedAt, &j.token, &j.event.EventID, &j.event.Headers, &j.claimStart)
+			&createdAt, &j.token, &j.event.EventID, &j.event.Headers, &claimStart)
+		j.event.CreatedAt, j.claimStart = time.UnixMicro(createdAt), time.UnixMicro(claimStart)
 		return j, err
 	})
 }
@@ -224,25 +240,24 @@ func queryClaimLocked(ctx context.Context, tx querier, queue string, n, run int,
 	return jobs, nil
 }
 
-// queryExtendLease extends j's lease (outbox.extend_lease): the new end, or nil when the lease is
-// no longer ours.
-func queryExtendLease(ctx context.Context, db querier, queue string, j *job, lease time.Duration) (*time.Time, error) {
-	var until *time.Time
-	if err := db.QueryRow(ctx, sqlExtendLease, queue, j.event.ID, j.token, lease).Scan(&until); err != nil {
-		return nil, translate("extending lease", err)
+// queryExtendLease extends j's lease (outbox.extend_lease): false when the lease is no longer ours.
+func queryExtendLease(ctx context.Context, db querier, queue string, j *job, lease time.Duration) (bool, error) {
+	var kept bool
+	if err := db.QueryRow(ctx, sqlExtendLease, queue, j.event.ID, j.token, lease).Scan(&kept); err != nil {
+		return false, translate("extending lease", err)
 	}
-	return until, nil
+	return kept, nil
 }
 
 // queryExtendLeases extends the leases of jobs in one round trip (outbox.extend_lease per row) and
-// returns each row's new lease end, nil where the lease is no longer ours.
-func queryExtendLeases(ctx context.Context, db querier, queue string, jobs []*job, lease time.Duration) ([]*time.Time, error) {
+// returns for each row whether its lease is still ours.
+func queryExtendLeases(ctx context.Context, db querier, queue string, jobs []*job, lease time.Duration) ([]bool, error) {
 	var b pgx.Batch
 	for _, j := range jobs {
 		b.Queue(sqlExtendLease, queue, j.event.ID, j.token, lease)
 	}
 	res := db.SendBatch(ctx, &b)
-	out := make([]*time.Time, len(jobs))
+	out := make([]bool, len(jobs))
 	for i := range jobs {
 		if err := res.QueryRow().Scan(&out[i]); err != nil {
 			_ = res.Close()
@@ -385,9 +400,10 @@ func queryWedgedPartitions(ctx context.Context, db querier, queue string, olderT
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (WedgedPartition, error) {
 		w := WedgedPartition{Table: queue}
 		var age float64
-		err := row.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttempts, &w.HeadLastError, &w.OldestPendingAt,
+		var oldest int64
+		err := row.Scan(&w.PartitionKey, &w.HeadID, &w.HeadAttempts, &w.HeadLastError, &oldest,
 			&w.Pending, &w.Reason, &age)
-		w.Age = time.Duration(age * float64(time.Second))
+		w.OldestPendingAt, w.Age = time.UnixMicro(oldest), time.Duration(age*float64(time.Second))
 		return w, err
 	})
 	if err != nil {

@@ -2,10 +2,13 @@ package gocheck
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/drainer"
@@ -48,4 +51,64 @@ func TestDrainer_LockMode_AnApplyThatTimesOutOnItsContextIsRecorded(t *testing.T
 	require.Contains(t, lastError, "context deadline exceeded")
 	require.NotContains(t, buf.String(), "an Applier ignores its context",
 		"an Applier that returned on its context is not blamed for ignoring it")
+}
+
+// A pool that reads results as text (default_query_exec_mode exec or simple_protocol, as
+// docs/pgbouncer.md asks behind a transaction pooler) gets times and intervals in the session's
+// DateStyle and IntervalStyle, which a DBA may set for the role or the database; pgx parses only
+// the ISO and postgres styles. Under DateStyle 'SQL, DMY' or 'German' every claim failed to scan
+// its created_at, after leasing its rows (lease mode), for ever: nothing was delivered, and the
+// log said only "invalid PostgreSQL date/time value". Under IntervalStyle iso_8601 or
+// postgres_verbose, Run failed at start reading backoff_min. The drainer's results no longer
+// depend on those settings.
+func TestDrainer_TextResultsUnderUnusualDateAndIntervalStyles(t *testing.T) {
+	t.Parallel()
+	settings := []struct{ name, value string }{
+		{"DateStyle", "SQL, DMY"},
+		{"DateStyle", "German"},
+		{"IntervalStyle", "iso_8601"},
+		{"IntervalStyle", "postgres_verbose"},
+		{"TimeZone", "Asia/Kathmandu"},
+	}
+	for _, s := range settings {
+		for _, exec := range []string{"exec", "simple_protocol"} {
+			for _, mode := range drModes {
+				t.Run(fmt.Sprintf("%s=%s/%s/%s", s.name, s.value, exec, mode), func(t *testing.T) {
+					t.Parallel()
+					q := drNewQueue(t, drQueueOpts{partitionColumn: "key_id"})
+					cfg, err := pgxpool.ParseConfig(q.db.URL)
+					require.NoError(t, err)
+					cfg.ConnConfig.DefaultQueryExecMode = map[string]pgx.QueryExecMode{
+						"exec": pgx.QueryExecModeExec, "simple_protocol": pgx.QueryExecModeSimpleProtocol}[exec]
+					cfg.ConnConfig.RuntimeParams[s.name] = s.value
+					pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+					require.NoError(t, err)
+					t.Cleanup(pool.Close)
+					for i := range 6 {
+						q.enqueue(t, fmt.Sprintf("k%d", i%3), "op", i)
+					}
+					before := time.Now().Add(-time.Minute)
+					var badCreatedAt atomic.Int32
+					c := q.config(mode)
+					c.RunLength = 2
+					c.ExpectBackoffMin, c.ExpectBackoffMax = 50*time.Millisecond, 200*time.Millisecond
+					c.WedgeWarnAfter = drainer.MinWedgeWarnAfter
+					logger, buf := drCapture(t)
+					d, _ := drNew(t, pool, c, func(ctx context.Context, _ string, e drEvent) error {
+						ev, _ := drainer.EventFrom(ctx)
+						if ev.CreatedAt.Before(before) || ev.CreatedAt.After(time.Now().Add(time.Minute)) {
+							badCreatedAt.Add(1)
+						}
+						return nil
+					}, drainer.WithLogger[drEvent](logger),
+						drainer.WithWedgeObserver[drEvent](func(context.Context, []drainer.WedgedPartition) {}))
+					stop := drStart(t, d)
+					drWaitFor(t, 10*time.Second, "every row sent", func() bool { return q.sent(t) == 6 })
+					require.NoError(t, stop())
+					require.Zero(t, badCreatedAt.Load(), "Event.CreatedAt is the row's created_at")
+					require.NotContains(t, buf.String(), "level=ERROR")
+				})
+			}
+		}
+	}
 }
