@@ -72,7 +72,7 @@
 // (a pool closed under Run is not a database error: Run returns one matching ErrPoolClosed).
 // Those that mean no writable database is reachable now (a restart, a failover, a DSN that reaches
 // a standby, a primary whose default_transaction_read_only is on: connection errors, SQLSTATE
-// 57P01, 57P02, 57P03, 25006) are logged at Warn and are waited out at start too; rows in flight
+// 57P01, 57P02, 57P03, 57P05, 25006) are logged at Warn and are waited out at start too; rows in flight
 // are then delivered again (at least once). Drainer.Health says when a claim last succeeded and
 // why the last claim or result flush failed, for a health check that a ping alone would mislead. A
 // write refused as read only (25006) is logged once per streak with what the server says of itself

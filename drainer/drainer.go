@@ -196,7 +196,7 @@ func New[T any](pool *pgxpool.Pool, cfg Config, decode Decoder[T], apply Applier
 // the rest are left untouched by the COMMIT.
 //
 // While the database is unavailable (restarting, failing over, a standby not yet promoted:
-// connection errors, SQLSTATE 57P01, 57P02, 57P03, 25006, a call past its deadline) Run waits and
+// connection errors, SQLSTATE 57P01, 57P02, 57P03, 57P05, 25006, a call past its deadline) Run waits and
 // retries with backoff, at start too, logging at Warn; see docs/failover.md. Every database call
 // has a deadline (ClaimTimeout for claims, next_due, result flushes and releases), so a dead
 // connection is abandoned; a lease-mode result flush that failed that way is retried while the

@@ -112,3 +112,41 @@ func TestDrainer_TextResultsUnderUnusualDateAndIntervalStyles(t *testing.T) {
 		}
 	}
 }
+
+// A role's idle_session_timeout shorter than pgxpool's ping-on-acquire idle time (1s) ends pooled
+// connections that the pool hands out unchecked: the next statement on one fails with 57P05
+// ("terminating connection due to idle-session timeout") without having run. That error was not
+// taken for a lost connection: a lease-mode flush of results failed with it was dropped at once,
+// and with applies longer than the timeout every flush met such a connection, so no result was
+// ever recorded and every row was applied again and again (logged at Error). It is retried, on
+// another connection, like any lost connection.
+func TestDrainer_ARolesShortIdleSessionTimeoutCostsNoResult(t *testing.T) {
+	t.Parallel()
+	drEachMode(t, func(t *testing.T, mode drainer.ClaimMode) {
+		q := drNewQueue(t, drQueueOpts{})
+		cfg, err := pgxpool.ParseConfig(q.db.URL)
+		require.NoError(t, err)
+		cfg.ConnConfig.RuntimeParams["idle_session_timeout"] = "300" // as ALTER ROLE ... SET would
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		var calls atomic.Int32
+		logger, buf := drCapture(t)
+		c := q.config(mode)
+		c.ApplyTimeout, c.Lease = 2*time.Second, 5*time.Second
+		d, _ := drNew(t, pool, c, func(ctx context.Context, _ string, e drEvent) error {
+			calls.Add(1)
+			time.Sleep(600 * time.Millisecond) // longer than the idle_session_timeout
+			return nil
+		}, drainer.WithLogger[drEvent](logger))
+		stop := drStart(t, d)
+		for i := range 3 {
+			q.enqueue(t, fmt.Sprintf("k%d", i), "op", i)
+			time.Sleep(900 * time.Millisecond)
+		}
+		drWaitFor(t, 20*time.Second, "every row sent", func() bool { return q.sent(t) == 3 })
+		require.NoError(t, stop())
+		require.Equal(t, int32(3), calls.Load(), "each row applied once: no result was dropped")
+		require.NotContains(t, buf.String(), "level=ERROR")
+	})
+}

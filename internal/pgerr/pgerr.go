@@ -47,6 +47,11 @@ func Unavailable(err error) string {
 		switch {
 		case pgErr.Code == "57P01":
 			return "the server is shutting down (administrator command: a fast shutdown, a switchover, or pg_terminate_backend)"
+		case pgErr.Code == "57P05":
+			// The server ended the session while it sat idle in the pool (the role's or database's
+			// idle_session_timeout, shorter than the pool's ping-on-acquire idle time): the statement
+			// never ran, and another connection can run it.
+			return "the server ended the connection after it sat idle (idle_session_timeout)"
 		case pgErr.Code == "57P02":
 			return "the server crashed (crash shutdown)"
 		case pgErr.Code == "53300":

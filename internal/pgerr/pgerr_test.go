@@ -42,6 +42,7 @@ func TestUnavailable(t *testing.T) {
 		{"admin shutdown 57P01", pg("57P01", "terminating connection due to administrator command"), true},
 		{"crash shutdown 57P02", pg("57P02", "terminating connection because of crash of another server process"), true},
 		{"cannot connect now 57P03", pg("57P03", "the database system is shutting down"), true},
+		{"idle session timeout 57P05", pg("57P05", "terminating connection due to idle-session timeout"), true},
 		{"read-only 25006", pg("25006", "cannot execute LISTEN during recovery"), true},
 		{"unlogged table on a standby 0A000", pg("0A000", "cannot access temporary or unlogged relations during recovery"), true},
 		{"connection failure 08006", pg("08006", "connection failure"), true},
