@@ -80,6 +80,12 @@ const (
 	sqlSavepoint           = `SAVEPOINT pgdrain_settle`
 	sqlReleaseSavepoint    = `RELEASE SAVEPOINT pgdrain_settle`
 	sqlRollbackToSavepoint = `ROLLBACK TO SAVEPOINT pgdrain_settle`
+	// A TxApplier call runs in a savepoint of its own (applyInSavepoint): a failed call is undone
+	// and the transaction goes on. Plain SQL on tx, not tx.Begin: the TxApplier keeps getting the
+	// same tx in every call of a transaction (the relay's fan-out keeps what it read per tx).
+	sqlApplySavepoint           = `SAVEPOINT pgdrain_apply`
+	sqlReleaseApplySavepoint    = `RELEASE SAVEPOINT pgdrain_apply`
+	sqlRollbackToApplySavepoint = `ROLLBACK TO SAVEPOINT pgdrain_apply; RELEASE SAVEPOINT pgdrain_apply`
 
 	sqlStats = `
 		SELECT pending, poisoned, coalesce(extract(epoch FROM oldest_pending_age), 0)::float8

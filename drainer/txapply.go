@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgdrain/pgdrain/internal/errtext"
 	"github.com/pgdrain/pgdrain/internal/guard"
 )
 
@@ -17,11 +18,16 @@ import (
 // claim transaction makes "applied" and "recorded" one atomic step, so nothing is ever applied
 // twice.
 //
-// batch holds at most one row per partition key (a key's next row is claimed only once this one is
-// recorded), in claim order. A nil error records every row of batch as sent. An error rolls the
-// whole transaction back: nothing the TxApplier wrote stays, no row is recorded or counted as an
-// attempt, and the rows are claimed again after the drainer's error backoff (so an error never
-// poisons a row); so does a panic, which is logged at Error. ctx ends ApplyTimeout after the call,
+// batch holds the rows claimed, in claim order: at most one row per partition key (a key's next row
+// is claimed only once this one is recorded), or a key's run in its order with RunLength > 1. A
+// nil error records every row of batch as sent. An error (or a panic, logged at Error) undoes what
+// the call wrote (it runs in a savepoint), and the drainer then calls the TxApplier again for each
+// row of batch alone, in claim order, each call in a savepoint of its own: a row whose own call
+// succeeds is recorded as sent with what that call wrote; a row whose own call fails is recorded
+// as an Applier's error is (an attempt counted, the queue's backoff or the error's RetryAt, the
+// error as last_error; Permanent poisons it, on a partitioned queue a transient failure never
+// does), and its key's later rows in batch are left for a later claim. So one row the TxApplier can
+// never apply costs its own key, visibly, not every row of the queue. ctx ends ApplyTimeout after the call,
 // and at the latest LeaseMargin before the transaction's LockTransactionTimeout; it is not
 // cancelled by Run's ctx. A call still running a second after its ctx ended is given up on: its
 // connection is closed under it (the server rolls the transaction back and unlocks its rows, which
@@ -87,14 +93,16 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 	}()
 	size := r.cfg.claimSize()
 	total := 0
+	var settled []*job
 	for total < size && ctx.Err() == nil && time.Now().Before(settleBy) && (total == 0 || time.Since(start) < TxApplierRounds) {
-		n, err := r.txRound(ctx, tx, size-total, settleBy)
+		n, round, err := r.txRound(ctx, tx, size-total, settleBy)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("the batch's transaction was rolled back, its %d rows will be claimed again: %w", total, err)
 		}
-		if n == 0 {
-			break
+		settled = append(settled, round...)
+		if n == 0 || len(round) < n {
+			break // a round that left rows unsettled: commit what is settled, claim afresh
 		}
 	}
 	// Like lockBatch, an empty claim may have written (woken parked heads): commit it too.
@@ -103,26 +111,66 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 	if err := tx.Commit(wctx); err != nil {
 		return total, r.lockTxEnded(translate("committing batch", err), total)
 	}
-	for range total {
-		r.metrics.recorded(DispositionSent)
+	for _, j := range settled {
+		r.metrics.recorded(j.disposition)
 	}
 	return total, nil
 }
 
-// txRound claims up to n rows in tx, applies them with the TxApplier and settles them as sent.
-func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time.Time) (int, error) {
+// txRound claims up to n rows in tx, applies them with the TxApplier and settles them: all sent, or
+// after a failed call what isolate made of them. It returns how many rows it claimed and those it
+// settled (the others, left by isolate, are unlocked at COMMIT and claimed again).
+func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time.Time) (int, []*job, error) {
 	start := time.Now()
 	cctx, cancel := r.bounded(ctx)
 	jobs, err := queryClaimLocked(cctx, tx, r.reg.queue, n, r.cfg.RunLength, lockIdleBound(r.cfg.LockTransactionTimeout))
 	cancel()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	r.claimed(start, jobs, n)
 	if len(jobs) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	r.metrics.observeClaim(ClaimLock, time.Since(start))
+	settle := jobs
+	if err := r.applyInSavepoint(ctx, tx, jobs, settleBy); err != nil {
+		if errors.Is(err, errTxLost) {
+			return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
+		}
+		settle, err = r.isolate(ctx, tx, jobs, err, settleBy)
+		if err != nil {
+			return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
+		}
+		if len(settle) == 0 {
+			return len(jobs), nil, nil
+		}
+	} else {
+		for _, j := range jobs {
+			j.disposition = DispositionSent
+		}
+	}
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), settleBy.Add(LeaseMargin))
+	defer cancel()
+	settled, err := querySettleLocked(sctx, tx, r.reg.queue, settle)
+	if err != nil {
+		return len(jobs), nil, err
+	}
+	if settled != int64(len(settle)) {
+		return len(jobs), nil, fmt.Errorf("settle_locked recorded %d of %d rows", settled, len(settle))
+	}
+	return len(jobs), settle, nil
+}
+
+// errTxLost marks an error after which tx can not go on (the TxApplier was given up on and its
+// connection closed, or its savepoint could not be rolled back): the whole transaction is rolled
+// back.
+var errTxLost = errors.New("the transaction can not go on")
+
+// applyInSavepoint calls the TxApplier for jobs in a savepoint of tx (sqlApplySavepoint), released
+// when the call succeeds and rolled back when it fails: tx then goes on as if the call had not
+// run. An error matching errTxLost means tx is lost.
+func (r *runner[T]) applyInSavepoint(ctx context.Context, tx pgx.Tx, jobs []*job, settleBy time.Time) error {
 	batch := make([]TxEvent, len(jobs))
 	for i, j := range jobs {
 		batch[i] = TxEvent{Event: j.event, Payload: j.payload}
@@ -131,22 +179,97 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 	if settleBy.Before(deadline) {
 		deadline = settleBy
 	}
-	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	err = r.callTxApplier(ctx, actx, tx, batch, deadline)
-	cancel()
-	if err != nil {
-		return len(jobs), fmt.Errorf("applying the batch in its transaction: %w", err)
-	}
-	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), settleBy.Add(LeaseMargin))
+	// The savepoint's statements are bound as the settle is (txRound), not by the apply's deadline:
+	// a call that used up its time still has its savepoint rolled back.
+	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(settleBy.Add(LeaseMargin), time.Now().Add(LeaseMargin)))
 	defer cancel()
-	settled, err := querySettleLocked(sctx, tx, r.reg.queue, jobs) // every job's disposition is DispositionSent
-	if err != nil {
-		return len(jobs), err
+	if _, err := tx.Exec(bctx, sqlApplySavepoint); err != nil {
+		return fmt.Errorf("%w: %w", errTxLost, translate("making the TxApplier's savepoint", err))
 	}
-	if settled != int64(len(jobs)) {
-		return len(jobs), fmt.Errorf("settle_locked recorded %d of %d rows", settled, len(jobs))
+	actx, cancelApply := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	err := r.callTxApplier(ctx, actx, tx, batch, deadline)
+	cancelApply()
+	if errors.Is(err, errTxApplierOverrun) {
+		return fmt.Errorf("%w: %w", errTxLost, err)
 	}
-	return len(jobs), nil
+	if err == nil {
+		if _, cerr := tx.Exec(bctx, sqlReleaseApplySavepoint); cerr != nil {
+			return fmt.Errorf("%w: %w", errTxLost, translate("releasing the TxApplier's savepoint", cerr))
+		}
+		return nil
+	}
+	// Both in one round trip, in the simple protocol (no arguments), as querySettleLockedInSavepoint.
+	if _, rerr := tx.Exec(bctx, sqlRollbackToApplySavepoint); rerr != nil {
+		return fmt.Errorf("%w: %w (after the TxApplier's error: %w)", errTxLost,
+			translate("rolling back to the TxApplier's savepoint", rerr), err)
+	}
+	return err
+}
+
+// isolate settles the rows of a batch whose TxApplier call failed with batchErr: it calls the
+// TxApplier for each row alone, in claim order, each call in a savepoint of its own
+// (applyInSavepoint), and returns the rows to settle with their dispositions: sent where the row's
+// own call succeeded, what its error says where it failed (classify: transient, permanent, a retry
+// time). A row whose key has an earlier row here that failed or was not reached is left out, and
+// so are the rows not reached before settleBy or the end of Run: a later claim takes them. A
+// batch of one row is settled with batchErr, without a second call.
+func (r *runner[T]) isolate(ctx context.Context, tx pgx.Tx, jobs []*job, batchErr error, settleBy time.Time) ([]*job, error) {
+	if len(jobs) == 1 {
+		jobs[0].setOutcome(classifyGuarded(batchErr))
+		r.logIsolated(ctx, jobs, batchErr, 0, 1)
+		return jobs, nil
+	}
+	var settle []*job
+	held := map[string]bool{} // partition keys whose earlier row here failed or was not reached
+	failed := 0
+	for _, j := range jobs {
+		keyed := j.event.PartitionKey != ""
+		if keyed && held[j.event.PartitionKey] {
+			continue
+		}
+		if ctx.Err() != nil || !time.Now().Before(settleBy) {
+			if keyed {
+				held[j.event.PartitionKey] = true
+			}
+			continue
+		}
+		err := r.applyInSavepoint(ctx, tx, []*job{j}, settleBy)
+		if errors.Is(err, errTxLost) {
+			return nil, err
+		}
+		j.setOutcome(classifyGuarded(err))
+		if err != nil {
+			failed++
+			if keyed {
+				held[j.event.PartitionKey] = true
+			}
+		}
+		settle = append(settle, j)
+	}
+	r.logIsolated(ctx, jobs, batchErr, len(settle)-failed, failed)
+	return settle, nil
+}
+
+// setOutcome records what an apply came to on j.
+func (j *job) setOutcome(a applied) {
+	j.disposition, j.retryAt, j.errText = a.disposition, a.retryAt, a.text
+}
+
+// classifyGuarded is classify(err), where a panic in err's own methods is the row's permanent
+// failure (as invoke has it).
+func classifyGuarded(err error) applied {
+	return guard.Run(func() applied { return classify(err) }, func(c guard.Crash) applied {
+		return classify(Permanent(fmt.Errorf("the TxApplier's error panicked when read: %v", c.Panic)))
+	})
+}
+
+// logIsolated says what a failed TxApplier call's batch came to, at Warn: a row that fails for
+// ever would otherwise be seen only in its attempts.
+func (r *runner[T]) logIsolated(ctx context.Context, jobs []*job, batchErr error, sent, failed int) {
+	r.d.logger.WarnContext(ctx, "the TxApplier failed on a batch; its rows were applied one at a time: those that failed alone "+
+		"are recorded as failures, the others as sent, and rows not reached are claimed again",
+		"queue", r.reg.queue, "rows", len(jobs), "sent", sent, "failed", failed, "not_reached", len(jobs)-sent-failed,
+		"err", errtext.Recordable(fmt.Sprint(batchErr), errtext.LogBytes))
 }
 
 // errTxApplierOverrun is txRound's error for a TxApplier call given up on (see callTxApplier).
@@ -168,7 +291,7 @@ func (r *runner[T]) callTxApplier(ctx, actx context.Context, tx pgx.Tx, batch []
 		if c.Goexit {
 			cause = "runtime.Goexit (t.FailNow, t.Fatal or log.Fatal's kin)"
 		}
-		r.d.logger.ErrorContext(ctx, "the TxApplier panicked; its batch is rolled back and claimed again",
+		r.d.logger.ErrorContext(ctx, "the TxApplier panicked; what it wrote is rolled back",
 			"rows", len(batch), "panic", cause, "stack", string(c.Stack))
 		return fmt.Errorf("the TxApplier panicked: %s", cause)
 	}, guard.Deadline[error]{

@@ -223,6 +223,16 @@ func newFanOut(f FanOut, pool *pgxpool.Pool, logger interface {
 func (f *fanOut) apply(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) error {
 	// The set read in this transaction holds until it ends: the lock taken with it stays, and
 	// whoever changes the set waits for it (its later rounds, for a busy key, skip the read).
+	// A call that fails is rolled back to its savepoint (drainer.TxApplier), which also releases
+	// a lock it took: the next call reads the set again. (Deferred: a panic counts too.)
+	ok := false
+	defer func() {
+		if !ok {
+			f.mu.Lock()
+			f.tx, f.txTargets = nil, nil
+			f.mu.Unlock()
+		}
+	}()
 	f.mu.Lock()
 	targets := f.txTargets
 	if f.tx != tx {
@@ -255,7 +265,11 @@ func (f *fanOut) apply(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) 
 			return fmt.Errorf("copying %d events into %s: %d rows written", len(batch), t.queue, tag.RowsAffected())
 		}
 	}
-	return res.Close()
+	if err := res.Close(); err != nil {
+		return err
+	}
+	ok = true
+	return nil
 }
 
 func privilegeHint(err error) string {
