@@ -455,8 +455,10 @@ func (e *Engine) take(ctx context.Context) ([]Step, error) {
 	}
 	steps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Step, error) {
 		var s Step
+		var leasedUntil int64
 		err := r.Scan(&s.EscalationID, &s.AlertID, &s.AlertName, &s.StepIdx, &s.Channel, &s.Target,
-			&s.LeaseToken, &s.LeasedUntil)
+			&s.LeaseToken, &leasedUntil)
+		s.LeasedUntil = time.UnixMicro(leasedUntil)
 		return s, err
 	})
 	if err != nil {

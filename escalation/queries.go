@@ -5,9 +5,13 @@ package escalation
 // that is only a member of pgdrain_worker can run it.
 const (
 	// sqlTake leases due steps; alr.alert_name adds the alert's name for the message.
+	// Times come back as integer microseconds (as the drainer's, drainer/queries.go): their text
+	// depends on the session's DateStyle, and a pool that reads results as text (behind PgBouncer:
+	// default_query_exec_mode exec) parses only the ISO and postgres styles.
 	sqlTake = `
 		SELECT t.escalation_id::text, t.alert_id::text, coalesce(alr.alert_name(t.alert_id), ''),
-		       t.step_idx, t.channel, t.target, t.lease_token::text, t.leased_until
+		       t.step_idx, t.channel, t.target, t.lease_token::text,
+		       (extract(epoch FROM t.leased_until) * 1000000)::int8
 		FROM alr.take_due_steps($1, $2) t`
 	sqlApply          = `SELECT alr.apply_escalation($1::uuid, $2::uuid)`
 	sqlRecordDelivery = `SELECT alr.record_delivery($1::uuid, $2, $3::uuid, $4)`
@@ -18,7 +22,7 @@ const (
 	// $2 of them, each row with their total.
 	sqlUnjournaled = `
 		SELECT u.escalation_id::text, u.alert_id::text, u.step_idx, coalesce(u.channel, ''), coalesce(u.target, ''),
-		       u.unjournaled_since, count(*) OVER ()
+		       (extract(epoch FROM u.unjournaled_since) * 1000000)::int8, count(*) OVER ()
 		FROM alr.unjournaled_steps($1) u
 		LIMIT $2`
 )

@@ -51,10 +51,12 @@ func (e *Engine) checkUnjournaled(ctx context.Context) {
 	var total int64
 	for rows.Next() {
 		var s step
-		if err := rows.Scan(&s.escalationID, &s.alertID, &s.stepIdx, &s.channel, &s.target, &s.since, &total); err != nil {
+		var since int64
+		if err := rows.Scan(&s.escalationID, &s.alertID, &s.stepIdx, &s.channel, &s.target, &since, &total); err != nil {
 			e.logCheckFailed(ctx, err)
 			return
 		}
+		s.since = time.UnixMicro(since)
 		found = append(found, s)
 	}
 	if err := rows.Err(); err != nil {
