@@ -513,3 +513,57 @@ func TestRelayFanOut_AddFromOldestCopiesWhatWasSentWhileItWaited(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM public.orders__late`).Scan(&n))
 	require.Equal(t, 5, n)
 }
+
+// An event one sink's queue refuses (a CHECK the DBA added there) failed the fan-out's whole copy,
+// and the source rolled the batch back with no attempt counted: that event was first in every
+// later batch, so no event of the queue reached any sink again. Now it holds back only its own key:
+// the other keys' events reach both sinks, each once; the refused one is a failed attempt in the
+// source queue with the refusal as its error, its key's next event waits behind it, and once the
+// CHECK is gone both are copied.
+func TestRelayFanOut_AnEventASinksQueueRefusesHoldsBackOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+	foAddSink(t, q, "a", relay.FromNow)
+	foAddSink(t, q, "b", relay.FromNow)
+	_, err := q.pool.Exec(context.Background(),
+		`ALTER TABLE public.events__a ADD CONSTRAINT no_bad_keys CHECK (partition_key IS DISTINCT FROM 'bad')`)
+	require.NoError(t, err)
+	bad := q.enqueue(t, "bad", "op", 0)
+	badNext := q.enqueue(t, "bad", "op", 1)
+	for seq := range 5 {
+		for k := range 6 {
+			q.enqueue(t, fmt.Sprintf("k%d", k), "op", seq)
+		}
+	}
+	pool := foLoginPool(t, q.db)
+	routes := []relay.Route{foRoute(q, "a", drainer.ClaimLease, &rlSink{}), foRoute(q, "b", drainer.ClaimLease, &rlSink{})}
+	r, err := relay.New(pool, routes, relay.WithLogger(drLogger(t)), relay.WithFanOut(relay.FanOut{Queue: q.table, BatchSize: 16}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stop := sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { _ = stop() })
+
+	drWaitFor(t, 30*time.Second, "the other keys' 30 events in both sinks, the refused one tried again", func() bool {
+		return foCount(t, q, "public.events__a", false) == 30 && foCount(t, q, "public.events__b", false) == 30 &&
+			q.count(t, `SELECT count(*) FROM public.events WHERE id = $1 AND attempt_count >= 2`, bad) == 1
+	})
+	var lastError string
+	require.NoError(t, q.pool.QueryRow(context.Background(), `SELECT last_error FROM public.events WHERE id = $1`, bad).Scan(&lastError))
+	require.Contains(t, lastError, "no_bad_keys", "the refusal is the source row's error")
+	require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE id = $1 AND sent_at IS NOT NULL`, badNext), "its key waits")
+	require.Zero(t, q.count(t, `SELECT count(*) FROM public.events__b WHERE partition_key = 'bad'`),
+		"the refused event reached no sink: its copy is one step for every sink")
+
+	_, err = q.pool.Exec(context.Background(), `ALTER TABLE public.events__a DROP CONSTRAINT no_bad_keys`)
+	require.NoError(t, err)
+	drWaitFor(t, 30*time.Second, "the bad key's two events copied once the CHECK is gone", func() bool {
+		return q.sent(t) == 32
+	})
+	require.NoError(t, stop())
+	for _, sink := range []string{"public.events__a", "public.events__b"} {
+		require.Equal(t, int64(32), foCount(t, q, sink, false), "%s: every event copied once", sink)
+		require.Equal(t, int64(32), q.count(t, `SELECT count(DISTINCT event_id) FROM `+sink), sink)
+	}
+}
