@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgdrain/pgdrain/internal/errtext"
 	"github.com/pgdrain/pgdrain/internal/guard"
@@ -27,7 +28,11 @@ import (
 // as an Applier's error is (an attempt counted, the queue's backoff or the error's RetryAt, the
 // error as last_error; Permanent poisons it, on a partitioned queue a transient failure never
 // does), and its key's later rows in batch are left for a later claim. So one row the TxApplier can
-// never apply costs its own key, visibly, not every row of the queue. ctx ends ApplyTimeout after the call,
+// never apply costs its own key, visibly, not every row of the queue. An error that is the
+// database's or the setup's rather than a row's (a PostgreSQL error of SQLSTATE class 08, 25, 40,
+// 42, 53, 55, 57 or 58: a lost connection, a deadlock, a missing privilege or table, a lock timeout)
+// rolls the whole transaction back instead, counting no attempt: its rows are claimed again after
+// the drainer's error backoff. ctx ends ApplyTimeout after the call,
 // and at the latest LeaseMargin before the transaction's LockTransactionTimeout; it is not
 // cancelled by Run's ctx. A call still running a second after its ctx ended is given up on: its
 // connection is closed under it (the server rolls the transaction back and unlocks its rows, which
@@ -133,33 +138,59 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 		return 0, nil, nil
 	}
 	r.metrics.observeClaim(ClaimLock, time.Since(start))
-	settle := jobs
-	if err := r.applyInSavepoint(ctx, tx, jobs, settleBy); err != nil {
-		if errors.Is(err, errTxLost) {
-			return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
-		}
-		settle, err = r.isolate(ctx, tx, jobs, err, settleBy)
-		if err != nil {
-			return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
-		}
-		if len(settle) == 0 {
-			return len(jobs), nil, nil
-		}
-	} else {
+	err = r.applyInSavepoint(ctx, tx, jobs, settleBy)
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(settleBy.Add(LeaseMargin), time.Now().Add(LeaseMargin)))
+	defer cancel()
+	if err == nil {
 		for _, j := range jobs {
 			j.disposition = DispositionSent
 		}
+		settled, err := querySettleLocked(sctx, tx, r.reg.queue, jobs)
+		if err != nil {
+			return len(jobs), nil, err
+		}
+		if settled != int64(len(jobs)) {
+			return len(jobs), nil, fmt.Errorf("settle_locked recorded %d of %d rows", settled, len(jobs))
+		}
+		return len(jobs), jobs, nil
 	}
-	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), settleBy.Add(LeaseMargin))
-	defer cancel()
-	settled, err := querySettleLocked(sctx, tx, r.reg.queue, settle)
+	if errors.Is(err, errTxLost) || systemic(err) {
+		return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
+	}
+	settle, err := r.isolate(ctx, tx, jobs, err, settleBy)
+	if err != nil {
+		return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
+	}
+	if len(settle) == 0 {
+		return len(jobs), nil, nil
+	}
+	// Failures may be refused (a retry time past the queue's max_delay, an error text the
+	// database's encoding can not hold): settleLocked records them in a savepoint, and row by row,
+	// escaped, when refused, a key's rows after one it could not record left out (their links).
+	runs(settle)
+	recorded, err := r.settleLocked(sctx, tx, settle)
 	if err != nil {
 		return len(jobs), nil, err
 	}
-	if settled != int64(len(settle)) {
-		return len(jobs), nil, fmt.Errorf("settle_locked recorded %d of %d rows", settled, len(settle))
+	return len(jobs), recorded, nil
+}
+
+// systemic tells whether a TxApplier's error is the database's or the setup's rather than one
+// row's (SQLSTATE classes 08 connection, 25 transaction state, 40 serialization failure or
+// deadlock, 42 a privilege or an object missing, 53 resources, 55 a lock not available, 57
+// operator intervention, 58 system): the whole transaction is rolled back, as before, and no row
+// is charged an attempt for it. A role without pgdrain_producer in the relay's fan-out would
+// otherwise count an attempt on every row, and poison an unpartitioned queue's rows.
+func systemic(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
 	}
-	return len(jobs), settle, nil
+	switch pgErr.Code[:2] {
+	case "08", "25", "40", "42", "53", "55", "57", "58":
+		return true
+	}
+	return false
 }
 
 // errTxLost marks an error after which tx can not go on (the TxApplier was given up on and its
@@ -179,19 +210,25 @@ func (r *runner[T]) applyInSavepoint(ctx context.Context, tx pgx.Tx, jobs []*job
 	if settleBy.Before(deadline) {
 		deadline = settleBy
 	}
-	// The savepoint's statements are bound as the settle is (txRound), not by the apply's deadline:
-	// a call that used up its time still has its savepoint rolled back.
-	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(settleBy.Add(LeaseMargin), time.Now().Add(LeaseMargin)))
-	defer cancel()
-	if _, err := tx.Exec(bctx, sqlApplySavepoint); err != nil {
+	// The savepoint's statements are bound as the settle is (txRound), not by the apply's deadline,
+	// and from when each is sent: a call that used up its time still has its savepoint rolled back.
+	bounded := func() (context.Context, context.CancelFunc) {
+		return context.WithDeadline(context.WithoutCancel(ctx), later(settleBy.Add(LeaseMargin), time.Now().Add(LeaseMargin)))
+	}
+	bctx, cancel := bounded()
+	_, err := tx.Exec(bctx, sqlApplySavepoint)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("%w: %w", errTxLost, translate("making the TxApplier's savepoint", err))
 	}
 	actx, cancelApply := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	err := r.callTxApplier(ctx, actx, tx, batch, deadline)
+	err = r.callTxApplier(ctx, actx, tx, batch, deadline)
 	cancelApply()
 	if errors.Is(err, errTxApplierOverrun) {
 		return fmt.Errorf("%w: %w", errTxLost, err)
 	}
+	bctx, cancel = bounded()
+	defer cancel()
 	if err == nil {
 		if _, cerr := tx.Exec(bctx, sqlReleaseApplySavepoint); cerr != nil {
 			return fmt.Errorf("%w: %w", errTxLost, translate("releasing the TxApplier's savepoint", cerr))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgdrain/pgdrain/drainer"
@@ -135,4 +136,91 @@ func TestDrainerTxApplier_ARowItCanNeverApplyHoldsBackOnlyItsKey(t *testing.T) {
 		"what the failed calls wrote is rolled back")
 	require.Equal(t, int64(10), q.count(t, `SELECT count(*) FROM public.applied`), "every good row written once")
 	require.Equal(t, int64(10), q.count(t, `SELECT count(DISTINCT id) FROM public.applied`))
+}
+
+// A failure whose result the database refuses (a retry time past the queue's max_delay, an error
+// text the database's encoding can not hold) is recorded as lock mode records an Applier's: in a
+// savepoint, and row by row, escaped and with the queue's backoff, when refused. Recorded without
+// one (the first version of the row-by-row apply), the refusal aborted the claim transaction, and
+// nothing of it committed, for ever (the session's review).
+func TestDrainerTxApplier_AFailureTheDatabaseRefusesCostsOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, encoding string
+		fail           func() error
+	}{
+		{"a retry time past max_delay", "", func() error {
+			return drainer.RetryAt(errors.New("rate limited"), time.Now().Add(30*24*time.Hour))
+		}},
+		{"a text LATIN1 can not hold", "LATIN1", func() error { return errors.New("sink refused: 5 € over quota") }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			opts := drQueueOpts{partitionColumn: "partition_key"}
+			var q *drQueue
+			if c.encoding != "" {
+				q = drNewEncodedQueue(t, c.encoding, opts)
+			} else {
+				q = drNewQueue(t, opts)
+			}
+			bad := q.enqueue(t, "bad", "op", 0)
+			for i := range 6 {
+				q.enqueue(t, fmt.Sprintf("k%d", i), "op", 0)
+			}
+			apply := func(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) error {
+				for _, e := range batch {
+					if e.ID == bad {
+						return c.fail()
+					}
+				}
+				return nil
+			}
+			cfg := q.config(drainer.ClaimLock)
+			cfg.BatchSize, cfg.ApplyConcurrency = 8, 8
+			d, err := drainer.New(q.pool, cfg, drDecode, nil, drainer.WithTxApplier[drEvent](apply), drainer.WithLogger[drEvent](drLogger(t)))
+			require.NoError(t, err)
+			stop := drStart(t, d)
+			drWaitFor(t, 15*time.Second, "the six good rows sent and the bad row's attempt recorded", func() bool {
+				return q.sent(t) == 6 && q.count(t, `SELECT count(*) FROM public.events WHERE id = $1 AND attempt_count >= 1`, bad) == 1
+			})
+			require.NoError(t, stop())
+			require.Equal(t, int64(1), q.count(t, `SELECT count(*) FROM public.events WHERE id = $1 AND last_error LIKE '[pgdrain: PostgreSQL refused this result%'`, bad),
+				"recorded escaped, saying why")
+		})
+	}
+}
+
+// An error that is the setup's, not a row's (here the relay's role without the privilege to write
+// a sink's queue: 42501), charges no row an attempt: the batch is rolled back and claimed again,
+// as before; once the setup is mended every row is sent, none with an attempt counted.
+func TestDrainerTxApplier_ASetupErrorChargesNoRowAnAttempt(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{})
+	for i := range 6 {
+		q.enqueue(t, "", "op", i)
+	}
+	var mended atomic.Bool
+	var failures atomic.Int32
+	apply := func(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) error {
+		if !mended.Load() {
+			failures.Add(1)
+			// As the relay's fan-out wraps what PostgreSQL said.
+			return fmt.Errorf("copying %d events into public.sink: %w", len(batch),
+				&pgconn.PgError{Code: "42501", Message: "permission denied for table sink"})
+		}
+		return nil
+	}
+	cfg := q.config(drainer.ClaimLock)
+	cfg.BatchSize, cfg.ApplyConcurrency = 8, 8
+	d, err := drainer.New(q.pool, cfg, drDecode, nil, drainer.WithTxApplier[drEvent](apply), drainer.WithLogger[drEvent](drLogger(t)))
+	require.NoError(t, err)
+	stop := drStart(t, d)
+	drWaitFor(t, 10*time.Second, "a few failed batches", func() bool { return failures.Load() >= 3 })
+	require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE attempt_count > 0 OR sent_at IS NOT NULL`),
+		"no attempt counted, nothing recorded")
+	mended.Store(true)
+	drWaitFor(t, 15*time.Second, "every row sent once the setup is mended", func() bool { return q.sent(t) == 6 })
+	require.NoError(t, stop())
+	require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE attempt_count > 0`))
 }
