@@ -72,7 +72,7 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 	})
 	out := r.invoke(ctx, actx, j)
 	overrun.Stop()
-	j.disposition, j.retryAt, j.errText = out.disposition, out.retryAt, out.text
+	j.setOutcome(out)
 	if span != nil {
 		endSpan(span, j, out.err)
 	}
@@ -86,6 +86,11 @@ func (r *runner[T]) applyOne(ctx context.Context, j *job) {
 			"partition_key", j.event.PartitionKey, "event_type", j.event.Type,
 			"attempts", j.event.Attempts, "outcome", j.disposition.String(), "err", errtext.Recordable(j.errText, errtext.LogBytes))
 	}
+}
+
+// setOutcome records what an apply came to on j.
+func (j *job) setOutcome(a applied) {
+	j.disposition, j.retryAt, j.errText = a.disposition, a.retryAt, a.text
 }
 
 // applied is what one apply came to: the error (one whose methods are safe to call), and what

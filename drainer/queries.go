@@ -19,10 +19,10 @@ import (
 // of its own; the drainer reads and writes no table itself, so a login role that is only a member
 // of pgdrain_worker can run it.
 const (
-	// Times and intervals come back as integer microseconds (epochMicros): their text depends on
-	// the session's DateStyle, IntervalStyle and TimeZone, and a pool whose default_query_exec_mode
-	// is exec or simple_protocol (behind PgBouncer: docs/pgbouncer.md) reads every result as text,
-	// which pgx parses only in the ISO and postgres styles. Under a role's DateStyle = 'SQL, DMY'
+	// Times and intervals come back as integer microseconds (extract(epoch ...) * 1000000): their
+	// text depends on the session's DateStyle, IntervalStyle and TimeZone, and a pool whose
+	// default_query_exec_mode is exec or simple_protocol (behind PgBouncer: docs/pgbouncer.md)
+	// reads every result as text, which pgx parses only in the ISO and postgres styles. Under a role's DateStyle = 'SQL, DMY'
 	// every claim failed to scan, after leasing its rows, for ever.
 	sqlQueueInfo = `
 		SELECT queue_name, coalesce(partition_column, ''), max_attempts,
@@ -37,33 +37,28 @@ const (
 	sqlDrainerWoke  = `SELECT outbox.drainer_woke($1, $2)`
 	// sqlClaimTurn asks whether this drainer's paced claim may go now (0) or how long to wait.
 	sqlClaimTurn = `SELECT extract(epoch FROM outbox.claim_turn($1, $2::float8 * interval '1 second'))::float8`
-	// The claims also return when the claim started, on the server's clock, which is the clock of
-	// created_at: the pacing of a trickle (trickle.go) compares the two.
-	sqlClaimBatch = `
-		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count,
-		       (extract(epoch FROM created_at) * 1000000)::int8, lease_token,
-		       event_id::text, headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8
-		FROM outbox.claim_batch($1, $2, $3)`
-	sqlClaimRuns = `
-		SELECT id, event_type, payload, coalesce(partition_key, ''), attempt_count,
-		       (extract(epoch FROM created_at) * 1000000)::int8, lease_token,
-		       event_id::text, headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8
-		FROM outbox.claim_runs($1, $2, $3, $4)`
+	// What every claim returns, as collectJobs reads it, around the lease token (NULL in lock
+	// mode), from the claim's rows as c. The claims also return when the claim started, on the
+	// server's clock, which is the clock of created_at: the pacing of a trickle (trickle.go)
+	// compares the two.
+	sqlClaimedBeforeToken = `
+		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count,
+		       (extract(epoch FROM c.created_at) * 1000000)::int8, `
+	sqlClaimedAfterToken = `,
+		       c.event_id::text, c.headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8`
+	sqlClaimBatch = sqlClaimedBeforeToken + `c.lease_token` + sqlClaimedAfterToken + `
+		FROM outbox.claim_batch($1, $2, $3) AS c`
+	sqlClaimRuns = sqlClaimedBeforeToken + `c.lease_token` + sqlClaimedAfterToken + `
+		FROM outbox.claim_runs($1, $2, $3, $4) AS c`
 	// The lock-mode claims also give their transaction the server's bound on idle time that the
 	// drainer keeps itself (lockIdleBound): a role's shorter idle_in_transaction_session_timeout
 	// would end every batch whose applies take longer, for ever, and with none set the server
 	// would keep a batch whose client vanished (a partition) until TCP keepalive gave up.
 	// set_config's is_local lasts until the transaction ends.
-	sqlClaimLocked = `
-		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count,
-		       (extract(epoch FROM c.created_at) * 1000000)::int8, NULL::uuid,
-		       c.event_id::text, c.headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8
+	sqlClaimLocked = sqlClaimedBeforeToken + `NULL::uuid` + sqlClaimedAfterToken + `
 		FROM outbox.claim_locked($1, $2) AS c,
 		     pg_catalog.set_config('idle_in_transaction_session_timeout', $3, true) AS s`
-	sqlClaimLockedRuns = `
-		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count,
-		       (extract(epoch FROM c.created_at) * 1000000)::int8, NULL::uuid,
-		       c.event_id::text, c.headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8
+	sqlClaimLockedRuns = sqlClaimedBeforeToken + `NULL::uuid` + sqlClaimedAfterToken + `
 		FROM outbox.claim_locked_runs($1, $2, $4) AS c,
 		     pg_catalog.set_config('idle_in_transaction_session_timeout', $3, true) AS s`
 	// Only whether the lease is still ours counts (the drainer keeps its deadline on its own clock).

@@ -287,11 +287,6 @@ func (r *runner[T]) isolate(ctx context.Context, tx pgx.Tx, jobs []*job, batchEr
 	return settle, nil
 }
 
-// setOutcome records what an apply came to on j.
-func (j *job) setOutcome(a applied) {
-	j.disposition, j.retryAt, j.errText = a.disposition, a.retryAt, a.text
-}
-
 // classifyGuarded is classify(err), where a panic in err's own methods is the row's permanent
 // failure (as invoke has it).
 func classifyGuarded(err error) applied {
