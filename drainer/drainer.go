@@ -235,7 +235,7 @@ func (d *Drainer[T]) Run(ctx context.Context) error {
 	}
 	defer leaveMetrics()
 
-	r := &runner[T]{d: d, cfg: d.cfg.withDefaults(), reg: reg, wake: make(chan struct{}, 1), runCtx: ctx, metrics: m}
+	r := &runner[T]{d: d, cfg: d.cfg.withDefaults(), reg: reg, wake: make(chan struct{}, 1), runCtx: ctx, metrics: m, timedOut: timedOut{}}
 	ready := closedChan
 	if !r.cfg.PollOnly {
 		r.sub = d.subscribe(reg.channel, r.listenWake)

@@ -30,7 +30,8 @@ type runner[T any] struct {
 	sub     *subscription   // its LISTEN (nil with PollOnly); follows the registration's channel
 	// lastFound is when a claim last found rows: the drainer busy-polls for BusyPoll after it.
 	lastFound time.Time
-	trickle   trickle // paces claims while rows trickle in (trickle.go)
+	trickle   trickle  // paces claims while rows trickle in (trickle.go)
+	timedOut  timedOut // rows of TxApplier calls that ran out of their time (txtimedout.go)
 }
 
 // bounded returns ctx bounded by ClaimTimeout, for one short database call: a connection that

@@ -32,7 +32,14 @@ import (
 // database's or the setup's rather than a row's (a PostgreSQL error of SQLSTATE class 08, 25, 40,
 // 42, 53, 55, 57 or 58: a lost connection, a deadlock, a missing privilege or table, a lock timeout)
 // rolls the whole transaction back instead, counting no attempt: its rows are claimed again after
-// the drainer's error backoff. ctx ends ApplyTimeout after the call,
+// the drainer's error backoff. A call that returns once its ctx has ended ran out of its time:
+// whatever its error, that is the rows' failure (a row alone is charged an attempt, as an Applier's
+// timeout is), and the rows of a batch that ran out of time are applied one at a time whenever a
+// later claim of this Run brings one of them back, each call with its own time, until a row's own
+// call succeeds: so a row on which the TxApplier hangs costs its own key, not the queue. (A row
+// whose own call ran out of time and lost the transaction with it, as a statement its ctx
+// interrupts does by closing pgx's connection, is charged at its next claim, without a call.) ctx ends
+// ApplyTimeout after the call,
 // and at the latest LeaseMargin before the transaction's LockTransactionTimeout; it is not
 // cancelled by Run's ctx. A call still running a second after its ctx ended is given up on: its
 // connection is closed under it (the server rolls the transaction back and unlocks its rows, which
@@ -138,7 +145,16 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 		return 0, nil, nil
 	}
 	r.metrics.observeClaim(ClaimLock, time.Since(start))
+	var settle []*job
+	if r.timedOut.any(jobs) {
+		// A row here ran out of a batch's time before: one at a time, each with its own time.
+		if settle, err = r.applyAlone(ctx, tx, jobs, settleBy); err != nil {
+			return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
+		}
+		return r.settleIsolated(ctx, tx, len(jobs), settle, settleBy)
+	}
 	err = r.applyInSavepoint(ctx, tx, jobs, settleBy)
+	ranOut := errors.As(err, new(*outOfTimeError))
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(settleBy.Add(LeaseMargin), time.Now().Add(LeaseMargin)))
 	defer cancel()
 	if err == nil {
@@ -154,25 +170,39 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 		}
 		return len(jobs), jobs, nil
 	}
-	if errors.Is(err, errTxLost) || systemic(err) {
+	if errors.Is(err, errTxLost) || !ranOut && systemic(err) {
 		return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
 	}
-	settle, err := r.isolate(ctx, tx, jobs, err, settleBy)
-	if err != nil {
-		return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
-	}
-	if len(settle) == 0 {
+	if errors.As(err, new(*cutShortError)) {
+		r.d.logger.WarnContext(ctx, "the TxApplier's call was cut short by the end of its transaction (LockTransactionTimeout); "+
+			"its rows are claimed again, no attempt counted", "queue", r.reg.queue, "rows", len(jobs),
+			"err", errtext.Recordable(err.Error(), errtext.LogBytes))
 		return len(jobs), nil, nil
 	}
+	if settle, err = r.isolate(ctx, tx, jobs, err, settleBy); err != nil {
+		return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
+	}
+	return r.settleIsolated(ctx, tx, len(jobs), settle, settleBy)
+}
+
+// settleIsolated records what isolate or applyAlone made of a round's claimed rows (the others
+// are unlocked at COMMIT and claimed again), and returns claimed and the rows recorded.
+func (r *runner[T]) settleIsolated(ctx context.Context, tx pgx.Tx, claimed int, settle []*job, settleBy time.Time) (int, []*job, error) {
+	if len(settle) == 0 {
+		return claimed, nil, nil
+	}
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(settleBy.Add(LeaseMargin), time.Now().Add(LeaseMargin)))
+	defer cancel()
 	// Failures may be refused (a retry time past the queue's max_delay, an error text the
 	// database's encoding can not hold): settleLocked records them in a savepoint, and row by row,
 	// escaped, when refused, a key's rows after one it could not record left out (their links).
 	runs(settle)
 	recorded, err := r.settleLocked(sctx, tx, settle)
 	if err != nil {
-		return len(jobs), nil, err
+		return claimed, nil, err
 	}
-	return len(jobs), recorded, nil
+	r.timedOut.settled(recorded)
+	return claimed, recorded, nil
 }
 
 // systemic tells whether a TxApplier's error is the database's or the setup's rather than one
@@ -221,11 +251,21 @@ func (r *runner[T]) applyInSavepoint(ctx context.Context, tx pgx.Tx, jobs []*job
 	if err != nil {
 		return fmt.Errorf("%w: %w", errTxLost, translate("making the TxApplier's savepoint", err))
 	}
+	called := time.Now()
 	actx, cancelApply := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	err = r.callTxApplier(ctx, actx, tx, batch, deadline)
 	cancelApply()
 	if errors.Is(err, errTxApplierOverrun) {
+		r.timedOut.ranOut(jobs, true, err)
 		return fmt.Errorf("%w: %w", errTxLost, err)
+	}
+	outOfTime := false
+	if allowed := deadline.Sub(called); err != nil && !time.Now().Before(deadline) {
+		if outOfTime = allowed >= r.cfg.ApplyTimeout/2; outOfTime {
+			err = &outOfTimeError{err: err, allowed: allowed}
+		} else {
+			err = &cutShortError{err: err, allowed: allowed}
+		}
 	}
 	bctx, cancel = bounded()
 	defer cancel()
@@ -236,7 +276,11 @@ func (r *runner[T]) applyInSavepoint(ctx context.Context, tx pgx.Tx, jobs []*job
 		return nil
 	}
 	// Both in one round trip, in the simple protocol (no arguments), as querySettleLockedInSavepoint.
-	if _, rerr := tx.Exec(bctx, sqlRollbackToApplySavepoint); rerr != nil {
+	_, rerr := tx.Exec(bctx, sqlRollbackToApplySavepoint)
+	if outOfTime {
+		r.timedOut.ranOut(jobs, rerr != nil, err)
+	}
+	if rerr != nil {
 		return fmt.Errorf("%w: %w (after the TxApplier's error: %w)", errTxLost,
 			translate("rolling back to the TxApplier's savepoint", rerr), err)
 	}
@@ -256,9 +300,26 @@ func (r *runner[T]) isolate(ctx context.Context, tx pgx.Tx, jobs []*job, batchEr
 		r.logIsolated(ctx, jobs, batchErr, 0, 1)
 		return jobs, nil
 	}
+	settle, err := r.applyAlone(ctx, tx, jobs, settleBy)
+	if err != nil {
+		return nil, err
+	}
+	failed := 0
+	for _, j := range settle {
+		if j.disposition != DispositionSent {
+			failed++
+		}
+	}
+	r.logIsolated(ctx, jobs, batchErr, len(settle)-failed, failed)
+	return settle, nil
+}
+
+// applyAlone calls the TxApplier for each row of jobs alone, in claim order, each call in a
+// savepoint of its own (applyInSavepoint), and returns the rows to settle with their dispositions
+// (see isolate). An error matching errTxLost means tx is lost.
+func (r *runner[T]) applyAlone(ctx context.Context, tx pgx.Tx, jobs []*job, settleBy time.Time) ([]*job, error) {
 	var settle []*job
 	held := map[string]bool{} // partition keys whose earlier row here failed or was not reached
-	failed := 0
 	for _, j := range jobs {
 		keyed := j.event.PartitionKey != ""
 		if keyed && held[j.event.PartitionKey] {
@@ -270,20 +331,25 @@ func (r *runner[T]) isolate(ctx context.Context, tx pgx.Tx, jobs []*job, batchEr
 			}
 			continue
 		}
-		err := r.applyInSavepoint(ctx, tx, []*job{j}, settleBy)
+		err := r.timedOut.takeLost(j)
+		if err == nil {
+			err = r.applyInSavepoint(ctx, tx, []*job{j}, settleBy)
+		}
 		if errors.Is(err, errTxLost) {
 			return nil, err
 		}
-		j.setOutcome(classifyGuarded(err))
-		if err != nil {
-			failed++
+		if errors.As(err, new(*cutShortError)) { // not the row's failure: not reached
 			if keyed {
 				held[j.event.PartitionKey] = true
 			}
+			continue
+		}
+		j.setOutcome(classifyGuarded(err))
+		if err != nil && keyed {
+			held[j.event.PartitionKey] = true
 		}
 		settle = append(settle, j)
 	}
-	r.logIsolated(ctx, jobs, batchErr, len(settle)-failed, failed)
 	return settle, nil
 }
 

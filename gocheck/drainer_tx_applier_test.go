@@ -224,3 +224,66 @@ func TestDrainerTxApplier_ASetupErrorChargesNoRowAnAttempt(t *testing.T) {
 	require.NoError(t, stop())
 	require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE attempt_count > 0`))
 }
+
+// A row on which the TxApplier hangs until its context ends (a sink table a DBA locked for one key's
+// rows, a remote call inside the transaction): with the configuration the docs advise
+// (ApplyConcurrency the claim size, so LockTransactionTimeout allows one wave of ApplyTimeout), the
+// batch's call used up the batch's time, no time was left to apply its rows one at a time, none was
+// reached and so none was charged: every claim brought the same batch back and the queue stopped
+// for good (the ten good rows not sent in 20 s). When the call ran a statement, its context closed
+// pgx's connection, and the transaction was lost with it, uncharged, however few its rows. Now the
+// rows of a batch that ran out of time are applied one at a time when they come back: the good rows
+// are sent, the hanging row's own call runs out of time and is charged an attempt, as an Applier's
+// timeout is (at its next claim when its call lost the transaction), and only its key waits.
+func TestDrainerTxApplier_ARowOnWhichItHangsHoldsBackOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	for _, hang := range []struct {
+		name string
+		wait func(ctx context.Context, tx pgx.Tx) error
+	}{
+		{"waits for its context", func(ctx context.Context, _ pgx.Tx) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}},
+		{"a statement its context cancels", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT pg_sleep(60)`)
+			return err
+		}},
+	} {
+		t.Run(hang.name, func(t *testing.T) {
+			t.Parallel()
+			q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+			stuck := q.enqueue(t, "stuck", "op", 0)
+			stuckNext := q.enqueue(t, "stuck", "op", 1)
+			for i := range 10 {
+				q.enqueue(t, fmt.Sprintf("k%d", i), "op", 0)
+			}
+			apply := func(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) error {
+				for _, e := range batch {
+					if e.ID == stuck {
+						return hang.wait(ctx, tx)
+					}
+				}
+				return nil
+			}
+			cfg := q.config(drainer.ClaimLock)
+			cfg.BatchSize, cfg.ApplyConcurrency = 8, 8
+			cfg.ApplyTimeout = 300 * time.Millisecond
+			d, err := drainer.New(q.pool, cfg, drDecode, nil, drainer.WithTxApplier[drEvent](apply), drainer.WithLogger[drEvent](drLogger(t)))
+			require.NoError(t, err)
+			stop := drStart(t, d)
+			drWaitFor(t, 20*time.Second, "the ten good rows sent and the stuck row charged", func() bool {
+				return q.sent(t) == 10 &&
+					q.count(t, `SELECT count(*) FROM public.events WHERE id = $1 AND attempt_count >= 1`, stuck) == 1
+			})
+			require.NoError(t, stop())
+
+			var lastError string
+			require.NoError(t, q.pool.QueryRow(context.Background(),
+				`SELECT last_error FROM public.events WHERE id = $1`, stuck).Scan(&lastError))
+			require.Contains(t, lastError, "the TxApplier ran out of its time", "an operator sees why")
+			require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE id = $1 AND sent_at IS NOT NULL`, stuckNext),
+				"the stuck row's key waits for it")
+		})
+	}
+}
