@@ -5,7 +5,10 @@
 -- when it had no step waiting for its journal. Only when lease_token still matches
 -- AND the ladder runs AND its alert is still firing; otherwise returns false and changes nothing at
 -- all — not next_at, not step_idx, not leased_until (a late instance must not break the current
--- holder's lease).
+-- holder's lease). The next step's delay counts from the clock, not from now() (the transaction's
+-- start), as take_due_steps' due times do: a client whose driver opens transactions implicitly
+-- (psycopg2, JDBC without autocommit) would otherwise record in a transaction begun long before,
+-- and the next step, due its delay after that start, would page at once instead of after its delay.
 CREATE OR REPLACE FUNCTION alr.apply_escalation(escalation_id uuid, lease_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -29,7 +32,7 @@ BEGIN
   -- with the row that is written (both are re-checked on the locked row version).
   UPDATE alr.alert_escalations e
   SET step_idx = v_step_idx + 1,
-      next_at = CASE WHEN v_last THEN NULL ELSE pg_catalog.now() + v_next_delay END,
+      next_at = CASE WHEN v_last THEN NULL ELSE pg_catalog.clock_timestamp() + v_next_delay END,
       stopped_at = CASE WHEN v_last THEN pg_catalog.now() END,
       stop_reason = CASE WHEN v_last THEN 'completed' END,
       leased_until = NULL,

@@ -2,7 +2,9 @@
 -- while a ladder of this alert and policy is running, returns that ladder's id (a unique partial
 -- index settles concurrent starts; a ladder that completes meanwhile is not returned, a new one is
 -- started). An acknowledged alert is refused like a resolved one: someone is on it, and a new
--- ladder would page again.
+-- ladder would page again. Step 0's delay counts from the clock, not from now() (the transaction's
+-- start): a producer raising an alert in a transaction open for a while (a driver that opens them
+-- implicitly, a long batch) would otherwise have step 0 page at once instead of after its delay.
 CREATE OR REPLACE FUNCTION alr.start_escalation(alert_id uuid, policy_id uuid)
 RETURNS uuid
 LANGUAGE plpgsql
@@ -46,7 +48,7 @@ BEGIN
   -- and a new one may be started: try again. Each round needs another ladder to stop meanwhile.
   LOOP
     INSERT INTO alr.alert_escalations AS e (id, alert_id, policy_id, step_idx, next_at)
-    VALUES (core.new_id(), start_escalation.alert_id, start_escalation.policy_id, 0, pg_catalog.now() + v_delay)
+    VALUES (core.new_id(), start_escalation.alert_id, start_escalation.policy_id, 0, pg_catalog.clock_timestamp() + v_delay)
     ON CONFLICT (alert_id, policy_id) WHERE stopped_at IS NULL DO NOTHING
     RETURNING e.id INTO v_id;
     EXIT WHEN v_id IS NOT NULL;

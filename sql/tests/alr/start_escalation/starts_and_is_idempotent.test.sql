@@ -8,10 +8,14 @@ SELECT plan(10);
 CREATE TEMP TABLE fx AS SELECT alr.add_alert('api down') AS alert_id,
   alr.create_policy('p', '[{"delay":"3 minutes","channel":"telegram","target":"@a"}]') AS policy_id;
 CREATE TEMP TABLE e AS SELECT alr.start_escalation(alert_id, policy_id) AS id FROM fx;
-SELECT is((SELECT to_jsonb(r) FROM (SELECT alert_id, policy_id, step_idx, next_at, stopped_at, leased_until, lease_token
+-- Due 3 minutes after the call (the clock when it ran: later than now(), the transaction's start).
+SELECT is((SELECT to_jsonb(r) FROM (SELECT alert_id, policy_id, step_idx,
+                                           next_at BETWEEN now() + interval '3 minutes'
+                                                       AND clock_timestamp() + interval '3 minutes' AS due_after_delay,
+                                           stopped_at, leased_until, lease_token
                                   FROM alr.alert_escalations WHERE id = (SELECT id FROM e)) r),
           (SELECT jsonb_build_object('alert_id', alert_id, 'policy_id', policy_id, 'step_idx', 0,
-                                     'next_at', now() + interval '3 minutes', 'stopped_at', NULL,
+                                     'due_after_delay', true, 'stopped_at', NULL,
                                      'leased_until', NULL, 'lease_token', NULL) FROM fx),
           'a new ladder is at step 0, due after its delay, free');
 SELECT is(alr.start_escalation(alert_id, policy_id), (SELECT id FROM e), 'starting a running ladder again returns it')
