@@ -5,6 +5,11 @@
 -- killed in between (SIGKILL, out of memory, a lost host) leaves the step recorded and undelivered,
 -- and its ladder goes on to the next step. unjournaled_since is the ladder's oldest such step's
 -- record time (one per ladder); channel and target are NULL when the policy's step is gone.
+-- Only steps of alerts that still fire and that nobody acknowledged are listed: those are the pages
+-- that still matter (what on call is told to do about one: page its target by hand, then
+-- acknowledge or resolve the alert). Nothing else takes a step off the list (its token is the only
+-- one record_delivery accepts), so a listed step of a resolved or acknowledged alert stayed listed
+-- for ever, and the engines' gauge and its page with it.
 -- Read-only, through a partial index: its cost grows with such ladders, not with all of them.
 CREATE OR REPLACE FUNCTION alr.unjournaled_steps(older_than interval DEFAULT '10 minutes')
 RETURNS TABLE(escalation_id uuid, alert_id uuid, step_idx integer, channel text, target text,
@@ -25,11 +30,14 @@ BEGIN
   RETURN QUERY
   SELECT e.id, e.alert_id, (u.i - 1)::integer, s.channel, s.target, e.unjournaled_since
   FROM alr.alert_escalations e
+  JOIN alr.alerts a ON a.id = e.alert_id
   CROSS JOIN LATERAL pg_catalog.unnest(e.applied_tokens) WITH ORDINALITY AS u(token, i)
   LEFT JOIN alr.escalation_steps s ON s.policy_id = e.policy_id AND s.step_idx = u.i - 1
   WHERE e.unjournaled_since IS NOT NULL
     AND e.unjournaled_since <= pg_catalog.now() - unjournaled_steps.older_than
     AND u.token IS NOT NULL
+    AND a.state = 'firing'
+    AND NOT EXISTS (SELECT 1 FROM alr.alert_acknowledgements k WHERE k.alert_id = e.alert_id)
   ORDER BY e.unjournaled_since, e.id, u.i;
 END;
 $$;
