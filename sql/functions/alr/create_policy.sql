@@ -40,7 +40,12 @@ BEGIN
     FOR v_key IN SELECT k FROM pg_catalog.jsonb_object_keys(v_step) AS k ORDER BY k LOOP
       IF v_key NOT IN ('delay', 'channel', 'target') THEN
         PERFORM alr._invalid(fn, pg_catalog.format(
-          'steps[%s] must only have the keys delay, channel, target, got key %s', v_idx, pg_catalog.quote_literal(v_key)));
+          'steps[%s] must only have the keys delay, channel, target, got key %s', v_idx,
+          -- A key is shown as a value is (alr._shown): a mistaken megabyte is not echoed whole.
+          CASE WHEN pg_catalog.length(v_key) > 200
+               THEN pg_catalog.format('%s... (%s characters)', pg_catalog.quote_literal(pg_catalog.left(v_key, 200)),
+                                      pg_catalog.length(v_key))
+               ELSE pg_catalog.quote_literal(v_key) END));
       END IF;
     END LOOP;
     v_delay := NULL;

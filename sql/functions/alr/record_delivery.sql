@@ -29,7 +29,11 @@ BEGIN
   -- A failure journaled without a reason tells on call nothing: say why, or NULL for delivered.
   IF alr._is_blank(record_delivery.error) THEN
     PERFORM alr._invalid(fn, pg_catalog.format(
-      'error must be NULL (delivered) or say why the delivery failed, got %s', pg_catalog.quote_literal(record_delivery.error)));
+      'error must be NULL (delivered) or say why the delivery failed, got %s',
+      -- Its length, not the text, when long: a megabyte of blanks is not echoed into the error.
+      CASE WHEN pg_catalog.length(record_delivery.error) > 200
+           THEN pg_catalog.format('a blank text of %s characters', pg_catalog.length(record_delivery.error))
+           ELSE pg_catalog.quote_literal(record_delivery.error) END));
   END IF;
   SELECT * INTO v_e FROM alr.alert_escalations e WHERE e.id = record_delivery.escalation_id;
   IF NOT FOUND THEN
