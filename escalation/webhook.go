@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/pgdrain/pgdrain/internal/errtext"
 	"github.com/pgdrain/pgdrain/relay/webhook"
 )
 
@@ -76,7 +79,8 @@ type WebhookStep struct {
 	Message string `json:"message"`
 }
 
-// Notify posts the step; any status outside 2xx is an error.
+// Notify posts the step; any status outside 2xx is an error, which names the status and carries the
+// first 256 bytes of the peer's answer (its reason: "invalid_token", "channel_not_found").
 func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
 	target := n.URL
 	if target == "" {
@@ -129,6 +133,10 @@ func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
 		return fmt.Errorf("posting webhook to %s: %w", redactedURL(target), err)
 	}
 	defer resp.Body.Close()
+	// The peer's reason for a refusal is in its body ("invalid_token", "channel_not_found", a rate
+	// limit's details): an excerpt goes into the error, as the relay's webhook sink keeps one. A few
+	// bytes more than kept, so that the excerpt ends before a character the limit splits.
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes+utf8.UTFMax))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	// A client of the caller's that follows redirects answers with the last request's response: a
 	// 301, 302 or 303 followed made the POST a GET without its body, whose 2xx is no delivery.
@@ -140,10 +148,19 @@ func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
 		return fmt.Errorf("posting webhook: %s answered %s (redirects are not followed: fix the URL)", redactedURL(target), resp.Status)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("posting webhook: %s answered %s", redactedURL(target), resp.Status)
+		err := fmt.Errorf("posting webhook: %s answered %s", redactedURL(target), resp.Status)
+		// The peer's bytes may be anything (a NUL, invalid UTF-8): the excerpt is recordable text.
+		if text := strings.TrimSpace(errtext.Recordable(string(snippet), errorBodyBytes)); text != "" {
+			err = fmt.Errorf("%w: %s", err, text)
+		}
+		return err
 	}
 	return nil
 }
+
+// errorBodyBytes is how much of a refusal's body goes into a failed delivery's error, at most (as
+// the relay's webhook sink keeps in a row's last_error).
+const errorBodyBytes = 256
 
 // redactedURL is raw's scheme and host, with "/…" where it has a path, query or user: what an
 // error may say of a webhook URL, whose path and query are often its secret.

@@ -162,3 +162,38 @@ func TestWebhookNotifier_ErrorsNameNoSecretOfTheURL(t *testing.T) {
 		}
 	}
 }
+
+// A peer's refusal says why in its body (Slack answers 403 "invalid_token", 404
+// "channel_not_found"; a rate limit says when to come back): the failed delivery's error, which
+// the journal keeps, carries an excerpt of it, made recordable (a NUL or invalid UTF-8 in an
+// error page would otherwise cost the journal row) and cut to 256 bytes. Before, the error named
+// only the status, and on call could not tell a revoked token from a deleted channel.
+func TestWebhookNotifier_ARefusalKeepsAnExcerptOfThePeersReason(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Idempotency-Key") {
+		case "e1:0":
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte("invalid_token\x00\xff\n"))
+		case "e1:1":
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"error":"rate_limited","retry_after":30}` + strings.Repeat("x", 1<<20)))
+		default:
+			w.WriteHeader(http.StatusBadGateway) // no body: the status alone, as before
+		}
+	}))
+	defer srv.Close()
+	n := WebhookNotifier{URL: srv.URL}
+
+	err := n.Notify(context.Background(), Step{EscalationID: "e1", StepIdx: 0})
+	require.EqualError(t, err, "posting webhook: "+srv.URL+" answered 403 Forbidden: invalid_token\uFFFD\uFFFD")
+
+	err = n.Notify(context.Background(), Step{EscalationID: "e1", StepIdx: 1})
+	require.ErrorContains(t, err, `answered 429 Too Many Requests: {"error":"rate_limited","retry_after":30}xxx`)
+	require.LessOrEqual(t, len(err.Error()), len("posting webhook: "+srv.URL+" answered 429 Too Many Requests: ")+256,
+		"a megabyte error page is cut")
+
+	err = n.Notify(context.Background(), Step{EscalationID: "e1", StepIdx: 2})
+	require.EqualError(t, err, "posting webhook: "+srv.URL+" answered 502 Bad Gateway")
+}
