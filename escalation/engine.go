@@ -520,7 +520,7 @@ func (e *Engine) applyRetrying(ctx context.Context, log *slog.Logger, s Step) (a
 	delay := time.Duration(0)
 	for {
 		applied, err = e.apply(context.WithoutCancel(ctx), s)
-		if err == nil || !e.retryStep(ctx, log, s, "recording escalation step", err, &delay) {
+		if err == nil || !e.retryStep(ctx, log, s.LeasedUntil, "recording escalation step", err, &delay) {
 			break
 		}
 		uncertain = uncertain || !sentNothing(err)
@@ -566,8 +566,20 @@ func (e *Engine) recordedBy(ctx context.Context, s Step) (*int, error) {
 // the token that recorded the step (alr 00010), which it takes once, so a repeat of an insert whose
 // commit happened is refused and leaves one journal row per delivery. A refusal of the first
 // attempt (a step recorded before the upgrade, whose token was not kept) is logged.
+//
+// The retries are not bounded by the step's lease: once apply_escalation recorded the step, the
+// lease is over (its token was cleared) and only this engine's token can journal it, however late.
+// A batch slower than its lease (a hanging channel, the seed's ordinary evening) delivers its last
+// steps after their lease ended, and bounded by it a single failed attempt was the end: the
+// delivery had no journal row, and alr.unjournaled_steps then reported a page that had been sent
+// as "probably never delivered; page its target by hand". They get as long as an apply had, a
+// Lease, from when the delivery ended (the engine's unjournaled bound counts this twice over).
 func (e *Engine) journalRetrying(ctx context.Context, log *slog.Logger, s Step, d delivery) error {
 	delay := time.Duration(0)
+	until := time.Now().Add(e.cfg.Lease)
+	if s.LeasedUntil.After(until) {
+		until = s.LeasedUntil
+	}
 	for attempt := 1; ; attempt++ {
 		journaled, err := e.journal(context.WithoutCancel(ctx), s, d)
 		if err == nil {
@@ -576,22 +588,23 @@ func (e *Engine) journalRetrying(ctx context.Context, log *slog.Logger, s Step, 
 			}
 			return nil
 		}
-		if !e.retryStep(ctx, log, s, "journaling escalation step delivery", err, &delay) {
+		if !e.retryStep(ctx, log, until, "journaling escalation step delivery", err, &delay) {
 			return err
 		}
 	}
 }
 
-// retryStep decides whether a failed statement about s is tried again, and if so sleeps the next
-// backoff: only while the database is unavailable, Run's ctx lives and the step's lease has time.
-func (e *Engine) retryStep(ctx context.Context, log *slog.Logger, s Step, doing string, err error, delay *time.Duration) bool {
+// retryStep decides whether a failed statement about a step is tried again, and if so sleeps the
+// next backoff: only while the database is unavailable, Run's ctx lives and the retry starts
+// before until (the step's lease for its record, later for its journal: journalRetrying).
+func (e *Engine) retryStep(ctx context.Context, log *slog.Logger, until time.Time, doing string, err error, delay *time.Duration) bool {
 	cause := pgerr.Unavailable(err)
 	*delay = pgerr.Next(*delay)
-	if cause == "" || ctx.Err() != nil || time.Now().Add(*delay).After(s.LeasedUntil) {
+	if cause == "" || ctx.Err() != nil || time.Now().Add(*delay).After(until) {
 		return false
 	}
-	log.Warn(doing+" failed (database unavailable); retrying while the step's lease lasts", "err", err, "cause", cause,
-		"retry_in", *delay)
+	log.Warn(doing+" failed (database unavailable); retrying", "err", err, "cause", cause,
+		"retry_in", *delay, "retrying_until", until)
 	select {
 	case <-ctx.Done():
 		return false
