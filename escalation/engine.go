@@ -511,8 +511,8 @@ func (e *Engine) settle(ctx context.Context, s Step, res *TickResult) {
 	}
 }
 
-// applyRetrying records s (apply_escalation), retrying with backoff while the database is
-// unavailable, the step's lease has time and Run's ctx lives. A retry is safe: the token is
+// applyRetrying records s (apply_escalation), retrying with backoff while the failure passes (the
+// database unavailable, a lock_timeout, ...: retryStep), the step's lease has time and Run's ctx lives. A retry is safe: the token is
 // cleared by a successful apply, so a repeated one returns false. uncertain reports that an attempt
 // failed after its statement may have reached the server and that alr.recorded_by could not say the
 // step was ours (then a false from a retry may still be this engine's own lost commit).
@@ -595,16 +595,27 @@ func (e *Engine) journalRetrying(ctx context.Context, log *slog.Logger, s Step, 
 }
 
 // retryStep decides whether a failed statement about a step is tried again, and if so sleeps the
-// next backoff: only while the database is unavailable, Run's ctx lives and the retry starts
-// before until (the step's lease for its record, later for its journal: journalRetrying).
+// next backoff: only while the failure is one that passes (the database unavailable, a deadlock or
+// serialization failure, the server's lock_timeout or statement_timeout: pgerr.Passing, what the
+// drainer retries its results on), Run's ctx lives and the retry starts before until (the step's
+// lease for its record, later for its journal: journalRetrying). Both statements are fenced by the
+// step's token, and one the server refused changed nothing, so a retry is safe. Before, only an
+// unavailable database was retried: a role's lock_timeout (a DBA's setting for every application
+// role) that ended a journal waiting on the ladder's row lost the delivery its journal row.
 func (e *Engine) retryStep(ctx context.Context, log *slog.Logger, until time.Time, doing string, err error, delay *time.Duration) bool {
-	cause := pgerr.Unavailable(err)
+	cause := pgerr.Passing(err)
 	*delay = pgerr.Next(*delay)
 	if cause == "" || ctx.Err() != nil || time.Now().Add(*delay).After(until) {
 		return false
 	}
-	log.Warn(doing+" failed (database unavailable); retrying", "err", err, "cause", cause,
-		"retry_in", *delay, "retrying_until", until)
+	// A serialization failure says the connections now begin in another level: the retry runs in
+	// READ COMMITTED.
+	e.recheckIsolation(err)
+	msg := doing + " failed; retrying"
+	if pgerr.Unavailable(err) != "" {
+		msg = doing + " failed (database unavailable); retrying"
+	}
+	log.Warn(msg, "err", err, "cause", cause, "retry_in", *delay, "retrying_until", until)
 	select {
 	case <-ctx.Done():
 		return false

@@ -121,3 +121,50 @@ func TestEscalation_AJournalFailingAfterTheStepsLeaseIsRetried(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM alr.unjournaled_steps(interval '0')`).Scan(&unjournaled))
 	require.Zero(t, unjournaled, "no step is reported as recorded and never journaled")
 }
+
+// An engine whose role has a lock_timeout (a DBA's setting for every application role) journals a
+// delivery whose ladder row another transaction holds for longer than that: the journal call that
+// the server ended with 55P03 is retried, as the drainer retries its results on lock_timeout,
+// statement_timeout, deadlocks and serialization failures (docs/operations.md). Before, only a
+// database that did not answer was retried: the delivery had no journal row, and
+// alr.unjournaled_steps reported the page that had been sent as probably never delivered.
+func TestEscalation_AJournalEndedByTheRolesLockTimeoutIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := testdb.New(t)
+	policy := ladderPolicy(t, db.Pool, "telegram", "0s", "1 hour")
+	_, ladder := firingAlert(t, db.Pool, "payments down", policy, time.Second)
+
+	workerURL := loginURL(t, db, "pgdrain_worker")
+	_, err := db.Pool.Exec(ctx, "ALTER ROLE "+pgx.Identifier{urlUser(t, workerURL)}.Sanitize()+" SET lock_timeout = '50ms'")
+	require.NoError(t, err)
+	pool, err := pgxpool.New(ctx, workerURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	var held sync.WaitGroup
+	t.Cleanup(held.Wait)
+	locking := escalation.NotifierFunc(func(ctx context.Context, s escalation.Step) error {
+		// Someone holds the ladder's row while the engine journals (a console, another engine's
+		// take, a migration): longer than the role's lock_timeout, shorter than the retries.
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM alr.alert_escalations WHERE id = $1::uuid FOR UPDATE`, s.EscalationID); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		held.Go(func() {
+			time.Sleep(500 * time.Millisecond)
+			_ = tx.Commit(context.Background())
+		})
+		return nil
+	})
+	engine := newEngine(t, pool, map[string]escalation.Notifier{"telegram": locking}, escalation.Config{})
+	res, err := engine.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Delivered, "%+v", res)
+	require.Equal(t, map[string]int{ladder + ":0": 1}, deliveriesPerStep(t, db.Pool), "the delivery is journaled, once")
+}
