@@ -139,8 +139,11 @@ func (n WebhookNotifier) Notify(ctx context.Context, s Step) error {
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes+utf8.UTFMax))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	// A client of the caller's that follows redirects answers with the last request's response: a
-	// 301, 302 or 303 followed made the POST a GET without its body, whose 2xx is no delivery.
-	if resp.Request != nil && resp.Request != req {
+	// 301, 302 or 303 followed made the POST a GET without its body, whose 2xx is no delivery. Such
+	// a request carries the redirect that made it (Request.Response). Not any request other than
+	// req: http.Client sends a copy of req when it has a Timeout or the URL a user and password, and
+	// tracing transports send clones; those were the delivery itself, once.
+	if resp.Request != nil && resp.Request.Response != nil {
 		return fmt.Errorf("posting webhook: %s redirected to %s (redirects are not followed: fix the URL)",
 			redactedURL(target), redactedURL(resp.Request.URL.String()))
 	}

@@ -197,3 +197,55 @@ func TestWebhookNotifier_ARefusalKeepsAnExcerptOfThePeersReason(t *testing.T) {
 	err = n.Notify(context.Background(), Step{EscalationID: "e1", StepIdx: 2})
 	require.EqualError(t, err, "posting webhook: "+srv.URL+" answered 502 Bad Gateway")
 }
+
+// A delivery the peer accepted is a delivery whatever the client does with the request on its way:
+// Go's http.Client sends a copy of it when the client has a Timeout or the URL carries a user and
+// password (basic auth), and so do wrapping transports (tracing); none of that is a redirect.
+// Before, the notifier took any response to another *http.Request than its own for a followed
+// redirect: every step posted through a client with a Timeout, or to https://user:pass@host/..., was
+// journaled as failed ("redirected to" the same URL) although the peer had it, and counted as such.
+// A redirect a caller's client follows is still a failed delivery.
+func TestWebhookNotifier_ACopiedRequestIsNoRedirect(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	posts := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		posts[r.URL.Path]++
+		mu.Unlock()
+		if r.URL.Path == "/moved" {
+			http.Redirect(w, r, "/hook", http.StatusMovedPermanently)
+			return
+		}
+		if r.URL.Path == "/basic" {
+			if user, pass, ok := r.BasicAuth(); !ok || user != "pager" || pass != "s3cret" {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	withUser := strings.Replace(srv.URL, "http://", "http://pager:s3cret@", 1)
+	step := Step{EscalationID: "e1", StepIdx: 0}
+
+	require.NoError(t, WebhookNotifier{URL: withUser + "/basic"}.Notify(context.Background(), step),
+		"a URL with a user and password: the default client sends a copy with an Authorization header")
+	require.NoError(t, WebhookNotifier{URL: srv.URL + "/hook", Client: &http.Client{Timeout: 30 * time.Second}}.Notify(context.Background(), step),
+		"a caller's client with a Timeout sends a copy")
+	cloning := &http.Client{Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		return http.DefaultTransport.RoundTrip(r.Clone(r.Context())) // as a tracing transport does
+	})}
+	require.NoError(t, WebhookNotifier{URL: srv.URL + "/hook", Client: cloning}.Notify(context.Background(), step),
+		"a transport that clones the request")
+
+	err := WebhookNotifier{URL: srv.URL + "/moved", Client: &http.Client{Timeout: 30 * time.Second}}.Notify(context.Background(), step)
+	require.ErrorContains(t, err, "redirects are not followed", "a redirect the caller's client followed is no delivery")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{"/basic": 1, "/hook": 3, "/moved": 1}, posts)
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
