@@ -118,7 +118,7 @@ func later(a, b time.Time) time.Time {
 // applyLocked applies jobs with at most ApplyConcurrency at a time, in claim order (a partition's
 // run in one slot, in its order, up to its first row not sent), and returns
 // those whose apply returned in time to be settled. It stops starting applies at settleBy or when
-// ctx ends; it stops waiting shutdownSlack after settleBy (an apply whose deadline that is returns
+// ctx ends; it stops waiting settleSlack after settleBy (an apply whose deadline that is returns
 // a moment after it), or ApplyTimeout after ctx ended. An apply given up on keeps its slot until
 // it returns (r.d.inflight), and its row, claimed again meanwhile, is not applied again: it is
 // skipped with the rest of its run, left unsettled (skipped counts them).
@@ -177,10 +177,10 @@ func (r *runner[T]) applyLocked(ctx context.Context, jobs []*job, settleBy time.
 		close(allDone)
 	}()
 	// An apply whose deadline is settleBy (every apply of a one-wave batch: ApplyConcurrency > 1)
-	// and that honours its context returns a moment after it: wait that moment (shutdownSlack, out
-	// of the LeaseMargin kept for settling) before giving up on it, or its timeout is dropped
+	// and that honours its context returns a moment after it: wait that moment (settleSlack, out of
+	// the LeaseMargin kept for settling) before giving up on it, or its timeout is dropped
 	// unrecorded (no attempt counted, no backoff) and the row claimed again at once, for ever.
-	bound := time.NewTimer(time.Until(settleBy) + shutdownSlack)
+	bound := time.NewTimer(time.Until(settleBy) + settleSlack)
 	defer bound.Stop()
 	var grace <-chan time.Time
 	cancelled := ctx.Done()
