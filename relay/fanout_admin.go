@@ -72,12 +72,18 @@ func AddFanOutSink(ctx context.Context, db Beginner, queue, sink string, start F
 		return 0, fmt.Errorf("taking the fan-out's lock of %s: %w", queue, err)
 	}
 	var (
-		name, column, policy string
-		maxAttempts          int
-		backoffMin           time.Duration
-		backoffMax           time.Duration
+		name, column, policy   string
+		maxAttempts            int
+		backoffMin, backoffMax int64 // microseconds
 	)
-	err = tx.QueryRow(ctx, `SELECT queue_name, coalesce(partition_column, ''), max_attempts, backoff_min, backoff_max, permanent_policy
+	// The backoffs come back as integer microseconds: a connection that reads results as text
+	// (default_query_exec_mode exec or simple_protocol, behind PgBouncer: docs/pgbouncer.md) gets
+	// an interval in the session's IntervalStyle, which pgx parses only in the postgres style.
+	// Under a role's IntervalStyle postgres_verbose or iso_8601 (sql_standard: from a day on),
+	// adding a sink failed here, before creating its queue.
+	err = tx.QueryRow(ctx, `SELECT queue_name, coalesce(partition_column, ''), max_attempts,
+		       (extract(epoch FROM backoff_min) * 1000000)::int8, (extract(epoch FROM backoff_max) * 1000000)::int8,
+		       permanent_policy
 		FROM outbox.queue_info($1)`, queue).Scan(&name, &column, &maxAttempts, &backoffMin, &backoffMax, &policy)
 	if err != nil {
 		return 0, fmt.Errorf("reading the registration of %s: %w", queue, err)
@@ -95,7 +101,8 @@ func AddFanOutSink(ctx context.Context, db Beginner, queue, sink string, start F
 		partition = &column
 	}
 	if _, err := tx.Exec(ctx, `SELECT outbox.create_queue($1, $2, $3, $4, $5, $6)`,
-		target, partition, maxAttempts, backoffMin, backoffMax, policy); err != nil {
+		target, partition, maxAttempts, time.Duration(backoffMin)*time.Microsecond, time.Duration(backoffMax)*time.Microsecond,
+		policy); err != nil {
 		return 0, fmt.Errorf("creating %s: %w", target, err)
 	}
 	var copied int64
