@@ -56,8 +56,8 @@ var webCommand = command{
 				// than a minute while saying "older than 1m".
 				return usagef("web: --wedged-after must be more than 0s (1s lists every partition whose oldest pending row is a second old), got %s", ageText(wedgedAfter.d))
 			}
-			if refresh.d < console.MinRefresh {
-				return usagef("web: --refresh must be at least %s, got %s", ageText(console.MinRefresh), ageText(refresh.d))
+			if refresh.d < console.MinRefresh || refresh.d > maxRefresh {
+				return usagef("web: --refresh must be between %s and %s, got %s", ageText(console.MinRefresh), ageText(maxRefresh), ageText(refresh.d))
 			}
 			if err := console.CheckListen(*listen, *token != "" || *basic != ""); err != nil {
 				return usagef("web: %v", err)
@@ -65,12 +65,20 @@ var webCommand = command{
 			return nil
 		}
 		return validate, func(ctx context.Context, e env, _ []string) error {
+			// The throughput figures keep at least two samples: a --refresh above half of the console's
+			// default history (7m30s) was refused, after connecting, as "History must be at least two
+			// Refresh intervals", an option pgdrain web does not have.
 			cfg := console.Config{ReadOnly: *readOnly, Token: *token, BasicUser: user, BasicPassword: password,
-				Refresh: refresh.d, WedgedAfter: wedgedAfter.d, SessionTTL: sessionTTL.d}
+				Refresh: refresh.d, WedgedAfter: wedgedAfter.d, SessionTTL: sessionTTL.d,
+				History: max(console.DefaultHistory, 2*refresh.d)}
 			return web(ctx, e, *listen, cmp.Or(*operatorDSN, e.dsn), cfg)
 		}
 	},
 }
+
+// maxRefresh bounds --refresh: the pages reload and the sampler reads every --refresh, and a
+// figure is called stale after two of them.
+const maxRefresh = 24 * time.Hour
 
 func web(ctx context.Context, e env, listen, operatorDSN string, cfg console.Config) error {
 	var handler slog.Handler = slog.NewTextHandler(e.errOut, nil)
