@@ -169,13 +169,19 @@ func dismiss(ctx context.Context, e env, args []string, reason string) error {
 	if len(args)-1 > maxDismiss {
 		return usagef("dismiss: at most %d ids at a time, got %d", maxDismiss, len(args)-1)
 	}
+	// Each row once, in the order first given: an id given twice is one row, and the count of rows
+	// dismissed is compared with the rows asked for (1 of 2 was a done dismissal read as exit 1).
 	var ids []int64
+	seen := map[int64]bool{}
 	for _, a := range args[1:] {
 		id, err := parseID("dismiss", a)
 		if err != nil {
 			return err
 		}
-		ids = append(ids, id)
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
 	}
 	var n int64
 	if err := e.conn.QueryRow(ctx, `SELECT outbox.dismiss_poisoned($1, $2::bigint[], $3)`, queue, ids, reason).Scan(&n); err != nil {
