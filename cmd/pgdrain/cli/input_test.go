@@ -16,6 +16,25 @@ func runOffline(t *testing.T, args ...string) (int, string) {
 	return code, errOut.String()
 }
 
+// --attempts is a row's attempt_count, an integer (int4) column: a count past 2147483647 is no
+// row's. It was sent to the database, which (or pgx, before it) refused it with exit 3 and an
+// error that named "args[2]" or "type integer", not --attempts.
+func TestRun_RefusesAnAttemptCountNoRowCanHave(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"skip", "retry"} {
+		for _, v := range []string{"2147483648", "9223372036854775807"} {
+			code, stderr := runOffline(t, cmd, "public.events", "5", "--attempts", v, "--reason", "bad row")
+			if code != ExitUsage || !strings.Contains(stderr, "--attempts must be between 0 and 2147483647") {
+				t.Errorf("%s --attempts %s: exit %d, stderr %q; want exit 2 naming --attempts and its range", cmd, v, code, stderr)
+			}
+		}
+		code, stderr := runOffline(t, cmd, "public.events", "5", "--attempts", "2147483647", "--reason", "bad row")
+		if code != ExitDatabase || !strings.Contains(stderr, "connecting to database") {
+			t.Errorf("%s --attempts 2147483647: exit %d, stderr %q; want it to get past the checks", cmd, code, stderr)
+		}
+	}
+}
+
 // --refresh is bounded above too (a day), before anything connects: twice it is the history the
 // throughput figures keep, and 100000d overflowed that.
 func TestWeb_RefusesARefreshOverADay(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -89,8 +90,10 @@ func needAttempts(cmd string, fs *flag.FlagSet, attempts int) error {
 	if !flagGiven(fs, "attempts") {
 		return usagef("%s: --attempts N is required: the row's attempt count as `pgdrain wedged` or `pgdrain poisoned` showed it (a row that has moved on since is left alone)", cmd)
 	}
-	if attempts < 0 {
-		return usagef("%s: --attempts must be 0 or more, got %d", cmd, attempts)
+	// attempt_count is an integer (int4) column: a count beyond it is no row's, and the database
+	// (or pgx, before it) refused it with exit 3, naming args[2] or the type, not --attempts.
+	if attempts < 0 || attempts > math.MaxInt32 {
+		return usagef("%s: --attempts must be between 0 and %d (the row's attempt count), got %d", cmd, math.MaxInt32, attempts)
 	}
 	return nil
 }
