@@ -35,6 +35,29 @@ func TestRun_RefusesAnAttemptCountNoRowCanHave(t *testing.T) {
 	}
 }
 
+// A --reason of white space the SQL functions call blank (outbox._is_blank: a no-break space, a
+// zero-width space, a byte order mark...) is refused before anything is sent, with a usage error,
+// as a reason of plain spaces is; it went to the database, whose refusal exited 3 ("database").
+func TestRun_RefusesAReasonTheDatabaseCallsBlank(t *testing.T) {
+	t.Parallel()
+	for _, reason := range []string{"", "   ", "\u00a0", "\u200b", "\ufeff\u2060", "\u3000\u180e", "\v\f"} {
+		for _, args := range [][]string{
+			{"skip", "public.events", "5", "--attempts", "1", "--reason", reason},
+			{"retry", "public.events", "5", "--attempts", "1", "--reason", reason},
+			{"dismiss", "public.events", "5", "--reason", reason},
+		} {
+			code, stderr := runOffline(t, args...)
+			if code != ExitUsage || !strings.Contains(stderr, "--reason must be a non-blank text") {
+				t.Errorf("%s --reason %q: exit %d, stderr %q; want exit 2 naming --reason", args[0], reason, code, stderr)
+			}
+		}
+	}
+	code, stderr := runOffline(t, "skip", "public.events", "5", "--attempts", "1", "--reason", "\u00a0peer gone\u00a0")
+	if code != ExitDatabase {
+		t.Errorf("a reason with text in it: exit %d, stderr %q; want it to get past the checks", code, stderr)
+	}
+}
+
 // --refresh is bounded above too (a day), before anything connects: twice it is the history the
 // throughput figures keep, and 100000d overflowed that.
 func TestWeb_RefusesARefreshOverADay(t *testing.T) {
