@@ -161,6 +161,10 @@ func (s *Server) formQueue(w http.ResponseWriter, r *http.Request) (reg queueReg
 	queue := r.PostFormValue("queue")
 	v, reg, ok := s.sampler.view(queue, 0)
 	if !ok {
+		if why := s.sampler.unknownQueue(quoted(queue)); why != "" {
+			s.message(w, r, http.StatusServiceUnavailable, "Queues not readable", why, "/")
+			return reg, "", false
+		}
 		s.message(w, r, http.StatusBadRequest, "No such queue", fmt.Sprintf("queue: no queue named %s is registered", quoted(queue)), "/")
 		return reg, "", false
 	}

@@ -138,6 +138,10 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
 	v, reg, ok := s.sampler.view(name, queueSparkPoints)
 	if !ok {
+		if why := s.sampler.unknownQueue(name); why != "" {
+			s.message(w, r, http.StatusServiceUnavailable, "Queues not readable", why, "/")
+			return
+		}
 		s.message(w, r, http.StatusNotFound, "No such queue", "No queue named "+name+" is registered (outbox.queues).", "/")
 		return
 	}

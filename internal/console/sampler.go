@@ -506,6 +506,21 @@ type overviewState struct {
 // maxStaleQueues is how many queues with old figures the overview's notice names before "and N more".
 const maxStaleQueues = 5
 
+// unknownQueue says why name is not among the queues known: "" when the registry was read and has
+// no such queue, else that it could not be read (since when, why), so a page never calls a queue
+// unregistered that it could not look up (a login without SELECT on outbox.queues, a database
+// down when the console started).
+func (s *sampler) unknownQueue(name string) string {
+	s.mu.RLock()
+	err, since := s.listErr, s.listFailingSince
+	s.mu.RUnlock()
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf("Queue %s could not be looked up: the queues (outbox.queues) could not be read since %s (%s): %s.",
+		name, timetext.Format(since), fromNow(since, time.Now()), describe(err))
+}
+
 // overview returns every queue's view in registry order, without sparklines (sparklines draws those
 // of the queues a page lists), and what the page says about the sampler.
 func (s *sampler) overview() ([]QueueView, overviewState) {
