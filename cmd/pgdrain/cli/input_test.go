@@ -70,3 +70,29 @@ func TestWeb_RefusesARefreshOverADay(t *testing.T) {
 		}
 	}
 }
+
+// A QUEUE that can not be a queue's name (empty, as `pgdrain stats "$QUEUE"` gives with the variable
+// unset; white space; SQL) is a usage error, exit 2 before connecting, as an unknown queue is exit
+// 2: the SQL functions refused it with 22023, which exited 3, the code of a database that refuses
+// or can not be reached.
+func TestRun_RefusesAQueueThatIsNoName(t *testing.T) {
+	t.Parallel()
+	for _, queue := range []string{"", "   ", "public.", ".events", "public.events; DROP TABLE x", "a.b.c", "1abc", "public.\"Events\""} {
+		for _, args := range [][]string{
+			{"stats", queue}, {"wedged", queue}, {"poisoned", queue}, {"requeue", queue, "--all"}, {"check", queue},
+			{"skip", queue, "5", "--attempts", "1", "--reason", "r"}, {"dismiss", queue, "5", "--reason", "r"},
+			{"actions", queue}, {"purge", queue}, {"fanout", "add", queue, "s1"},
+		} {
+			code, stderr := runOffline(t, args...)
+			if code != ExitUsage || !strings.Contains(stderr, `QUEUE must be a plain name "schema.table" (letters, digits, _)`) {
+				t.Errorf("%q: exit %d, stderr %q; want exit 2 naming QUEUE and its rule", args, code, stderr)
+			}
+		}
+	}
+	for _, queue := range []string{"events", "public.events", "Public.Events_2", "_x._y"} {
+		code, stderr := runOffline(t, "stats", queue)
+		if code != ExitDatabase || !strings.Contains(stderr, "connecting to database") {
+			t.Errorf("stats %q: exit %d, stderr %q; want it to get past the checks", queue, code, stderr)
+		}
+	}
+}
