@@ -1,13 +1,8 @@
 package gocheck
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net"
-	"net/url"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,78 +13,6 @@ import (
 	"github.com/pgdrain/pgdrain/escalation"
 	"github.com/pgdrain/pgdrain/internal/testdb"
 )
-
-// statementDroppingProxy forwards TCP connections to a server, except that the first statement
-// whose text contains trigger never reaches it: that connection is closed at once (a database
-// that went away for a moment). Other connections are forwarded whole.
-type statementDroppingProxy struct {
-	ln      net.Listener
-	target  string
-	trigger []byte
-	fired   atomic.Bool
-}
-
-func startStatementDroppingProxy(t *testing.T, target, trigger string) *statementDroppingProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &statementDroppingProxy{ln: ln, target: target, trigger: []byte(trigger)}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(client)
-		}
-	}()
-	return p
-}
-
-func (p *statementDroppingProxy) serve(client net.Conn) {
-	server, err := net.Dial("tcp", p.target)
-	if err != nil {
-		_ = client.Close()
-		return
-	}
-	var once sync.Once
-	closeBoth := func() { once.Do(func() { _ = client.Close(); _ = server.Close() }) }
-	go func() { _, _ = io.Copy(client, server); closeBoth() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := client.Read(buf)
-		if n > 0 {
-			if bytes.Contains(buf[:n], p.trigger) && p.fired.CompareAndSwap(false, true) {
-				break // never sent: the statement does not run
-			}
-			if _, werr := server.Write(buf[:n]); werr != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	closeBoth()
-}
-
-// statementDroppedWorkerPool is a pool of a pgdrain_worker login of db through a
-// statementDroppingProxy that drops the first statement containing trigger.
-func statementDroppedWorkerPool(t *testing.T, db *testdb.DB, trigger string) (*pgxpool.Pool, *statementDroppingProxy) {
-	t.Helper()
-	u, err := url.Parse(loginURL(t, db, "pgdrain_worker"))
-	require.NoError(t, err)
-	proxy := startStatementDroppingProxy(t, u.Host, trigger)
-	u.Host = proxy.ln.Addr().String()
-	cfg, err := pgxpool.ParseConfig(u.String())
-	require.NoError(t, err)
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool, proxy
-}
 
 // A step delivered after its lease ended (a batch slower than its lease: the seed's "ordinary
 // evening when one channel hangs") whose journal call meets a database gone for a moment is
@@ -105,7 +28,7 @@ func TestEscalation_AJournalFailingAfterTheStepsLeaseIsRetried(t *testing.T) {
 	policy := ladderPolicy(t, db.Pool, "slow", "0s", "1 hour")
 	_, ladder := firingAlert(t, db.Pool, "payments down", policy, time.Second)
 
-	pool, proxy := statementDroppedWorkerPool(t, db, "record_delivery")
+	pool, proxy := droppedWorkerPool(t, db, "record_delivery", false)
 	const lease = 300 * time.Millisecond
 	slow := escalation.NotifierFunc(func(ctx context.Context, s escalation.Step) error {
 		time.Sleep(3 * lease) // delivered, but after the step's lease ended

@@ -20,21 +20,24 @@ import (
 	"github.com/pgdrain/pgdrain/internal/testdb"
 )
 
-// answerDroppingProxy forwards TCP connections to a server; the first statement whose text
-// contains trigger reaches the server, but its answer never reaches the client: the connection is
-// closed a moment later, after the server has committed it. Other connections are forwarded whole.
-type answerDroppingProxy struct {
-	ln      net.Listener
-	target  string
-	trigger []byte
-	fired   atomic.Bool
+// droppingProxy forwards TCP connections to a server, except the first statement whose text
+// contains trigger: with statementRuns it reaches the server, but its answer never reaches the
+// client (the connection is closed a moment later, after the server has committed it); without,
+// it never reaches the server (the connection is closed at once: a database that went away for a
+// moment). Other connections are forwarded whole.
+type droppingProxy struct {
+	ln            net.Listener
+	target        string
+	trigger       []byte
+	statementRuns bool
+	fired         atomic.Bool
 }
 
-func startAnswerDroppingProxy(t *testing.T, target, trigger string) *answerDroppingProxy {
+func startDroppingProxy(t *testing.T, target, trigger string, statementRuns bool) *droppingProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &answerDroppingProxy{ln: ln, target: target, trigger: []byte(trigger)}
+	p := &droppingProxy{ln: ln, target: target, trigger: []byte(trigger), statementRuns: statementRuns}
 	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
@@ -48,7 +51,7 @@ func startAnswerDroppingProxy(t *testing.T, target, trigger string) *answerDropp
 	return p
 }
 
-func (p *answerDroppingProxy) serve(client net.Conn) {
+func (p *droppingProxy) serve(client net.Conn) {
 	server, err := net.Dial("tcp", p.target)
 	if err != nil {
 		_ = client.Close()
@@ -78,8 +81,10 @@ func (p *answerDroppingProxy) serve(client net.Conn) {
 		if n > 0 {
 			if bytes.Contains(buf[:n], p.trigger) && p.fired.CompareAndSwap(false, true) {
 				dropping.Store(true)
-				_, _ = server.Write(buf[:n])
-				time.Sleep(300 * time.Millisecond) // the server commits; its answer goes nowhere
+				if p.statementRuns {
+					_, _ = server.Write(buf[:n])
+					time.Sleep(300 * time.Millisecond) // the server commits; its answer goes nowhere
+				}
 				closeBoth()
 				return
 			}
@@ -95,13 +100,13 @@ func (p *answerDroppingProxy) serve(client net.Conn) {
 	_, _ = io.Copy(io.Discard, client)
 }
 
-// answerDroppedWorkerPool is a pool of a pgdrain_worker login of db through an
-// answerDroppingProxy that drops the answer of the first statement containing trigger.
-func answerDroppedWorkerPool(t *testing.T, db *testdb.DB, trigger string) (*pgxpool.Pool, *answerDroppingProxy) {
+// droppedWorkerPool is a pool of a pgdrain_worker login of db through a droppingProxy of the
+// first statement containing trigger (statementRuns: its answer dropped; else the statement).
+func droppedWorkerPool(t *testing.T, db *testdb.DB, trigger string, statementRuns bool) (*pgxpool.Pool, *droppingProxy) {
 	t.Helper()
 	u, err := url.Parse(loginURL(t, db, "pgdrain_worker"))
 	require.NoError(t, err)
-	proxy := startAnswerDroppingProxy(t, u.Host, trigger)
+	proxy := startDroppingProxy(t, u.Host, trigger, statementRuns)
 	u.Host = proxy.ln.Addr().String()
 	cfg, err := pgxpool.ParseConfig(u.String())
 	require.NoError(t, err)
@@ -127,7 +132,7 @@ func TestEscalation_AStepWhoseApplyAnswerWasLostIsDeliveredOnce(t *testing.T) {
 	policy := ladderPolicy(t, db.Pool, "telegram", "0s", "1 hour")
 	_, ladder := firingAlert(t, db.Pool, "payments down", policy, time.Second)
 
-	pool, proxy := answerDroppedWorkerPool(t, db, "apply_escalation")
+	pool, proxy := droppedWorkerPool(t, db, "apply_escalation", true)
 
 	telegram := &fakeTelegram{}
 	engine := newEngine(t, pool, map[string]escalation.Notifier{"telegram": escalation.TelegramNotifier{Sender: telegram}},
@@ -159,7 +164,7 @@ func TestEscalation_ALostApplyAnswerOnASchemaWithoutRecordedBy(t *testing.T) {
 	policy := ladderPolicy(t, db.Pool, "telegram", "0s", "1 hour")
 	firingAlert(t, db.Pool, "payments down", policy, time.Second)
 
-	pool, proxy := answerDroppedWorkerPool(t, db, "apply_escalation")
+	pool, proxy := droppedWorkerPool(t, db, "apply_escalation", true)
 
 	var logs syncBuffer
 	telegram := &fakeTelegram{}
