@@ -123,6 +123,7 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 	if err := tx.Commit(wctx); err != nil {
 		return total, r.lockTxEnded(translate("committing batch", err), total)
 	}
+	r.timedOut.settled(settled)
 	for _, j := range settled {
 		r.metrics.recorded(j.disposition)
 	}
@@ -201,7 +202,6 @@ func (r *runner[T]) settleIsolated(ctx context.Context, tx pgx.Tx, claimed int, 
 	if err != nil {
 		return claimed, nil, err
 	}
-	r.timedOut.settled(recorded)
 	return claimed, recorded, nil
 }
 

@@ -97,22 +97,31 @@ func (t timedOut) any(jobs []*job) bool {
 	return false
 }
 
-// takeLost returns the failure that lost j's transaction, if one is waiting to be recorded, and
-// forgets it (the row stays remembered: its next claim calls the TxApplier for it alone).
+// takeLost returns the failure that lost j's transaction, if one is waiting to be recorded. It is
+// kept until settled sees it committed: a later row of the same claim whose call loses the
+// transaction rolls the charge back with it, and the row's next claim must charge it again, not
+// call the TxApplier (which would lose that transaction too: the claims then counted in binary over
+// a claim's hanging rows).
 func (t timedOut) takeLost(j *job) error {
 	row, ok := t[j.event.ID]
-	if !ok || row.lost == nil {
+	if !ok {
 		return nil
 	}
-	t[j.event.ID] = timedOutRow{at: row.at}
 	return row.lost
 }
 
-// settled forgets the rows of jobs that were sent or poisoned; a row that failed again is kept.
+// settled takes the rows of jobs as committed: it forgets those that were sent or poisoned, and the
+// recorded failure of a row that failed again, which is kept (its next claim calls the TxApplier
+// for it alone).
 func (t timedOut) settled(jobs []*job) {
 	for _, j := range jobs {
-		if j.disposition != DispositionTransient {
+		row, ok := t[j.event.ID]
+		switch {
+		case !ok:
+		case j.disposition != DispositionTransient:
 			delete(t, j.event.ID)
+		case row.lost != nil:
+			t[j.event.ID] = timedOutRow{at: row.at}
 		}
 	}
 }

@@ -287,3 +287,49 @@ func TestDrainerTxApplier_ARowOnWhichItHangsHoldsBackOnlyItsKey(t *testing.T) {
 		})
 	}
 }
+
+// Several rows in one claim on which the TxApplier hangs in a statement its context cancels (a sink
+// table locked for several keys): each such call loses the transaction with pgx's connection, and
+// its row is charged at its next claim, without a call. That charge was forgotten as soon as it was
+// taken: when a later hanging row of the same claim then lost the transaction, the charge was
+// rolled back with it and the earlier row was called again (and lost the transaction again) at the
+// claim after. The claims counted in binary over the hanging rows: 2^k-1 lost transactions before
+// one committed, during which no good row behind them was sent (with 4 hanging keys 15 transactions
+// of ApplyTimeout and the error backoff, about a minute; with 20, for ever). Now a charge is kept
+// until it is recorded: k+1 transactions.
+func TestDrainerTxApplier_SeveralHangingRowsInAClaimAreChargedInLinearTime(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+	const hanging = 4
+	stuck := map[int64]bool{}
+	for i := range hanging {
+		stuck[q.enqueue(t, fmt.Sprintf("stuck%d", i), "op", 0)] = true
+	}
+	for i := range 4 {
+		q.enqueue(t, fmt.Sprintf("k%d", i), "op", 0)
+	}
+	var aloneCalls atomic.Int32
+	apply := func(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) error {
+		for _, e := range batch {
+			if stuck[e.ID] {
+				if len(batch) == 1 {
+					aloneCalls.Add(1)
+				}
+				_, err := tx.Exec(ctx, `SELECT pg_sleep(60)`)
+				return err
+			}
+		}
+		return nil
+	}
+	cfg := q.config(drainer.ClaimLock)
+	cfg.BatchSize, cfg.ApplyConcurrency = 8, 8
+	cfg.ApplyTimeout = 300 * time.Millisecond
+	d, err := drainer.New(q.pool, cfg, drDecode, nil, drainer.WithTxApplier[drEvent](apply), drainer.WithLogger[drEvent](drLogger(t)))
+	require.NoError(t, err)
+	stop := drStart(t, d)
+	defer stop()
+	drWaitFor(t, 25*time.Second, "the four good rows sent", func() bool { return q.sent(t) == 4 })
+	require.NoError(t, stop())
+	require.LessOrEqual(t, int(aloneCalls.Load()), hanging+2,
+		"each hanging row is called alone about once before the good rows are sent, not 2^k-1 times in all")
+}
