@@ -33,7 +33,8 @@ import (
 // 42, 53, 55, 57 or 58: a lost connection, a deadlock, a missing privilege or table, a lock timeout)
 // rolls the whole transaction back instead, counting no attempt: its rows are claimed again after
 // the drainer's error backoff. A call that returns once its ctx has ended ran out of its time:
-// whatever its error, that is the rows' failure (a row alone is charged an attempt, as an Applier's
+// whatever its error (a systemic one aside, but for a statement its ctx cancelled, SQLSTATE 57014),
+// that is the rows' failure (a row alone is charged an attempt, as an Applier's
 // timeout is), and the rows of a batch that ran out of time are applied one at a time whenever a
 // later claim of this Run brings one of them back, each call with its own time, until a row's own
 // call succeeds: so a row on which the TxApplier hangs costs its own key, not the queue. (A row
@@ -171,7 +172,10 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 		}
 		return len(jobs), jobs, nil
 	}
-	if errors.Is(err, errTxLost) || !ranOut && systemic(err) {
+	// A systemic error stays one when the call ran out of its time too (a lock_timeout a little
+	// before the call's deadline, answered after it on a loaded machine): only the statement its ctx
+	// cancelled (57014) is the call's hang, charged to its rows.
+	if errors.Is(err, errTxLost) || systemic(err) && !(ranOut && queryCanceled(err)) {
 		return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
 	}
 	if errors.As(err, new(*cutShortError)) {
@@ -221,6 +225,13 @@ func systemic(err error) bool {
 		return true
 	}
 	return false
+}
+
+// queryCanceled tells whether err is a statement cancelled (SQLSTATE 57014: a ctx whose pgx
+// handler sends a cancel request, a statement_timeout, pg_cancel_backend).
+func queryCanceled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
 
 // errTxLost marks an error after which tx can not go on (the TxApplier was given up on and its

@@ -567,3 +567,43 @@ func TestRelayFanOut_AnEventASinksQueueRefusesHoldsBackOnlyItsKey(t *testing.T) 
 		require.Equal(t, int64(32), q.count(t, `SELECT count(DISTINCT event_id) FROM `+sink), sink)
 	}
 }
+
+// The fan-out waits while pgdrain fanout add (--from oldest, copying a long-retained queue) holds
+// the fan-out's lock exclusively: the docs say so (FanOut, AddFanOutSink). A wait longer than
+// Timeout ends with the call's context, which closes pgx's connection: not any row's failure, so no
+// attempt may be counted for it (an unpartitioned queue poisons a row after max_attempts, and a
+// poisoned row reaches no sink). Since the TxApplier's calls that run out of their time are the
+// rows' failure, every such wait charged the rows, one at a time, and poisoned them.
+func TestRelayFanOut_WaitingForAnAddChargesNoRow(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{maxAttempts: 2})
+	foAddSink(t, q, "a", relay.FromNow)
+	ctx := context.Background()
+	for seq := range 5 {
+		q.enqueue(t, "", "op", seq)
+	}
+	// The add in flight: the fan-out's lock held exclusively.
+	add, err := q.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = add.Rollback(ctx) }()
+	_, err = add.Exec(ctx, `SELECT pg_catalog.pg_advisory_xact_lock(`+relay.FanOutLockKey(q.table)+`)`)
+	require.NoError(t, err)
+
+	pool := foLoginPool(t, q.db)
+	r, err := relay.New(pool, nil, relay.WithLogger(drLogger(t)),
+		relay.WithFanOut(relay.FanOut{Queue: q.table, Timeout: 300 * time.Millisecond}))
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	time.Sleep(20 * time.Second)
+	require.NoError(t, add.Commit(ctx))
+	drWaitFor(t, 30*time.Second, "every event copied once the add committed", func() bool {
+		return foCount(t, q, "public.events__a", false) == 5 || q.count(t, `SELECT count(*) FROM public.events WHERE attempt_count >= 2 AND sent_at IS NULL`) > 0
+	})
+	cancel()
+	require.NoError(t, <-done)
+	require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE attempt_count >= 2 AND sent_at IS NULL`), "no row poisoned by the wait")
+	require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE attempt_count > 0`), "no row charged for the wait")
+	require.EqualValues(t, 5, foCount(t, q, "public.events__a", false))
+}

@@ -169,8 +169,9 @@ const (
 		FROM pg_catalog.pg_class c
 		WHERE c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1)
 		  AND c.relname >= $2::name AND c.relname < $3::name AND c.relkind IN ('r', 'p')`
-	sqlFanOutQueueInfo = `SELECT queue_name, coalesce(partition_column, '') FROM outbox.queue_info($1)`
-	sqlFanOutKeyType   = `
+	sqlFanOutSetLockTimeout = `SELECT pg_catalog.set_config('lock_timeout', $1, true)`
+	sqlFanOutQueueInfo      = `SELECT queue_name, coalesce(partition_column, '') FROM outbox.queue_info($1)`
+	sqlFanOutKeyType        = `
 		SELECT pg_catalog.format_type(a.atttypid, a.atttypmod)
 		FROM pg_catalog.pg_attribute a
 		WHERE a.attrelid = $1::oid AND a.attname = $2 AND NOT a.attisdropped`
@@ -233,6 +234,10 @@ func (f *fanOut) apply(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) 
 			f.mu.Unlock()
 		}
 	}()
+	restore, err := boundLockWaits(ctx, tx)
+	if err != nil {
+		return err
+	}
 	f.mu.Lock()
 	targets := f.txTargets
 	if f.tx != tx {
@@ -253,6 +258,9 @@ func (f *fanOut) apply(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) 
 	for _, t := range targets {
 		b.Queue(t.insert, args...)
 	}
+	if restore != nil {
+		b.Queue(sqlFanOutSetLockTimeout, *restore)
+	}
 	res := tx.SendBatch(ctx, &b)
 	for _, t := range targets {
 		tag, err := res.Exec()
@@ -265,11 +273,49 @@ func (f *fanOut) apply(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) 
 			return fmt.Errorf("copying %d events into %s: %d rows written", len(batch), t.queue, tag.RowsAffected())
 		}
 	}
+	if restore != nil {
+		if _, err := res.Exec(); err != nil {
+			_ = res.Close()
+			return fmt.Errorf("restoring lock_timeout: %w", err)
+		}
+	}
 	if err := res.Close(); err != nil {
 		return err
 	}
 	ok = true
 	return nil
+}
+
+// boundLockWaits sets lock_timeout, for the rest of the call (SET LOCAL, in the TxApplier's
+// savepoint), a little before ctx's deadline, and returns the value to restore once the call
+// succeeded (nil when ctx has none). A wait for a lock (pgdrain fanout add holding the fan-out's
+// lock while it copies a long-retained queue, a DBA's ALTER TABLE of a sink's queue) then ends as
+// lock_not_available, a systemic error: the transaction is rolled back and its rows claimed again,
+// no attempt counted. Ended by ctx instead, the call ran out of its time, which the drainer charges
+// to the rows (and an unpartitioned queue poisons them after max_attempts: they reach no sink).
+func boundLockWaits(ctx context.Context, tx pgx.Tx) (*string, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return nil, nil
+	}
+	wait := time.Until(deadline)
+	wait -= max(wait/5, 100*time.Millisecond) // its answer must come back before the deadline, on a loaded machine too
+	var b pgx.Batch
+	b.Queue(`SELECT pg_catalog.current_setting('lock_timeout')`)
+	b.Queue(sqlFanOutSetLockTimeout, fmt.Sprintf("%dms", max(wait.Milliseconds(), 1)))
+	res := tx.SendBatch(ctx, &b)
+	var prev string
+	err := res.QueryRow().Scan(&prev)
+	if err == nil {
+		_, err = res.Exec()
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bounding the fan-out's lock waits: %w", err)
+	}
+	return &prev, nil
 }
 
 func privilegeHint(err error) string {
