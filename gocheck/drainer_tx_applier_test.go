@@ -225,8 +225,8 @@ func TestDrainerTxApplier_ASetupErrorChargesNoRowAnAttempt(t *testing.T) {
 	require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE attempt_count > 0`))
 }
 
-// A row on which the TxApplier hangs until its context ends (a sink table a DBA locked for one key's
-// rows, a remote call inside the transaction): with the configuration the docs advise
+// A row on which the TxApplier hangs until its context ends (a remote call inside the transaction,
+// a statement that runs too long for one key's rows): with the configuration the docs advise
 // (ApplyConcurrency the claim size, so LockTransactionTimeout allows one wave of ApplyTimeout), the
 // batch's call used up the batch's time, no time was left to apply its rows one at a time, none was
 // reached and so none was charged: every claim brought the same batch back and the queue stopped
