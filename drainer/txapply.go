@@ -32,15 +32,16 @@ import (
 // database's or the setup's rather than a row's (a PostgreSQL error of SQLSTATE class 08, 25, 40,
 // 42, 53, 55, 57 or 58: a lost connection, a deadlock, a missing privilege or table, a lock timeout)
 // rolls the whole transaction back instead, counting no attempt: its rows are claimed again after
-// the drainer's error backoff. A call that returns once its ctx has ended ran out of its time:
-// whatever its error (a systemic one aside, but for a statement its ctx cancelled, SQLSTATE 57014),
-// that is the rows' failure (a row alone is charged an attempt, as an Applier's
-// timeout is), and the rows of a batch that ran out of time are applied one at a time whenever a
-// later claim of this Run brings one of them back, each call with its own time, until a row's own
-// call succeeds: so a row on which the TxApplier hangs costs its own key, not the queue. (A row
-// whose own call ran out of time and lost the transaction with it, as a statement its ctx
-// interrupts does by closing pgx's connection, is charged at its next claim, without a call.) ctx ends
-// ApplyTimeout after the call,
+// the drainer's error backoff. A call that returns once its ctx has ended, having been given at
+// least half its ApplyTimeout, ran out of its time: whatever its error (a systemic one aside, but
+// for a statement its ctx cancelled, SQLSTATE 57014), that is the rows' failure (a row alone is
+// charged an attempt, as an Applier's timeout is), and the rows of a batch that ran out of time are
+// applied one at a time whenever a later claim of this Run brings one of them back, each call with
+// its own time, until a row's own call succeeds: so a row on which the TxApplier hangs costs its
+// own key, not the queue. (A row whose own call ran out of time and lost the transaction with it,
+// as a statement its ctx interrupts does by closing pgx's connection, is charged at its next
+// claim, without a call.) A call given less than that, the transaction being nearly over when it
+// began, charges nothing. ctx ends ApplyTimeout after the call,
 // and at the latest LeaseMargin before the transaction's LockTransactionTimeout; it is not
 // cancelled by Run's ctx. A call still running a second after its ctx ended is given up on: its
 // connection is closed under it (the server rolls the transaction back and unlocks its rows, which

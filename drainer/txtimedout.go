@@ -8,8 +8,8 @@ import (
 // outOfTimeError is a TxApplier call's error when the call returned once its time was up, having
 // been given at least half its ApplyTimeout (the end of the batch's transaction may cut the rest):
 // whatever it says (a context error, a statement cancelled by it, SQLSTATE 57014; another systemic
-// error aside: txRound), it is the rows' failure, not the database's, so it is charged like an Applier's timeout rather than rolled back
-// uncharged as a systemic error is.
+// error aside: txRound), it is the rows' failure, not the database's, so it is charged like an
+// Applier's timeout rather than rolled back uncharged as a systemic error is.
 type outOfTimeError struct {
 	err     error
 	allowed time.Duration

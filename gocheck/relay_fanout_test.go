@@ -573,7 +573,9 @@ func TestRelayFanOut_AnEventASinksQueueRefusesHoldsBackOnlyItsKey(t *testing.T) 
 // Timeout ends with the call's context, which closes pgx's connection: not any row's failure, so no
 // attempt may be counted for it (an unpartitioned queue poisons a row after max_attempts, and a
 // poisoned row reaches no sink). Since the TxApplier's calls that run out of their time are the
-// rows' failure, every such wait charged the rows, one at a time, and poisoned them.
+// rows' failure, every such wait charged the rows, one at a time, and poisoned them. (Timeout 2s,
+// ten of them in the wait: a call that is only slow, on a loaded machine, runs out of its time and
+// is charged, as it should be; with 300ms a CI run's copy of one event did.)
 func TestRelayFanOut_WaitingForAnAddChargesNoRow(t *testing.T) {
 	t.Parallel()
 	q := drNewQueue(t, drQueueOpts{maxAttempts: 2})
@@ -591,7 +593,7 @@ func TestRelayFanOut_WaitingForAnAddChargesNoRow(t *testing.T) {
 
 	pool := foLoginPool(t, q.db)
 	r, err := relay.New(pool, nil, relay.WithLogger(drLogger(t)),
-		relay.WithFanOut(relay.FanOut{Queue: q.table, Timeout: 300 * time.Millisecond}))
+		relay.WithFanOut(relay.FanOut{Queue: q.table, Timeout: 2 * time.Second}))
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
