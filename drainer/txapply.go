@@ -112,7 +112,19 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 		n, round, err := r.txRound(ctx, tx, size-total, settleBy)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("the batch's transaction was rolled back, its %d rows will be claimed again: %w", total, err)
+			err = fmt.Errorf("the batch's transaction was rolled back, its %d rows will be claimed again: %w", total, err)
+			if errors.Is(err, errTxLost) && errors.As(err, new(*outOfTimeError)) {
+				// Lost with a call that ran out of its time (pgx closes the connection of a statement
+				// its ctx interrupts), not by the database: its rows are remembered (r.timedOut), and
+				// the next claim applies them one at a time or charges the one that hung. Claimed
+				// again at once, not after the error backoff, which had every hanging row stop the
+				// whole queue for up to errorDelayMax.
+				r.d.logger.WarnContext(ctx, "a TxApplier call ran out of its time and its transaction was lost with it; "+
+					"its rows are claimed again, the one that hung is charged", "queue", r.reg.queue,
+					"err", errtext.Recordable(err.Error(), errtext.LogBytes))
+				return total, nil
+			}
+			return total, err
 		}
 		settled = append(settled, round...)
 		if n == 0 || len(round) < n {
@@ -157,7 +169,6 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 		return r.settleIsolated(ctx, tx, len(jobs), settle, settleBy)
 	}
 	err = r.applyInSavepoint(ctx, tx, jobs, settleBy)
-	ranOut := errors.As(err, new(*outOfTimeError))
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(settleBy.Add(LeaseMargin), time.Now().Add(LeaseMargin)))
 	defer cancel()
 	if err == nil {
@@ -173,10 +184,7 @@ func (r *runner[T]) txRound(ctx context.Context, tx pgx.Tx, n int, settleBy time
 		}
 		return len(jobs), jobs, nil
 	}
-	// A systemic error stays one when the call ran out of its time too (a lock_timeout a little
-	// before the call's deadline, answered after it on a loaded machine): only the statement its ctx
-	// cancelled (57014) is the call's hang, charged to its rows.
-	if errors.Is(err, errTxLost) || systemic(err) && !(ranOut && queryCanceled(err)) {
+	if errors.Is(err, errTxLost) || databaseFailure(err) {
 		return len(jobs), nil, fmt.Errorf("applying the batch in its transaction: %w", err)
 	}
 	if errors.As(err, new(*cutShortError)) {
@@ -226,6 +234,15 @@ func systemic(err error) bool {
 		return true
 	}
 	return false
+}
+
+// databaseFailure tells whether a TxApplier call's err is the database's or the setup's (systemic),
+// in a batch's call or a row's own alike: the whole transaction is rolled back and no row charged.
+// A systemic error stays one when the call ran out of its time too (a lock_timeout a little before
+// the call's deadline, answered after it on a loaded machine): only the statement its ctx
+// cancelled (57014) is the call's hang, charged to its rows.
+func databaseFailure(err error) bool {
+	return systemic(err) && !(errors.As(err, new(*outOfTimeError)) && queryCanceled(err))
 }
 
 // queryCanceled tells whether err is a statement cancelled (SQLSTATE 57014: a ctx whose pgx
@@ -328,7 +345,9 @@ func (r *runner[T]) isolate(ctx context.Context, tx pgx.Tx, jobs []*job, batchEr
 
 // applyAlone calls the TxApplier for each row of jobs alone, in claim order, each call in a
 // savepoint of its own (applyInSavepoint), and returns the rows to settle with their dispositions
-// (see isolate). An error matching errTxLost means tx is lost.
+// (see isolate). An error matching errTxLost means tx is lost; a row's call that fails with the
+// database's or the setup's error (databaseFailure) is returned too: the whole transaction is rolled
+// back, no row charged, as for a batch's call.
 func (r *runner[T]) applyAlone(ctx context.Context, tx pgx.Tx, jobs []*job, settleBy time.Time) ([]*job, error) {
 	var settle []*job
 	held := map[string]bool{} // partition keys whose earlier row here failed or was not reached
@@ -347,7 +366,7 @@ func (r *runner[T]) applyAlone(ctx context.Context, tx pgx.Tx, jobs []*job, sett
 		if err == nil {
 			err = r.applyInSavepoint(ctx, tx, []*job{j}, settleBy)
 		}
-		if errors.Is(err, errTxLost) {
+		if errors.Is(err, errTxLost) || databaseFailure(err) {
 			return nil, err
 		}
 		if errors.As(err, new(*cutShortError)) { // not the row's failure: not reached
