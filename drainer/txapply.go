@@ -113,7 +113,7 @@ func (r *runner[T]) txBatch(ctx context.Context) (int, error) {
 		total += n
 		if err != nil {
 			err = fmt.Errorf("the batch's transaction was rolled back, its %d rows will be claimed again: %w", total, err)
-			if errors.Is(err, errTxLost) && errors.As(err, new(*outOfTimeError)) {
+			if errors.Is(err, errTxLost) && errors.As(err, new(*outOfTimeError)) && !databaseFailure(err) {
 				// Lost with a call that ran out of its time (pgx closes the connection of a statement
 				// its ctx interrupts), not by the database: its rows are remembered (r.timedOut), and
 				// the next claim applies them one at a time or charges the one that hung. Claimed
@@ -306,7 +306,9 @@ func (r *runner[T]) applyInSavepoint(ctx context.Context, tx pgx.Tx, jobs []*job
 	}
 	// Both in one round trip, in the simple protocol (no arguments), as querySettleLockedInSavepoint.
 	_, rerr := tx.Exec(bctx, sqlRollbackToApplySavepoint)
-	if outOfTime {
+	// Not a database failure that came back after the deadline: remembered as the rows' own, its
+	// charge would be replayed at every claim of the row and rolled back every time.
+	if outOfTime && !databaseFailure(err) {
 		r.timedOut.ranOut(jobs, rerr != nil, err)
 	}
 	if rerr != nil {
