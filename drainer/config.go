@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/pgdrain/pgdrain/internal/sqlrule"
 )
 
 // Defaults and limits of Config. A zero field takes its default.
@@ -327,8 +329,7 @@ type Config struct {
 }
 
 var (
-	queueNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
-	identPattern     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+	identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 )
 
 // withDefaults returns c with every zero field that has a default set to it. The Expect fields
@@ -403,7 +404,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.Table == "":
 		bad("Table must be set to the queue table (\"schema.table\")")
-	case !queueNamePattern.MatchString(c.Table):
+	case !sqlrule.QueueName.MatchString(c.Table):
 		bad("Table must be a plain name \"schema.table\" (letters, digits, _), got %q", c.Table)
 	}
 	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {

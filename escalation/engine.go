@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,6 +18,7 @@ import (
 	"github.com/pgdrain/pgdrain/internal/pgerr"
 	"github.com/pgdrain/pgdrain/internal/readcommitted"
 	"github.com/pgdrain/pgdrain/internal/retrylog"
+	"github.com/pgdrain/pgdrain/internal/sqlrule"
 	"github.com/pgdrain/pgdrain/internal/version"
 )
 
@@ -695,7 +694,7 @@ func (e *Engine) journal(ctx context.Context, s Step, d delivery) (bool, error) 
 	var errText *string
 	if d.failed {
 		text := d.text
-		if blank(text) {
+		if sqlrule.Blank(text) {
 			text = "the notifier failed without saying why (its error has no text)"
 		}
 		errText = &text
@@ -781,12 +780,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// blank tells whether s shows nothing: empty, white space (Unicode's) or zero-width characters
-// only, as alr._is_blank decides.
-func blank(s string) bool {
-	return strings.IndexFunc(s, func(r rune) bool {
-		return !unicode.IsSpace(r) && !strings.ContainsRune("\u180e\u200b\u200c\u200d\u2060\ufeff", r)
-	}) < 0
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgdrain/pgdrain/internal/pgerr"
+	"github.com/pgdrain/pgdrain/internal/sqlrule"
 )
 
 // Exit codes of Run. Scripts can rely on them.
@@ -305,7 +305,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(positional) < cmd.minArgs || (cmd.maxArgs >= 0 && len(positional) > cmd.maxArgs) {
 		return usagef("%s: wrong number of arguments (%d)", name, len(positional))
 	}
-	if i, ok := queueArgument[name]; ok && i < len(positional) && !plainQueueName.MatchString(positional[i]) {
+	// A QUEUE that can be no queue's name is a usage error before connecting: refused by the SQL
+	// functions (22023) it exited 3, as an outage does (`pgdrain stats "$QUEUE"`, the variable unset).
+	if i, ok := queueArgument[name]; ok && i < len(positional) && !sqlrule.QueueName.MatchString(positional[i]) {
 		return usagef("%s: QUEUE must be a plain name \"schema.table\" (letters, digits, _), as outbox.create_queue registers it, got %q",
 			name, positional[i])
 	}
@@ -334,12 +336,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // queueArgument is where a command's QUEUE is among its arguments (fanout: after "add").
 var queueArgument = map[string]int{"stats": 0, "wedged": 0, "poisoned": 0, "requeue": 0, "skip": 0, "retry": 0,
 	"dismiss": 0, "actions": 0, "purge": 0, "check": 0, "fanout": 1}
-
-// plainQueueName is the rule of outbox._queue_name: a QUEUE it does not match is refused before
-// connecting, as a usage error. The SQL functions refused it with 22023, which exited 3 (a database
-// that refuses or can not be reached), where an unknown queue exits 2: `pgdrain stats "$QUEUE"`
-// with the variable unset looked like an outage.
-var plainQueueName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
 // readOnlyQuestionTimeout bounds asking the server why it refused a write.
 const readOnlyQuestionTimeout = 5 * time.Second

@@ -7,9 +7,10 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgdrain/pgdrain/internal/sqlrule"
 )
 
 // The operators' row actions (outbox.poison_row, retry_row, dismiss_poisoned) and their log
@@ -103,25 +104,10 @@ func needReason(cmd, reason string, required bool) error {
 	if !required {
 		return nil
 	}
-	if len([]rune(reason)) > maxReason || blank(reason) {
+	if len([]rune(reason)) > maxReason || sqlrule.Blank(reason) {
 		return usagef("%s: --reason must be a non-blank text of at most %d characters", cmd, maxReason)
 	}
 	return nil
-}
-
-// blank reports whether s is blank as the SQL functions judge a reason (outbox._is_blank): white
-// space of any kind, and the invisible separators it also counts (zero-width spaces and joiners,
-// the word joiner, the byte order mark). Counting only ASCII space, a reason of a no-break space
-// passed here and the database refused it, with exit 3 (a database error) instead of 2.
-func blank(s string) bool {
-	for _, r := range s {
-		switch {
-		case unicode.IsSpace(r), r == '\u180e', r >= '\u200b' && r <= '\u200d', r == '\u2060', r == '\ufeff':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func parseID(cmd, a string) (int64, error) {
