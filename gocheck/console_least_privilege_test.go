@@ -57,7 +57,7 @@ func TestConsole_RequeueAllOfAKeyWorksWithTheDocumentedGrants(t *testing.T) {
 		pgx.Identifier{b.opLogin}.Sanitize()))
 	require.NoError(t, err)
 	code, page = c.post("/actions/requeue", url.Values{"queue": {b.queue}, "key": {"acct-3"}, "csrf": {token}, "confirm": {"yes"}})
-	require.Equal(t, http.StatusInternalServerError, code, page)
+	require.Equal(t, http.StatusForbidden, code, page)
 	require.Contains(t, page, "SQLSTATE 42501")
 	require.Contains(t, page, "GRANT SELECT (id, account_id, attempt_count, sent_at) ON public.events TO that login")
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM public.events WHERE attempt_count >= 3`).Scan(&poisoned))

@@ -145,8 +145,13 @@ func (s *Server) failedNote(w http.ResponseWriter, r *http.Request, back string,
 	status := http.StatusInternalServerError
 	// 22021: the request carried bytes that are no text in the database's encoding (a NUL, broken
 	// UTF-8 in a reason or a key): the client's mistake, as a bad argument is.
-	if st := sqlState(err); st == "42P01" || st == "22023" || st == "P0002" || st == "22021" {
+	// 42501: the console's own login may not do this (a grant docs/security.md lists is missing):
+	// refused, not broken, so 403 as a read-only console's refusal.
+	switch st := sqlState(err); st {
+	case "42P01", "22023", "P0002", "22021":
 		status = http.StatusBadRequest
+	case "42501":
+		status = http.StatusForbidden
 	}
 	text := describe(err)
 	if note != "" {
