@@ -5,7 +5,8 @@
 -- apply_escalation, which records only on a running ladder. The alert stays firing until
 -- resolve_alert; start_escalation refuses it meanwhile. Returns true when this call acknowledged it,
 -- false (changing nothing) when it was already acknowledged (the first acknowledgement is kept) or
--- is resolved. Locks the alert, then its ladders: resolve_alert's and start_escalation's order.
+-- is resolved. Its ladders' steps left unjournaled leave alr.unjournaled_steps (see resolve_alert).
+-- Locks the alert, then its ladders: resolve_alert's and start_escalation's order.
 CREATE OR REPLACE FUNCTION alr.acknowledge_alert(alert_id uuid, note text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -44,6 +45,8 @@ BEGIN
   SET stopped_at = pg_catalog.now(), stop_reason = 'acknowledged', next_at = NULL, leased_until = NULL,
       lease_token = NULL
   WHERE e.alert_id = acknowledge_alert.alert_id AND e.stopped_at IS NULL;
+  UPDATE alr.alert_escalations e SET unjournaled_since = NULL
+  WHERE e.alert_id = acknowledge_alert.alert_id AND e.unjournaled_since IS NOT NULL;
   RETURN true;
 END;
 $$;

@@ -1,6 +1,10 @@
 -- Resolves a firing alert and stops all its running ladders (next_at, lease and token cleared), in
 -- one transaction, so a late apply_escalation for any of their steps finds stopped_at set and
--- records nothing. Idempotent: resolving a resolved alert changes nothing.
+-- records nothing. Its ladders' steps left unjournaled (an engine killed between recording and
+-- delivering) leave alr.unjournaled_steps' partial index: they no longer matter (a resolved alert
+-- pages nobody), and kept there they made its cost grow with every such step ever left. Their
+-- tokens stay: a late record_delivery still journals them. Idempotent: resolving a resolved alert
+-- changes nothing.
 CREATE OR REPLACE FUNCTION alr.resolve_alert(alert_id uuid)
 RETURNS void
 LANGUAGE plpgsql
@@ -24,5 +28,7 @@ BEGIN
   SET stopped_at = pg_catalog.now(), stop_reason = 'resolved', next_at = NULL, leased_until = NULL,
       lease_token = NULL
   WHERE e.alert_id = resolve_alert.alert_id AND e.stopped_at IS NULL;
+  UPDATE alr.alert_escalations e SET unjournaled_since = NULL
+  WHERE e.alert_id = resolve_alert.alert_id AND e.unjournaled_since IS NOT NULL;
 END;
 $$;

@@ -7,10 +7,10 @@
 -- record time (one per ladder); channel and target are NULL when the policy's step is gone.
 -- Only steps of alerts that still fire and that nobody acknowledged are listed: those are the pages
 -- that still matter (what on call is told to do about one: page its target by hand, then
--- acknowledge or resolve the alert). Nothing else takes a step off the list (its token is the only
--- one record_delivery accepts), so a listed step of a resolved or acknowledged alert stayed listed
--- for ever, and the engines' gauge and its page with it.
--- Read-only, through a partial index: its cost grows with such ladders, not with all of them.
+-- acknowledge or resolve the alert). resolve_alert and acknowledge_alert take their ladders off the
+-- partial index this reads (unjournaled_since cleared), so its cost grows with the ladders of alerts
+-- that still need someone, not with every step ever left unjournaled; the filter here covers alerts
+-- an owner resolved by hand.
 CREATE OR REPLACE FUNCTION alr.unjournaled_steps(older_than interval DEFAULT '10 minutes')
 RETURNS TABLE(escalation_id uuid, alert_id uuid, step_idx integer, channel text, target text,
               unjournaled_since timestamptz)

@@ -4,7 +4,7 @@ BEGIN;
 SELECT plan(6);
 
 SELECT results_eq($$SELECT * FROM alr.version()$$,
-  $$VALUES ('0.1.0'::text, 14)$$,
+  $$VALUES ('0.1.0'::text, 15)$$,
   'alr.version returns the release and the last migration');
 SELECT is((SELECT count(*)::int FROM alr.version()), 1, 'alr.version returns exactly one row');
 
