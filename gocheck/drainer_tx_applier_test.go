@@ -376,3 +376,66 @@ func TestDrainerTxApplier_ASetupErrorOfARowAloneChargesNoRow(t *testing.T) {
 	require.NoError(t, stop())
 	require.Zero(t, q.count(t, `SELECT count(*) FROM public.events WHERE attempt_count > 0`))
 }
+
+// The TxApplier's paths run as a login that is only a member of pgdrain_worker (with INSERT on the
+// application's own table, as a service would have): the batch, the savepoint a failed call rolls
+// back, rows applied one at a time, a row's failure charged, a call that ran out of its time (its
+// statement cancelled, so pgx's connection and the transaction are lost) charged at the next claim.
+// Every earlier TxApplier test drained as the owner, whose privileges hide a missing grant.
+func TestDrainerTxApplier_AsWorker_ChargesFailingAndHangingRowsAndSendsTheRest(t *testing.T) {
+	t.Parallel()
+	q := drNewQueue(t, drQueueOpts{partitionColumn: "partition_key"})
+	ctx := context.Background()
+	_, err := q.pool.Exec(ctx, `CREATE TABLE public.applied (id bigint);
+		GRANT INSERT ON public.applied TO pgdrain_worker`)
+	require.NoError(t, err)
+	worker := loginPool(t, q.db, "pgdrain_worker")
+	bad := q.enqueue(t, "bad", "op", 0)
+	stuck := q.enqueue(t, "stuck", "op", 0)
+	for i := range 8 {
+		q.enqueue(t, fmt.Sprintf("k%d", i), "op", 0)
+	}
+	// The stuck row's first two calls hang; a hang in a call of the row alone is its own failure,
+	// charged an attempt (at its next claim: the call lost the transaction), one in a batch's call
+	// is not (which row hung is not known; the rows are then applied alone).
+	var stuckCalls, aloneHangs atomic.Int32
+	apply := func(ctx context.Context, tx pgx.Tx, batch []drainer.TxEvent) error {
+		for _, e := range batch {
+			switch {
+			case e.ID == bad:
+				return errors.New("the sink refuses this row")
+			case e.ID == stuck && stuckCalls.Add(1) <= 2:
+				if len(batch) == 1 {
+					aloneHangs.Add(1)
+				}
+				_, err := tx.Exec(ctx, `SELECT pg_sleep(60)`)
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO public.applied (id) VALUES ($1)`, e.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	cfg := q.config(drainer.ClaimLock)
+	cfg.BatchSize, cfg.ApplyConcurrency = 10, 10
+	cfg.ApplyTimeout = 300 * time.Millisecond
+	logger, buf := drCapture(t)
+	d, err := drainer.New(worker, cfg, drDecode, nil, drainer.WithTxApplier[drEvent](apply), drainer.WithLogger[drEvent](logger))
+	require.NoError(t, err)
+	stop := drStart(t, d)
+	drWaitFor(t, 30*time.Second, "the good rows and, once it no longer hangs, the stuck row sent; the bad row charged", func() bool {
+		return q.sent(t) == 9 &&
+			q.count(t, `SELECT count(*) FROM public.events WHERE id = $1 AND attempt_count >= 1`, bad) == 1
+	})
+	require.NoError(t, stop())
+
+	require.EqualValues(t, 9, q.count(t, `SELECT count(*) FROM public.applied`), "each sent row written once")
+	require.EqualValues(t, 9, q.count(t, `SELECT count(DISTINCT id) FROM public.applied`))
+	require.Positive(t, aloneHangs.Load())
+	require.EqualValues(t, aloneHangs.Load(), q.count(t, `SELECT attempt_count FROM public.events WHERE id = $1`, stuck),
+		"the stuck row was charged once for each hang of its own call before it was sent")
+	log := buf.String()
+	require.NotContains(t, log, "permission denied")
+	require.NotContains(t, log, "42501")
+}
