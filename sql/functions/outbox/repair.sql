@@ -5,7 +5,12 @@
 --   floor_above_row  the head's floor (below it, everything is taken to be sent or poisoned) is above
 --                    the key's first deliverable row: that row would never be found;
 --   parked_past_due  the head is parked (lease or backoff) more than a second past the time its first
---                    deliverable row is due;
+--                    deliverable row is due. An empty head a claim parked for a second beside a
+--                    producer committing rows of its key (outbox._refresh_heads) is within that
+--                    second: "now" in a due time is the clock read by the check's statement, after
+--                    its snapshot, so after the commit of every park it sees (a clock read before the
+--                    snapshot was behind the park's own clock when that claim committed in between:
+--                    it reported the designed park, counted a repair and logged a WARNING);
 --   stale_notes      (no key) a transaction that wrote the queue ended without its commit step
 --                    (pgdrain_commit disabled): its notes in outbox.commit_notes (or, SERIALIZABLE,
 --                    in its row of outbox.commit_hooks) are deleted.
@@ -36,6 +41,7 @@ AS $$
 DECLARE
   fn constant text := 'repair';
   v_q outbox.queues := outbox._queue(fn, queue);
+  -- When the repair ran (outbox.repairs); due times use the clock of the check itself (see above).
   v_now timestamptz := pg_catalog.clock_timestamp();
   v_noted text[] := '{}';
   r record;
@@ -83,7 +89,7 @@ BEGIN
               END AS detail
        FROM keys
        CROSS JOIN LATERAL (
-         SELECT t.id, GREATEST(t.next_attempt_at, t.leased_until, $3) AS due FROM %1$s t
+         SELECT t.id, GREATEST(t.next_attempt_at, t.leased_until, pg_catalog.clock_timestamp()) AS due FROM %1$s t
          WHERE t.%2$I = keys.k AND t.sent_at IS NULL AND t.attempt_count < $2
          ORDER BY t.id LIMIT 1) f
        LEFT JOIN LATERAL (
@@ -95,11 +101,11 @@ BEGIN
          SELECT EXISTS (SELECT 1 FROM outbox.partition_wakes w
                         WHERE w.queue_id = $1 AND w.partition_key = keys.k::text) AS noted
          OFFSET 0) n
-       WHERE keys.k IS NOT NULL AND NOT n.noted AND keys.k::text <> ALL ($4)) s
+       WHERE keys.k IS NOT NULL AND NOT n.noted AND keys.k::text <> ALL ($3)) s
      WHERE s.cause IS NOT NULL
      ORDER BY s.key',
     v_q.table_oid::regclass, v_q.partition_column)
-    USING v_q.queue_id, v_q.max_attempts, v_now, v_noted
+    USING v_q.queue_id, v_q.max_attempts, v_noted
   LOOP
     IF NOT dry_run THEN
       IF r.cause = 'missing_head' THEN
