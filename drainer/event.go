@@ -26,7 +26,9 @@ type Event struct {
 	PartitionKey string
 	// Attempts is how many failed attempts the row had before this one.
 	Attempts int
-	// CreatedAt is when the row was inserted.
+	// CreatedAt is when the row was inserted (its created_at): zero when the row has none (an
+	// adopted table's column may allow NULL); a time outside years 1 to 9999 ('infinity' and
+	// '-infinity' too, which a producer may write) reads as the nearest of those bounds.
 	CreatedAt time.Time
 }
 

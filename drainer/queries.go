@@ -18,6 +18,17 @@ import (
 // Each calls an outbox SQL function granted to pgdrain_worker (docs/security.md) or sets a setting
 // of its own; the drainer reads and writes no table itself, so a login role that is only a member
 // of pgdrain_worker can run it.
+// sqlCreatedAtMicros and sqlOldestMicros read a row's created_at as integer microseconds since
+// 1970, NULL as NULL, and a time outside years 1 to 9999 ('infinity' and '-infinity' too) as the
+// nearest of those bounds: the range RFC 3339 and encoding/json can write, so a sink that puts the
+// time in a message (the relay's webhook envelope, CloudEvents ce_time) can send it.
+const (
+	sqlCreatedAtMicros = `CASE WHEN c.created_at IS NOT NULL THEN (LEAST(GREATEST(extract(epoch FROM c.created_at),
+		-62135596800), 253402300799.999999) * 1000000)::int8 END`
+	sqlOldestMicros = `CASE WHEN oldest_pending_at IS NOT NULL THEN (LEAST(GREATEST(extract(epoch FROM oldest_pending_at),
+		-62135596800), 253402300799.999999) * 1000000)::int8 END`
+)
+
 const (
 	// Times and intervals come back as integer microseconds (extract(epoch ...) * 1000000): their
 	// text depends on the session's DateStyle, IntervalStyle and TimeZone, and a pool whose
@@ -31,7 +42,13 @@ const (
 		FROM outbox.queue_info($1)`
 	sqlCheckIndexes = `SELECT problem, coalesce(index_name, ''), detail FROM outbox.check_indexes($1)`
 	// sqlNextDue is measured on the server's clock, so clock skew with this process does not matter.
-	sqlNextDue = `SELECT extract(epoch FROM outbox.next_due($1) - pg_catalog.clock_timestamp())::float8`
+	// A next attempt at '-infinity' (a plain INSERT may write it: the table bounds times ahead only)
+	// makes next_due '-infinity', which can not be subtracted from a time ("cannot subtract infinite
+	// timestamps": every wait failed): each end is read as seconds, and the difference is kept
+	// between -1 (claim now) and about 31 years.
+	sqlNextDue = `SELECT CASE WHEN d IS NOT NULL THEN LEAST(GREATEST(
+		extract(epoch FROM d) - extract(epoch FROM pg_catalog.clock_timestamp()), -1), 1e9)::float8 END
+		FROM outbox.next_due($1) AS d`
 	// sqlDrainerWaits marks the drainer as waiting for a NOTIFY (queues that notify 'when_waiting').
 	sqlDrainerWaits = `SELECT outbox.drainer_waits($1, $2::float8 * interval '1 second')`
 	sqlDrainerWoke  = `SELECT outbox.drainer_woke($1, $2)`
@@ -41,9 +58,14 @@ const (
 	// mode), from the claim's rows as c. The claims also return when the claim started, on the
 	// server's clock, which is the clock of created_at: the pacing of a trickle (trickle.go)
 	// compares the two.
+	// created_at is the producer's to write: 'infinity', '-infinity' or a time near PostgreSQL's
+	// limits does not fit int8 microseconds ("cannot convert infinity to bigint" failed every claim
+	// that returned such a row, after leasing or locking it: the queue was delivered no more), and an
+	// adopted table's may be NULL. It is read within years 1 to 9999 (sqlCreatedAtMicros), NULL as
+	// NULL (Event.CreatedAt zero).
 	sqlClaimedBeforeToken = `
 		SELECT c.id, c.event_type, c.payload, coalesce(c.partition_key, ''), c.attempt_count,
-		       (extract(epoch FROM c.created_at) * 1000000)::int8, `
+		       ` + sqlCreatedAtMicros + `, `
 	sqlClaimedAfterToken = `,
 		       c.event_id::text, c.headers, (extract(epoch FROM pg_catalog.statement_timestamp()) * 1000000)::int8`
 	sqlClaimBatch = sqlClaimedBeforeToken + `c.lease_token` + sqlClaimedAfterToken + `
@@ -85,10 +107,13 @@ const (
 	sqlStats = `
 		SELECT pending, poisoned, coalesce(extract(epoch FROM oldest_pending_age), 0)::float8
 		FROM outbox.stats($1)`
+	// oldest_pending_at is a row's created_at (see sqlClaimedBeforeToken); the age is kept within
+	// about 285 years, which a time.Duration holds.
 	sqlWedgedPartitions = `
 		SELECT partition_key, head_id, head_attempt_count, coalesce(head_last_error, ''),
-		       (extract(epoch FROM oldest_pending_at) * 1000000)::int8,
-		       pending, reason, extract(epoch FROM now() - oldest_pending_at)::float8
+		       coalesce(` + sqlOldestMicros + `, 0),
+		       pending, reason,
+		       coalesce(LEAST(GREATEST(extract(epoch FROM now()) - extract(epoch FROM oldest_pending_at), -9e9), 9e9)::float8, 0)
 		FROM outbox.wedged_partitions($1, $2, $3)`
 	sqlRepair = `
 		SELECT coalesce(partition_key, ''), head_id, cause, coalesce(detail, '')
@@ -196,10 +221,14 @@ func collectJobs(rows pgx.Rows, queue string, deadline time.Time) ([]*job, error
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*job, error) {
 		j := &job{deadline: deadline}
 		j.event.Table = queue
-		var createdAt, claimStart int64
+		var createdAt *int64
+		var claimStart int64
 		err := row.Scan(&j.event.ID, &j.event.Type, &j.payload, &j.event.PartitionKey, &j.event.Attempts,
 			&createdAt, &j.token, &j.event.EventID, &j.event.Headers, &claimStart)
-		j.event.CreatedAt, j.claimStart = time.UnixMicro(createdAt), time.UnixMicro(claimStart)
+		if createdAt != nil {
+			j.event.CreatedAt = time.UnixMicro(*createdAt)
+		}
+		j.claimStart = time.UnixMicro(claimStart)
 		return j, err
 	})
 }

@@ -106,9 +106,13 @@ type Wedged struct {
 	RetryAt *time.Time
 }
 
+// oldest_pending_at (readWedged) and created_at (readPoisoned) are a row's created_at, the producer's
+// to write: 'infinity' (or NULL, on an adopted table) failed the whole page in the scan; a time
+// outside years 1 to 9999 is shown at the nearer bound.
 func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan time.Duration) ([]Wedged, error) {
 	rows, err := db.Query(ctx, `
-		SELECT w.partition_key, w.head_id, w.head_attempt_count, w.head_last_error, w.oldest_pending_at, w.pending, w.reason
+		SELECT w.partition_key, w.head_id, w.head_attempt_count, w.head_last_error,
+		       LEAST(GREATEST(w.oldest_pending_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'), w.pending, w.reason
 		FROM outbox.wedged_partitions($1, $2::interval, $3) w`, queue, olderThan, listLimit)
 	if err != nil {
 		return nil, fmt.Errorf("reading outbox.wedged_partitions(%s): %w", queue, err)
@@ -180,7 +184,8 @@ func payloadVisible(ctx context.Context, db *pgxpool.Pool, q queueReg) (bool, er
 // follows the rows shown, not the backlog; the payload preview only for a login that may read it.
 func readPoisoned(ctx context.Context, db *pgxpool.Pool, q queueReg) ([]Poisoned, error) {
 	rows, err := db.Query(ctx, `
-		SELECT p.id, p.partition_key, p.attempt_count, p.last_error, p.created_at, p.payload_preview
+		SELECT p.id, p.partition_key, p.attempt_count, p.last_error,
+		       LEAST(GREATEST(p.created_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'), p.payload_preview
 		FROM outbox.poisoned_rows($1, $2) p`, q.Name, listLimit)
 	if err != nil {
 		return nil, fmt.Errorf("reading poisoned rows of %s: %w", q.Name, err)

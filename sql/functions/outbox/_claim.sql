@@ -1,7 +1,9 @@
 -- The claim behind claim_batch (mode 'lease', partitioned queues; claim_batch leases unpartitioned
 -- rows in one statement of its own) and claim_locked (mode 'lock'). Returns the ids of the claimed
 -- rows; the caller reads them back. Deliverable = unsent, not poisoned, due, lease free or expired,
--- and on a partitioned queue the first deliverable row of its partition.
+-- and on a partitioned queue the first deliverable row of its partition. A lease that ends more than
+-- a day after the clock (the longest a claim or extend_lease hands out) was written by a clock since
+-- set back: it counts as over, or a crashed worker's row waited as long as the clock had jumped.
 --
 -- Partitioned queues claim through outbox.partition_heads (one row per partition with pending
 -- work), never through the pending rows themselves, so blocked successors, heads in backoff and
@@ -37,7 +39,7 @@ DECLARE
   v_now timestamptz := pg_catalog.clock_timestamp();
   v_due constant text := 't.sent_at IS NULL AND t.attempt_count < $2
     AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= $now)
-    AND (t.leased_until IS NULL OR t.leased_until <= $now)';
+    AND (t.leased_until IS NULL OR t.leased_until <= $now OR t.leased_until > $now + interval ''1 day'')';
   v_all bigint[] := '{}';
   v_ids bigint[];
   v_keys text[];
@@ -61,8 +63,11 @@ DECLARE
   v_cursor constant text := 'pgdrain.claim_cursor_' || p_q.queue_id;
   v_cursor_value constant text[] := pg_catalog.string_to_array(
     NULLIF(pg_catalog.current_setting(v_cursor, true), ''), ',');
+  -- A run that began after now was recorded by a clock since set back: old, like the shared hint's
+  -- time ahead of the clock below (taken as fresh, it aged only once the clock caught up).
   v_run_started double precision := CASE
     WHEN v_cursor_value[2]::double precision > pg_catalog.date_part('epoch', v_now) - 1
+         AND v_cursor_value[2]::double precision <= pg_catalog.date_part('epoch', v_now)
     THEN v_cursor_value[2]::double precision END;
   v_from_head bigint := CASE WHEN v_run_started IS NOT NULL THEN v_cursor_value[1]::bigint END;
   v_last_fresh bigint;
@@ -78,7 +83,8 @@ DECLARE
   -- claim that locked it would hold it until its commit (its WAL flush), and the result that moves
   -- the head on would wait for that.
   v_not_in_flight constant text := pg_catalog.format(
-    'NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = h.head_id AND t.leased_until > $5)', v_table);
+    'NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = h.head_id AND t.leased_until > $5
+                                   AND t.leased_until <= $5 + interval ''1 day'')', v_table);
   -- Where a search stopped is the largest head id it saw, as its snapshot saw it. A head that a
   -- result moved on after the search's snapshot was taken comes back locked in its new version
   -- (READ COMMITTED re-reads a row it locks), with the id of its key's next row, as far ahead as
@@ -106,6 +112,7 @@ DECLARE
     NULLIF(pg_catalog.current_setting(v_run_hint, true), ''), ',') END;
   v_run_hint_since double precision := CASE
     WHEN v_run_hint_value[2]::double precision > pg_catalog.date_part('epoch', v_now) - 1
+         AND v_run_hint_value[2]::double precision <= pg_catalog.date_part('epoch', v_now)
     THEN v_run_hint_value[2]::double precision END;
   v_rows_per_head numeric := CASE WHEN p_run <= 1 THEN 1
     WHEN v_run_hint_since IS NULL THEN p_run
@@ -347,7 +354,7 @@ BEGIN
                 pg_catalog.array_agg(c.key) FILTER (WHERE t.id IS NOT NULL)
          FROM unnest($1::bigint[], $2::text[]) AS c(id, key)
          LEFT JOIN %1$s t ON t.id = c.id AND t.%2$I = c.key::%3$s AND t.sent_at IS NULL
-           AND t.attempt_count < $4 AND t.leased_until > $5
+           AND t.attempt_count < $4 AND t.leased_until > $5 AND t.leased_until <= $5 + interval ''1 day''
            AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= t.leased_until)
          WHERE c.key = ANY ($3)',
         v_table, p_q.partition_column, p_q.partition_type),

@@ -2,7 +2,8 @@
 -- lease_token, in one short transaction. Results come back through apply_result(s) and count only
 -- while the token still matches. Order: attempt_count, id (fresh rows overtake retried ones).
 -- Due times and leases are read from the clock at the claim, not now(): in a transaction that
--- began long ago now() would hand out a lease that is already over.
+-- began long ago now() would hand out a lease that is already over. A lease ending more than a day
+-- after the clock was written by a clock since set back: it counts as over (see outbox._claim).
 --
 -- The body of claim_batch and claim_runs (fn names the caller in errors).
 -- run_length > 1 (claim_runs) takes, with each partition's head, the rows that
@@ -47,7 +48,7 @@ BEGIN
            SELECT s.id FROM %1$s s
            WHERE s.sent_at IS NULL AND s.attempt_count < $2
              AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= $4)
-             AND (s.leased_until IS NULL OR s.leased_until <= $4)
+             AND (s.leased_until IS NULL OR s.leased_until <= $4 OR s.leased_until > $4 + interval ''1 day'')
            ORDER BY s.attempt_count, s.id LIMIT $1
            FOR UPDATE SKIP LOCKED))
          RETURNING t.id, t.event_type, t.payload, NULL::text, t.attempt_count, t.lease_token, t.leased_until,

@@ -5,7 +5,8 @@
 -- (a poisoned row is no part of the order and is stepped over, as the FIFO rule does), so the
 -- rows it returns are exactly the next ones their partition delivers. The caller holds each
 -- head's row (leased or locked, with its partition head locked), so no other claim can reach
--- these rows meanwhile: they are not heads.
+-- these rows meanwhile: they are not heads. A lease ending more than a day after the clock counts
+-- as over (written by a clock since set back, see outbox._claim).
 -- Never waits: rows are locked SKIP LOCKED (a session holding one of them, say an operator's
 -- open transaction, must not stall every claim), and a row skipped or changed since the search
 -- ends its run there: what was leased past it is given back at once, what was locked past it is
@@ -27,7 +28,7 @@ DECLARE
   v_table constant regclass := p_q.table_oid::regclass;
   v_deliverable constant text := 'u.sent_at IS NULL AND u.attempt_count < $3
     AND (u.next_attempt_at IS NULL OR u.next_attempt_at <= $4)
-    AND (u.leased_until IS NULL OR u.leased_until <= $4)';
+    AND (u.leased_until IS NULL OR u.leased_until <= $4 OR u.leased_until > $4 + interval ''1 day'')';
   v_planned bigint[];
   v_ords bigint[];
   v_taken bigint[];
@@ -43,7 +44,7 @@ BEGIN
                 pg_catalog.bool_and(n.due) OVER (PARTITION BY c.ord ORDER BY n.id) AS unbroken
          FROM c CROSS JOIN LATERAL (
            SELECT t.id, (t.next_attempt_at IS NULL OR t.next_attempt_at <= $4)
-                        AND (t.leased_until IS NULL OR t.leased_until <= $4) AS due
+                        AND (t.leased_until IS NULL OR t.leased_until <= $4 OR t.leased_until > $4 + interval ''1 day'') AS due
            FROM %1$s t
            WHERE t.%2$I = c.key::%3$s AND t.id > c.head AND t.sent_at IS NULL AND t.attempt_count < $3
            ORDER BY t.id LIMIT $5) n) r

@@ -5,7 +5,8 @@
 -- Fenced: a row that moved on (sent, requeued to a new id, another attempt recorded, poisoned or
 -- not as the action needs) is not taken, nor one a worker delivers right now (a live lease, or a
 -- lock-mode claim's row lock: SKIP LOCKED, never waiting). An expired lease's token is cleared with
--- the change, so that worker's late result is refused like any other after its lease ran out.
+-- the change, so that worker's late result is refused like any other after its lease ran out (so is
+-- one ending more than a day ahead, which a clock since set back wrote: see outbox._claim).
 --   poison   pending, attempt_count = p_attempt_count: poisoned (attempt_count = max_attempts), its
 --            key's later rows go past it; requeue_poisoned delivers it later, at the tail of its key.
 --   retry    pending and backing off, attempt_count = p_attempt_count: due now.
@@ -37,7 +38,8 @@ BEGIN
     'WITH r AS (
        SELECT t.id, t.attempt_count FROM %1$s t
        WHERE t.id = ANY ($1) AND t.sent_at IS NULL AND %4$s
-         AND (t.leased_until IS NULL OR t.leased_until <= pg_catalog.clock_timestamp())
+         AND (t.leased_until IS NULL OR t.leased_until <= pg_catalog.clock_timestamp()
+              OR t.leased_until > pg_catalog.clock_timestamp() + interval ''1 day'')
        FOR UPDATE OF t SKIP LOCKED),
      u AS (
        UPDATE %1$s t SET %5$s, leased_until = NULL, lease_token = NULL

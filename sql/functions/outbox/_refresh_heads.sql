@@ -1,6 +1,7 @@
 -- Points the head of each given partition at its first deliverable row (the smallest id at or above
 -- the partition's floor among unsent, not poisoned rows), parked until that row's lease or backoff
--- ends; creates missing heads. The caller must have written its own changes in an earlier
+-- ends (not until a lease more than a day ahead: a clock since set back wrote it, and it counts as
+-- over, see outbox._claim); creates missing heads. The caller must have written its own changes in an earlier
 -- statement, so they are visible here.
 -- A partition found empty loses its head, and a partition whose head search stepped over poisoned
 -- rows gets its floor raised past them, but only with the head locked FOR UPDATE (skip, never
@@ -45,7 +46,7 @@ DECLARE
   -- (a look for pending rows below the next one cost a second, with a heap fetch of the row just sent).
   v_next constant text := pg_catalog.format(
     'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head, fh.xmin AS seen, fh.ctid AS head_tid,
-            NULLIF(GREATEST(n.next_attempt_at, n.leased_until, $4), $4) AS parked,
+            NULLIF(GREATEST(n.next_attempt_at, CASE WHEN n.leased_until <= $4 + interval ''1 day'' THEN n.leased_until END, $4), $4) AS parked,
             n.id IS NULL OR f.attempt_count >= $2 AS tidy
      FROM pg_catalog.unnest($1::text[]) AS k(key)
      -- A join, read once per key: as a scalar subquery in a pulled-up LATERAL the planner copied

@@ -29,7 +29,8 @@ BEGIN
     RETURN LEAST(v_at, outbox._first_lease_end(v_q, 1000));
   END IF;
   EXECUTE pg_catalog.format(
-    'SELECT pg_catalog.min(GREATEST(s.next_attempt_at, s.leased_until))
+    'SELECT pg_catalog.min(GREATEST(s.next_attempt_at,
+                                    CASE WHEN s.leased_until <= pg_catalog.clock_timestamp() + interval ''1 day'' THEN s.leased_until END))
      FROM (SELECT t.next_attempt_at, t.leased_until FROM %s t
            WHERE t.sent_at IS NULL AND t.attempt_count < $1
            ORDER BY t.attempt_count, t.id LIMIT 1000) s', v_q.table_oid::regclass)

@@ -89,7 +89,9 @@ BEGIN
               END AS detail
        FROM keys
        CROSS JOIN LATERAL (
-         SELECT t.id, GREATEST(t.next_attempt_at, t.leased_until, pg_catalog.clock_timestamp()) AS due FROM %1$s t
+         SELECT t.id, GREATEST(t.next_attempt_at, CASE WHEN t.leased_until <= pg_catalog.clock_timestamp() + interval ''1 day'' THEN t.leased_until END,
+                               pg_catalog.clock_timestamp()) AS due
+         FROM %1$s t
          WHERE t.%2$I = keys.k AND t.sent_at IS NULL AND t.attempt_count < $2
          ORDER BY t.id LIMIT 1) f
        LEFT JOIN LATERAL (

@@ -1,6 +1,7 @@
 -- One row of gauges for metrics. Exact counts from one pass over the pending rows through the
 -- (attempt_count, id) partial index: cost follows the pending backlog, never the sent history.
--- pending = unsent and not poisoned; ready = pending, due and not leased; leased = lease live;
+-- pending = unsent and not poisoned; ready = pending, due and not leased; leased = lease live (a
+-- lease ending more than a day ahead, written by a clock since set back, is over: outbox._claim);
 -- backing_off = pending with next_attempt_at in the future; poisoned = attempt_count >= max.
 -- The oldest pending row is the oldest with a finite created_at: a producer may write 'infinity'
 -- or '-infinity', which made the subtraction fail (22008) for every caller of stats.
@@ -23,8 +24,10 @@ BEGIN
     'SELECT pg_catalog.count(*) FILTER (WHERE t.attempt_count < $1),
             pg_catalog.count(*) FILTER (WHERE t.attempt_count < $1
                                AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= pg_catalog.now())
-                               AND (t.leased_until IS NULL OR t.leased_until <= pg_catalog.now())),
-            pg_catalog.count(*) FILTER (WHERE t.attempt_count < $1 AND t.leased_until > pg_catalog.now()),
+                               AND (t.leased_until IS NULL OR t.leased_until <= pg_catalog.now()
+                                    OR t.leased_until > pg_catalog.now() + interval ''1 day'')),
+            pg_catalog.count(*) FILTER (WHERE t.attempt_count < $1 AND t.leased_until > pg_catalog.now()
+                                        AND t.leased_until <= pg_catalog.now() + interval ''1 day''),
             pg_catalog.count(*) FILTER (WHERE t.attempt_count < $1 AND t.next_attempt_at > pg_catalog.now()),
             pg_catalog.count(*) FILTER (WHERE t.attempt_count >= $1),
             pg_catalog.min(t.created_at) FILTER (WHERE t.attempt_count < $1 AND pg_catalog.isfinite(t.created_at)),

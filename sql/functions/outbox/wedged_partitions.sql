@@ -44,7 +44,8 @@ BEGIN
             CASE
               WHEN t.id IS NULL THEN ''its head points at row '' || h.head_id
                    || '', which is gone or sent: the next claim to reach the head, or the repair pass (outbox.repair), moves it on''
-              WHEN t.leased_until > pg_catalog.now() THEN ''leased until '' || t.leased_until
+              WHEN t.leased_until > pg_catalog.now() AND t.leased_until <= pg_catalog.now() + interval ''1 day''
+                THEN ''leased until '' || t.leased_until
               WHEN t.next_attempt_at > pg_catalog.now() THEN ''backing off until '' || t.next_attempt_at
                    || '' after '' || t.attempt_count || '' attempts''
               ELSE ''ready, waiting for a drainer'' END
