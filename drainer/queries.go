@@ -18,6 +18,7 @@ import (
 // Each calls an outbox SQL function granted to pgdrain_worker (docs/security.md) or sets a setting
 // of its own; the drainer reads and writes no table itself, so a login role that is only a member
 // of pgdrain_worker can run it.
+
 // sqlCreatedAtMicros and sqlOldestMicros read a row's created_at as integer microseconds since
 // 1970, NULL as NULL, and a time outside years 1 to 9999 ('infinity' and '-infinity' too) as the
 // nearest of those bounds: the range RFC 3339 and encoding/json can write, so a sink that puts the
