@@ -1,0 +1,1 @@
+SELECT public.st_drain_lock(8, 0.03, 0.004, 4);

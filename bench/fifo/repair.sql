@@ -1,0 +1,1 @@
+INSERT INTO public.replog SELECT clock_timestamp(), r.* FROM outbox.repair('public.st', true) r;

@@ -1,0 +1,1 @@
+SELECT public.st_repair();

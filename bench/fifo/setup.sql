@@ -1,0 +1,127 @@
+-- FIFO stress: a partitioned queue with hot keys, a delivery log written in the drain
+-- transactions, and a log of dry-run repair findings. No manual write to pgdrain's state.
+\set ON_ERROR_STOP on
+DROP TABLE IF EXISTS public.dlog, public.replog, public.slow_commit, public.hsample, public.repdump CASCADE;
+DROP FUNCTION IF EXISTS public.slow_commit_tg() CASCADE;
+DO $$ BEGIN
+  IF EXISTS (SELECT 1 FROM outbox.queues WHERE queue = 'public.st') THEN
+    PERFORM outbox.drop_queue('public.st', true);
+  END IF;
+END $$;
+DROP TABLE IF EXISTS public.st CASCADE;
+CREATE TABLE public.st (
+  id bigserial PRIMARY KEY,
+  event_type text NOT NULL,
+  payload jsonb NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  attempt_count int NOT NULL DEFAULT 0,
+  next_attempt_at timestamptz,
+  sent_at timestamptz,
+  leased_until timestamptz,
+  lease_token uuid,
+  last_error text,
+  k text NOT NULL);
+SELECT outbox.create_queue('public.st', 'k', 5, '20 milliseconds', '300 milliseconds');
+
+-- Every settled row, in the transaction that settled it (seq: order of settlement; a later
+-- drain of the same key can only claim after this transaction committed, so seq follows
+-- delivery order when FIFO holds).
+CREATE TABLE public.dlog (seq bigserial PRIMARY KEY, id bigint NOT NULL, k text NOT NULL,
+  outcome text NOT NULL, mode text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp(),
+  xid xid8 DEFAULT pg_current_xact_id());
+CREATE INDEX ON public.dlog (k, id);
+CREATE TABLE public.replog (at timestamptz, partition_key text, cause text, head_id bigint, detail text);
+
+-- A slow commit: a deferred constraint trigger queued after pgdrain_commit's sleeps a few ms
+-- while the commit step's locks are held.
+CREATE UNLOGGED TABLE public.slow_commit (x int);
+CREATE FUNCTION public.slow_commit_tg() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(0.001 + random() * coalesce(nullif(current_setting('st.slow', true), '')::float8, 0.004)); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON public.slow_commit DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW EXECUTE FUNCTION public.slow_commit_tg();
+
+-- Lock mode: claim_locked + settle_locked in one transaction (optionally runs).
+CREATE OR REPLACE FUNCTION public.st_drain_lock(p_batch int, p_fail float8, p_poison float8, p_run int DEFAULT 1)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE v_ids bigint[]; v_keys text[]; v_out text[];
+BEGIN
+  IF p_run > 1 THEN
+    SELECT array_agg(c.id ORDER BY c.id), array_agg(c.partition_key ORDER BY c.id) INTO v_ids, v_keys
+    FROM outbox.claim_locked_runs('public.st', p_batch, p_run) c;
+  ELSE
+    SELECT array_agg(c.id ORDER BY c.id), array_agg(c.partition_key ORDER BY c.id) INTO v_ids, v_keys
+    FROM outbox.claim_locked('public.st', p_batch) c;
+  END IF;
+  IF v_ids IS NULL THEN RETURN 0; END IF;
+  -- Per key, rows after a failed one of the same run are left untouched.
+  SELECT array_agg(x.id ORDER BY x.id), array_agg(x.k ORDER BY x.id), array_agg(x.o ORDER BY x.id)
+    INTO v_ids, v_keys, v_out
+  FROM (SELECT y.*, count(*) FILTER (WHERE y.o <> 'sent') OVER (PARTITION BY y.k ORDER BY y.id
+                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS failed_before
+        FROM (SELECT u.id, u.k, CASE WHEN r < p_poison THEN 'permanent' WHEN r < p_poison + p_fail THEN 'transient'
+                                     ELSE 'sent' END AS o
+              FROM unnest(v_ids, v_keys) u(id, k), LATERAL (SELECT random() + u.id * 0 AS r) rr) y) x
+  WHERE x.failed_before = 0;
+  PERFORM outbox.settle_locked('public.st', v_ids, v_out, NULL);
+  INSERT INTO public.dlog (id, k, outcome, mode)
+  SELECT u.id, u.k, u.o, 'lock' FROM unnest(v_ids, v_keys, v_out) u(id, k, o) ORDER BY u.id;
+  RETURN cardinality(v_ids);
+END $$;
+
+-- Lease mode: claim_batch in one transaction, apply_results in another (procedure COMMITs).
+CREATE OR REPLACE PROCEDURE public.st_drain_lease(p_batch int, p_fail float8, p_poison float8,
+                                                  p_sleep float8 DEFAULT 0, p_lease interval DEFAULT '2 seconds',
+                                                  p_run int DEFAULT 1)
+LANGUAGE plpgsql AS $$
+DECLARE v_ids bigint[]; v_toks uuid[]; v_keys text[]; v_out text[];
+BEGIN
+  IF p_run > 1 THEN
+    SELECT array_agg(c.id ORDER BY c.id), array_agg(c.lease_token ORDER BY c.id), array_agg(c.partition_key ORDER BY c.id)
+      INTO v_ids, v_toks, v_keys FROM outbox.claim_runs('public.st', p_batch, p_lease, p_run) c;
+  ELSE
+    SELECT array_agg(c.id ORDER BY c.id), array_agg(c.lease_token ORDER BY c.id), array_agg(c.partition_key ORDER BY c.id)
+      INTO v_ids, v_toks, v_keys FROM outbox.claim_batch('public.st', p_batch, p_lease) c;
+  END IF;
+  COMMIT;
+  IF v_ids IS NULL THEN RETURN; END IF;
+  IF p_sleep > 0 THEN PERFORM pg_sleep(random() * p_sleep); END IF;
+  SELECT array_agg(x.id ORDER BY x.id), array_agg(x.t ORDER BY x.id), array_agg(x.k ORDER BY x.id), array_agg(x.o ORDER BY x.id)
+    INTO v_ids, v_toks, v_keys, v_out
+  FROM (SELECT y.*, count(*) FILTER (WHERE y.o <> 'sent') OVER (PARTITION BY y.k ORDER BY y.id
+                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS failed_before
+        FROM (SELECT u.id, u.t, u.k, CASE WHEN r < p_poison THEN 'permanent' WHEN r < p_poison + p_fail THEN 'transient'
+                                          ELSE 'sent' END AS o
+              FROM unnest(v_ids, v_toks, v_keys) u(id, t, k), LATERAL (SELECT random() + u.id * 0 AS r) rr) y) x
+  WHERE x.failed_before = 0;
+  INSERT INTO public.dlog (id, k, outcome, mode)
+  SELECT u.id, u.k, u.o, 'lease'
+  FROM outbox.apply_results('public.st', v_ids, v_toks, v_out) a
+  JOIN unnest(v_ids, v_keys, v_out) u(id, k, o) ON u.id = a.id
+  WHERE a.applied ORDER BY u.id;
+  COMMIT;
+END $$;
+CREATE TABLE public.hsample (at timestamptz, partition_key text, head_id bigint, parked_until timestamptz, floor_id bigint);
+-- Dry-run repair that, on a finding, also records what it saw around the key (new statements,
+-- so a slightly newer snapshot): the key's head, its wake notes, its pending rows with xmin.
+CREATE TABLE public.repdump (at timestamptz DEFAULT clock_timestamp(), finding text, what text, data jsonb);
+CREATE OR REPLACE FUNCTION public.st_repair() RETURNS int LANGUAGE plpgsql AS $$
+DECLARE r record; n int := 0;
+BEGIN
+  FOR r IN SELECT * FROM outbox.repair('public.st', true) LOOP
+    n := n + 1;
+    INSERT INTO public.replog VALUES (clock_timestamp(), r.partition_key, r.cause, r.head_id, r.detail);
+    INSERT INTO public.repdump (finding, what, data)
+    SELECT r.detail, 'head', to_jsonb(h) || jsonb_build_object('xmin', h.xmin::text, 'xmax', h.xmax::text) FROM outbox.partition_heads h
+      JOIN outbox.queues q USING (queue_id) WHERE q.queue = 'public.st' AND h.partition_key = r.partition_key
+    UNION ALL
+    SELECT r.detail, 'wake', to_jsonb(w) FROM outbox.partition_wakes w
+      JOIN outbox.queues q USING (queue_id) WHERE q.queue = 'public.st' AND w.partition_key = r.partition_key
+    UNION ALL
+    SELECT r.detail, 'row', jsonb_build_object('id', t.id, 'xmin', t.xmin::text, 'created_at', t.created_at, 'sent_at', t.sent_at,
+             'attempt_count', t.attempt_count, 'event_type', t.event_type, 'xmin_status', pg_xact_status(t.xmin::text::xid8))
+      FROM (SELECT * FROM public.st WHERE k = r.partition_key ORDER BY id DESC LIMIT 12) t
+    UNION ALL
+    SELECT r.detail, 'dlog', to_jsonb(d) FROM (SELECT * FROM public.dlog WHERE k = r.partition_key ORDER BY seq DESC LIMIT 8) d;
+  END LOOP;
+  RETURN n;
+END $$;
