@@ -119,7 +119,7 @@ BEGIN
     UNION ALL
     SELECT r.detail, 'row', jsonb_build_object('id', t.id, 'xmin', t.xmin::text, 'created_at', t.created_at, 'sent_at', t.sent_at,
              'attempt_count', t.attempt_count, 'event_type', t.event_type, 'xmin_status', pg_xact_status(t.xmin::text::xid8))
-      FROM (SELECT * FROM public.st WHERE k = r.partition_key ORDER BY id DESC LIMIT 12) t
+      FROM (SELECT s.*, s.xmin FROM public.st s WHERE s.k = r.partition_key ORDER BY s.id DESC LIMIT 12) t
     UNION ALL
     SELECT r.detail, 'dlog', to_jsonb(d) FROM (SELECT * FROM public.dlog WHERE k = r.partition_key ORDER BY seq DESC LIMIT 8) d;
   END LOOP;
