@@ -118,7 +118,7 @@ channels:
 		chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
 		chromedp.WaitVisible(chromedp.CSS(".flash.changed")),
 	))
-	flash := run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+	flash := run(t, ctx, textNow(".flash"))
 	require.Contains(t, flash, "Done: acknowledged alert \"api 5xx above 2%\"")
 	require.Contains(t, flash, "running ladders 1 → 0")
 	page = mainHTML(ctx)
@@ -152,7 +152,7 @@ channels:
 		chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
 		chromedp.WaitVisible(chromedp.CSS(".flash.changed")),
 	))
-	flash = run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+	flash = run(t, ctx, textNow(".flash"))
 	require.Contains(t, flash, "Done: requeued 1 poisoned row(s) of public.events")
 	require.Contains(t, flash, "poisoned 2 → 1")
 	shoot(ctx, "after-action.png")
@@ -178,7 +178,7 @@ channels:
 			chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
 			chromedp.WaitVisible(chromedp.CSS(".flash.changed")),
 		))
-		flash := run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+		flash := run(t, ctx, textNow(".flash"))
 		require.Contains(t, flash, want)
 		return flash
 	}
@@ -218,12 +218,12 @@ channels:
 	}
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
 		chromedp.WaitVisible(chromedp.CSS(".flash.changed"))))
-	flash = run(t, ctx, chromedp.Text(chromedp.CSS(".flash")))
+	flash = run(t, ctx, textNow(".flash"))
 	require.Contains(t, flash, "Done: released the lease of row "+strconv.FormatInt(leasedHead, 10))
 	require.Contains(t, flash, "leased 1 → 0")
 	require.NoError(t, chromedp.Do(second, chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
 		chromedp.WaitVisible(chromedp.CSS(".flash.unchanged"))))
-	flash = run(t, second, chromedp.Text(chromedp.CSS(".flash")))
+	flash = run(t, second, textNow(".flash"))
 	require.Contains(t, flash, "Nothing changed: row "+strconv.FormatInt(leasedHead, 10)+" of public.leases was not leased any more")
 	shoot(second, "nothing-changed.png")
 
@@ -264,6 +264,16 @@ func clickNow(selector string) chromedp.Action[chromedp.Void] {
 		if (el === null) { return false; }
 		el.click();
 		return true;
+	})()`, selector), chromedp.WithPollingTimeout(30*time.Second))
+}
+
+// textNow waits for the element and reads its text in the page in one step, as clickNow clicks: a
+// CI run's chromedp.Text found the flash, then failed with "No node with given id found" (-32000)
+// when it read it (the node gone between the two calls, the document or <main> replaced).
+func textNow(selector string) chromedp.Action[string] {
+	return chromedp.Poll[string](fmt.Sprintf(`(function () {
+		var el = document.querySelector(%q);
+		return el === null ? false : el.textContent;
 	})()`, selector), chromedp.WithPollingTimeout(30*time.Second))
 }
 
