@@ -63,9 +63,10 @@ func TestChaos_BothModesAtOnceWithOperatorsAndDBAs(t *testing.T) {
 	var wg sync.WaitGroup
 
 	// The producer retries a transaction the server chose as a deadlock's victim, as an application
-	// must beside a DBA's DDL: the owner's rewrites below take ACCESS EXCLUSIVE locks on the queue
-	// table and pgdrain's heads while producers and claims hold and wait for others (a CI run: one
-	// 40P01 in 20 rounds). Counted and logged; any other error fails the test.
+	// must beside a DBA's DDL: the owner's REINDEX TABLE of pgdrain's heads below (the operator's
+	// comment says how) deadlocks with a producer's commit step now and then (server logs of a CI
+	// flake: every cycle was a REINDEX and one producer or operator call). Counted and logged; any
+	// other error fails the test.
 	var produced, producerDeadlocks atomic.Int64
 	producing := make(chan struct{})
 	wg.Go(func() {
@@ -114,13 +115,22 @@ func TestChaos_BothModesAtOnceWithOperatorsAndDBAs(t *testing.T) {
 		})
 	}
 
-	// Operator: acts on whatever row it finds, in whatever state, fenced by what it saw.
+	// Operator: acts on whatever row it finds, in whatever state, fenced by what it saw. A call the
+	// server chose as a deadlock's victim beside the owner's REINDEX TABLE of pgdrain's heads (which
+	// locks the table, then the indexes one by one: a call that read the heads through an index not
+	// yet rebuilt and then writes a head closes the cycle) changed nothing; it is counted, and the
+	// operator acts again.
 	operator := loginAs(t, db, "pgdrain_operator")
 	var acts sync.Map
+	var operatorDeadlocks atomic.Int64
 	wg.Go(func() {
 		for chaosCtx.Err() == nil {
 			time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
 			what, err := mixedOperatorAct(ctx, db.Pool, operator)
+			if code, _ := sqlState(err); code == "40P01" {
+				operatorDeadlocks.Add(1)
+				continue
+			}
 			if err != nil {
 				t.Errorf("operator %s: %v", what, err)
 				return
@@ -219,9 +229,9 @@ func TestChaos_BothModesAtOnceWithOperatorsAndDBAs(t *testing.T) {
 	}
 	opCounts := map[string]int64{}
 	acts.Range(func(k, v any) bool { opCounts[k.(string)] = v.(*atomic.Int64).Load(); return true })
-	t.Logf("both modes: events=%d sent=%d dismissed=%d poisoned=%d (rejected %d) peer calls=%d hangs=%d order violations=%d; operator: %v; owner statements=%d; replicas stopped=%d; producer deadlocks retried=%d",
+	t.Logf("both modes: events=%d sent=%d dismissed=%d poisoned=%d (rejected %d) peer calls=%d hangs=%d order violations=%d; operator: %v; owner statements=%d; replicas stopped=%d; deadlocks retried: producer %d, operator %d",
 		events, sent, dismissed, poisoned, rejectedPoisoned, peer.calls.Load(), peer.hangs.Load(), peer.violations, opCounts, dbaDone.Load(),
-		lease.stopped.Load()+lock.stopped.Load(), producerDeadlocks.Load())
+		lease.stopped.Load()+lock.stopped.Load(), producerDeadlocks.Load(), operatorDeadlocks.Load())
 
 	require.Equal(t, produced.Load(), events, "every produced event is in the table")
 	require.Equal(t, events, distinct, "each event once")
