@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgdrain/pgdrain/internal/headsrebuild"
+	"github.com/pgdrain/pgdrain/internal/sqlrule"
 )
 
 // Every statement the drainer sends is here (but LISTEN/UNLISTEN, in listen.go, and the gauge's
@@ -23,14 +24,14 @@ import (
 // 1970, NULL as NULL, and a time outside years 1 to 9999 ('infinity' and '-infinity' too) as the
 // nearest of those bounds: the range RFC 3339 and encoding/json can write, so a sink that puts the
 // time in a message (the relay's webhook envelope, CloudEvents ce_time) can send it.
-const (
-	sqlCreatedAtMicros = `CASE WHEN c.created_at IS NOT NULL THEN (LEAST(GREATEST(extract(epoch FROM c.created_at),
-		-62135596800), 253402300799.999999) * 1000000)::int8 END`
-	sqlOldestMicros = `CASE WHEN oldest_pending_at IS NOT NULL THEN (LEAST(GREATEST(extract(epoch FROM oldest_pending_at),
-		-62135596800), 253402300799.999999) * 1000000)::int8 END`
+var (
+	sqlCreatedAtMicros = `CASE WHEN c.created_at IS NOT NULL
+		THEN (extract(epoch FROM ` + sqlrule.WithinYears1To9999("c.created_at") + `) * 1000000)::int8 END`
+	sqlOldestMicros = `CASE WHEN oldest_pending_at IS NOT NULL
+		THEN (extract(epoch FROM ` + sqlrule.WithinYears1To9999("oldest_pending_at") + `) * 1000000)::int8 END`
 )
 
-const (
+var (
 	// Times and intervals come back as integer microseconds (extract(epoch ...) * 1000000): their
 	// text depends on the session's DateStyle, IntervalStyle and TimeZone, and a pool whose
 	// default_query_exec_mode is exec or simple_protocol (behind PgBouncer: docs/pgbouncer.md)

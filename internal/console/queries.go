@@ -14,6 +14,7 @@ import (
 	"github.com/pgdrain/pgdrain/escalation"
 	"github.com/pgdrain/pgdrain/internal/console/timetext"
 	"github.com/pgdrain/pgdrain/internal/headsrebuild"
+	"github.com/pgdrain/pgdrain/internal/sqlrule"
 )
 
 // Every statement the console sends is in this file (but outbox.heads_rebuild's, in
@@ -112,7 +113,7 @@ type Wedged struct {
 func readWedged(ctx context.Context, db *pgxpool.Pool, queue string, olderThan time.Duration) ([]Wedged, error) {
 	rows, err := db.Query(ctx, `
 		SELECT w.partition_key, w.head_id, w.head_attempt_count, w.head_last_error,
-		       LEAST(GREATEST(w.oldest_pending_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'), w.pending, w.reason
+		       `+sqlrule.WithinYears1To9999("w.oldest_pending_at")+`, w.pending, w.reason
 		FROM outbox.wedged_partitions($1, $2::interval, $3) w`, queue, olderThan, listLimit)
 	if err != nil {
 		return nil, fmt.Errorf("reading outbox.wedged_partitions(%s): %w", queue, err)
@@ -185,7 +186,7 @@ func payloadVisible(ctx context.Context, db *pgxpool.Pool, q queueReg) (bool, er
 func readPoisoned(ctx context.Context, db *pgxpool.Pool, q queueReg) ([]Poisoned, error) {
 	rows, err := db.Query(ctx, `
 		SELECT p.id, p.partition_key, p.attempt_count, p.last_error,
-		       LEAST(GREATEST(p.created_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'), p.payload_preview
+		       `+sqlrule.WithinYears1To9999("p.created_at")+`, p.payload_preview
 		FROM outbox.poisoned_rows($1, $2) p`, q.Name, listLimit)
 	if err != nil {
 		return nil, fmt.Errorf("reading poisoned rows of %s: %w", q.Name, err)

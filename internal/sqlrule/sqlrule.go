@@ -21,3 +21,12 @@ func Blank(s string) bool {
 		return !unicode.IsSpace(r) && !strings.ContainsRune("\u180e\u200b\u200c\u200d\u2060\ufeff", r)
 	}) < 0
 }
+
+// WithinYears1To9999 is a SQL expression that reads the timestamptz expression expr within years
+// 1 to 9999, the range Go's time.Time, RFC 3339 and encoding/json write: 'infinity', '-infinity'
+// and a time near PostgreSQL's limits (which a producer may write into an event's created_at) read
+// as the nearer bound, and NULL as year 1 (GREATEST passes NULL by); a caller that must tell NULL
+// apart tests expr first.
+func WithinYears1To9999(expr string) string {
+	return "LEAST(GREATEST(" + expr + ", '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00')"
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgdrain/pgdrain/internal/sqlrule"
 )
 
 // poisonedRow is one row of outbox.poisoned_rows.
@@ -107,7 +109,7 @@ func readPoisoned(ctx context.Context, conn *pgx.Conn, queue, key string, limit 
 		// whole listing in the scan; a time outside years 1 to 9999 is shown at the nearer bound.
 		rows, err := conn.Query(ctx, `
 			SELECT p.id, p.event_id::text, p.event_type, p.partition_key, p.attempt_count, p.last_error,
-			       LEAST(GREATEST(p.created_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'), p.payload_preview
+			       `+sqlrule.WithinYears1To9999("p.created_at")+`, p.payload_preview
 			FROM outbox.poisoned_rows($1, $2, $3) p`, queue, size, before)
 		if err != nil {
 			return nil, fmt.Errorf("reading poisoned rows: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgdrain/pgdrain/internal/console/timetext"
+	"github.com/pgdrain/pgdrain/internal/sqlrule"
 )
 
 // wedgedPartition is one row of outbox.wedged_partitions.
@@ -46,7 +47,7 @@ func wedged(ctx context.Context, e env, queue string, olderThan time.Duration, l
 	// listing in the scan; a time outside years 1 to 9999 is shown at the nearer bound.
 	rows, err := e.conn.Query(ctx, `
 			SELECT w.partition_key, w.head_id, w.head_attempt_count, w.head_last_error,
-			       LEAST(GREATEST(w.oldest_pending_at, '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00'), w.pending, w.reason
+			       `+sqlrule.WithinYears1To9999("w.oldest_pending_at")+`, w.pending, w.reason
 			FROM outbox.wedged_partitions($1, $2::interval, $3) w`,
 		queue, olderThan, limit)
 	if err != nil {
