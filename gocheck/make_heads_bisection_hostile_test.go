@@ -221,15 +221,16 @@ func runBulkProducers(t *testing.T, conns []*pgx.Conn, plan [][][]string, isos [
 	return all
 }
 
-// requireProducersNeverWaited requires no producer failed (55P03 would be a wait for a batch) and
-// every COMMIT well under the producers' lock_timeout, and logs the commit times.
+// requireProducersNeverWaited requires no producer failed: the batches stay open until every
+// producer is done, so a producer that waited for one would have failed with 55P03 after its
+// 2 s lock_timeout. It logs the commit times (a bound on them here was a wall-time assertion, and
+// failed on a loaded machine: 2.10 s for 1,683 rows at load 8).
 func requireProducersNeverWaited(t *testing.T, results []bulkResult) {
 	t.Helper()
 	var slowest time.Duration
 	retries := 0
 	for _, r := range results {
 		require.NoError(t, r.err, "%s (%s, %d rows) committed without waiting: %s", r.tag, r.iso, len(r.keys), waitDetail(r.err))
-		require.Less(t, r.took, 2*time.Second, "%s committed at once", r.tag)
 		slowest = max(slowest, r.took)
 		retries += r.retries
 		t.Logf("%s %-16s %5d rows: COMMIT %s", r.tag, r.iso, len(r.keys), r.took.Round(time.Microsecond))
@@ -433,10 +434,10 @@ func bulkInsertBesideHeldKeys(t *testing.T, n int, held func(i int) bool) (keys,
 	return keys, heldKeys, noted, took
 }
 
-// Scenario 2: 40 held keys in one bulk insert of 1,040 new keys hit the cap of 32 timeouts. The
-// COMMIT stays short (32 waits of 1 ms and the tries' work), the held keys and the keys never tried
-// get wake notes (the notes are what the bisection, simulated, gives), and everything is delivered
-// in order once the batch ends.
+// Scenario 2: 40 held keys in one bulk insert of 1,040 new keys hit the cap of 32 timeouts, which
+// bounds the COMMIT (32 waits of 1 ms and the tries' work; logged): the held keys and the keys the
+// cap left untried get wake notes, exactly those the bisection, simulated with the cap, gives (without
+// the cap only the held keys would), and everything is delivered in order once the batch ends.
 func TestMakeHeads_MoreThan32HeldKeysInOneBulkInsert_CapBoundsTheCommit(t *testing.T) {
 	t.Parallel()
 	for _, layout := range []struct {
@@ -457,7 +458,6 @@ func TestMakeHeads_MoreThan32HeldKeysInOneBulkInsert_CapBoundsTheCommit(t *testi
 			want, timeouts := simulateMakeHeads(keys, heldSet)
 			t.Logf("1,040 new keys, 40 held (%s): COMMIT %s; %d wake notes (the bisection simulated: %d timeouts, %d notes)",
 				layout.name, took.Round(time.Microsecond), len(noted), timeouts, len(want))
-			require.Less(t, took, 2*time.Second, "the cap bounds the commit")
 			require.Subset(t, noted, heldKeys, "every held key has a wake note")
 			require.Equal(t, 32, timeouts, "the layout hits the cap")
 			require.Equal(t, want, noted, "the keys noted are the held keys and those the cap left untried")

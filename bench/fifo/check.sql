@@ -16,10 +16,13 @@ UNION ALL SELECT 'inversions', count(*) FROM inv
 UNION ALL SELECT 'pending_below_sent', count(*) FROM public.st y
   JOIN (SELECT k, max(id) AS m FROM public.st WHERE sent_at IS NOT NULL GROUP BY k) x ON x.k = y.k
   WHERE y.sent_at IS NULL AND y.attempt_count < 5 AND y.id < x.m
-UNION ALL SELECT 'repair_findings', count(*) FROM public.replog;
+UNION ALL SELECT 'repair_findings', count(*) FROM public.replog
+UNION ALL SELECT 'claimed_past_an_older_row', count(*) FROM public.claimcheck;
 SELECT k, count(*) FILTER (WHERE outcome = 'sent') AS sent, count(*) AS events,
        count(*) FILTER (WHERE outcome = 'transient') AS transient, count(*) FILTER (WHERE outcome = 'permanent') AS poison
 FROM public.dlog GROUP BY k ORDER BY k;
 SELECT cause, count(*) FROM public.replog GROUP BY cause;
 SELECT * FROM inv ORDER BY seq LIMIT 20;
 SELECT * FROM public.replog ORDER BY at LIMIT 20;
+SELECT * FROM public.claimcheck ORDER BY at LIMIT 20;
+SELECT * FROM public.surelog ORDER BY at LIMIT 20;

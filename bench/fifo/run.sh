@@ -9,7 +9,7 @@ drain=${6:-"-f drain_lock.sql@3 -f drain_lease.sql@3 -f repair.sql@1"}
 done_s=0
 while [ $done_s -lt $secs ]; do
   while [ -e /tmp/bench-running ]; do sleep 5; done
-  if [ "$(date -u +%H%M)" -ge 1725 ]; then echo "time limit"; break; fi
+  if [ -n "${UNTIL:-}" ] && [ "$(date -u +%H%M)" -ge "$UNTIL" ]; then echo "time limit"; break; fi
   pgbench -n -j 1 -D nkeys=${NKEYS:-6} -c $pc -R $rate -T 20 $prod "$DATABASE_URL" > /tmp/pgq/prod.out 2>&1 &
   p1=$!
   pgbench -n -j 1 -c $dc -R ${DRATE:-400} -T 20 $drain "$DATABASE_URL" > /tmp/pgq/drain.out 2>&1 &

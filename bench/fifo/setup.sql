@@ -1,7 +1,7 @@
 -- FIFO stress: a partitioned queue with hot keys, a delivery log written in the drain
 -- transactions, and a log of dry-run repair findings. No manual write to pgdrain's state.
 \set ON_ERROR_STOP on
-DROP TABLE IF EXISTS public.dlog, public.replog, public.slow_commit, public.hsample, public.repdump CASCADE;
+DROP TABLE IF EXISTS public.dlog, public.replog, public.slow_commit, public.hsample, public.repdump, public.claimcheck CASCADE;
 DROP FUNCTION IF EXISTS public.slow_commit_tg() CASCADE;
 DO $$ BEGIN
   IF EXISTS (SELECT 1 FROM outbox.queues WHERE queue = 'public.st') THEN
@@ -53,6 +53,7 @@ BEGIN
     FROM outbox.claim_locked('public.st', p_batch) c;
   END IF;
   IF v_ids IS NULL THEN RETURN 0; END IF;
+  PERFORM public.st_check_claimed(v_ids, v_keys, 'lock');
   -- Per key, rows after a failed one of the same run are left untouched.
   SELECT array_agg(x.id ORDER BY x.id), array_agg(x.k ORDER BY x.id), array_agg(x.o ORDER BY x.id)
     INTO v_ids, v_keys, v_out
@@ -82,6 +83,9 @@ BEGIN
     SELECT array_agg(c.id ORDER BY c.id), array_agg(c.lease_token ORDER BY c.id), array_agg(c.partition_key ORDER BY c.id)
       INTO v_ids, v_toks, v_keys FROM outbox.claim_batch('public.st', p_batch, p_lease) c;
   END IF;
+  IF v_ids IS NOT NULL THEN
+    PERFORM public.st_check_claimed(v_ids, v_keys, 'lease');
+  END IF;
   COMMIT;
   IF v_ids IS NULL THEN RETURN; END IF;
   IF p_sleep > 0 THEN PERFORM pg_sleep(random() * p_sleep); END IF;
@@ -100,6 +104,28 @@ BEGIN
   WHERE a.applied ORDER BY u.id;
   COMMIT;
 END $$;
+-- The violation itself, seen by the claiming transaction right after its claim (a new statement,
+-- a newer snapshot): a pending row of a claimed row's key below it that this batch did not claim.
+-- A row visible now was visible to the claim: a row of the key with a smaller id that commits later
+-- is renumbered past every committed one (docs/ordering.md), and one whose commit step came before
+-- the claimed row's was visible before that row was. Logged with the key's head, wake notes and the
+-- older row's xmin, in the claiming transaction (lost if it rolls back).
+CREATE TABLE public.claimcheck (at timestamptz DEFAULT clock_timestamp(), mode text, claimed bigint, k text,
+  older bigint, older_xmin text, older_status text, older_attempts int, older_next timestamptz,
+  head jsonb, wakes jsonb, claim_xid xid8 DEFAULT pg_current_xact_id());
+CREATE OR REPLACE FUNCTION public.st_check_claimed(p_ids bigint[], p_keys text[], p_mode text) RETURNS void
+LANGUAGE sql AS $f$
+  INSERT INTO public.claimcheck (mode, claimed, k, older, older_xmin, older_status, older_attempts, older_next, head, wakes)
+  SELECT p_mode, c.id, c.k, o.id, o.xmin::text, pg_xact_status(o.xmin::text::xid8), o.attempt_count, o.next_attempt_at,
+         (SELECT to_jsonb(h) || jsonb_build_object('xmin', h.xmin::text, 'xmax', h.xmax::text)
+          FROM outbox.partition_heads h JOIN outbox.queues q USING (queue_id) WHERE q.queue = 'public.st' AND h.partition_key = c.k),
+         (SELECT jsonb_agg(to_jsonb(w) || jsonb_build_object('xmin', w.xmin::text)) FROM outbox.partition_wakes w
+            JOIN outbox.queues q USING (queue_id) WHERE q.queue = 'public.st' AND w.partition_key = c.k)
+  FROM unnest(p_ids, p_keys) AS c(id, k)
+  JOIN LATERAL (SELECT s.id, s.xmin, s.attempt_count, s.next_attempt_at FROM public.st s
+                WHERE s.k = c.k AND s.sent_at IS NULL AND s.attempt_count < 5 AND s.id < c.id
+                  AND s.id <> ALL (p_ids) ORDER BY s.id LIMIT 1) o ON true
+$f$;
 CREATE TABLE public.hsample (at timestamptz, partition_key text, head_id bigint, parked_until timestamptz, floor_id bigint);
 -- Dry-run repair that, on a finding, also records what it saw around the key (new statements,
 -- so a slightly newer snapshot): the key's head, its wake notes, its pending rows with xmin.
