@@ -34,7 +34,7 @@ if [ "$what" = all ] || [ "$what" = go ]; then
   chaos_rc=0
   go test -count=1 -timeout 10m -run '^TestChaos$' -v ./gocheck >"$chaos_log" 2>&1 || chaos_rc=$?
   if [ "$chaos_rc" = 0 ]; then
-    grep -E '^(--- |ok)|^chaos (lease|lock):' "$chaos_log" || true
+    grep -E '^(--- |ok)|^chaos (lease|lock):|: chaos (lease|lock): .* calm' "$chaos_log" || true
   else
     cat "$chaos_log"; fail=1
   fi
