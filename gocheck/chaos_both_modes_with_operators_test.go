@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -76,8 +75,7 @@ func TestChaos_BothModesAtOnceWithOperatorsAndDBAs(t *testing.T) {
 				tag, err := db.Pool.Exec(ctx, `INSERT INTO public.chaos (event_type, payload, resource_id)
 					SELECT 'chaos', jsonb_build_object('round', $1::int, 'reject', random() * 100 < $3), 'key-' || g
 					FROM generate_series(1, $2::int) g`, round, keys, rejectPct)
-				var pgErr *pgconn.PgError
-				if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+				if code, _ := sqlState(err); code == "40P01" {
 					producerDeadlocks.Add(1)
 					continue
 				}

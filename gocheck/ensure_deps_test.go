@@ -27,6 +27,7 @@ var edInstalled = map[string]string{
 	"python3-psycopg2":                       "2.9.5-1+b1",
 	"pgbouncer":                              "1.18.0-1",
 	"chromium":                               "120.0.6099.224-1~deb12u1",
+	"gdb":                                    "13.1-3",
 }
 
 // edTools: the tool each package puts on the PATH.
@@ -35,6 +36,7 @@ var edTools = map[string]string{
 	"libtap-parser-sourcehandler-pgtap-perl": "pg_prove",
 	"pgbouncer":                              "pgbouncer",
 	"chromium":                               "chromium",
+	"gdb":                                    "gdb",
 }
 
 type edMachine struct {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure the PostgreSQL binaries, pgTAP, pg_prove, Python's psycopg2 (for the example
 # worker in examples/python, run by gocheck), pgbouncer (gocheck/pgbouncer_test.go starts its
-# own; the system service is not used) and Chromium (the console's end-to-end test drives
-# `pgdrain web` with headless chromium) are here.
+# own; the system service is not used), Chromium (the console's end-to-end test drives
+# `pgdrain web` with headless chromium) and gdb (gocheck/refresh_key_share_race_test.go replays a
+# PostgreSQL race by stopping two backends) are here.
 #
 # It installs only what is missing and never upgrades or removes an installed package: an
 # upgrade of postgresql-NN under running clusters breaks every new backend of theirs (plpgsql.so
@@ -68,6 +69,7 @@ missing() {
   command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || echo "pgbouncer|pgbouncer|brew install pgbouncer"
   command -v chromium >/dev/null || command -v chromium-browser >/dev/null ||
     echo "chromium|chromium|brew install --cask chromium"
+  command -v gdb >/dev/null || echo "gdb|gdb|install gdb from your system's packages"
   return 0
 }
 

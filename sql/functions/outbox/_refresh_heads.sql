@@ -5,10 +5,11 @@
 -- statement, so they are visible here.
 -- A partition found empty loses its head, and a partition whose head search stepped over poisoned
 -- rows gets its floor raised past them, but only with the head locked FOR UPDATE (skip, never
--- wait) and after a second look with a newer snapshot: a producer committing rows of the
--- partition holds its head FOR KEY SHARE until it commits (outbox.tg_queue__commit), so its
--- rows never lose their head; one that finds the head locked by us leaves a wake note, applied by
--- a later claim. When the head is busy an empty head (head_id NULL) is parked for a second and
+-- wait), deleted, and after a second look with a newer snapshot taken once the deletion is done: a
+-- producer committing rows of the partition holds its head FOR KEY SHARE until it commits
+-- (outbox.tg_queue__commit), so its rows never lose their head; one that finds the head locked by
+-- us leaves a wake note, applied by a later claim. PostgreSQL can grant a producer's key-share
+-- lock beside our FOR UPDATE (see the deletion below), and then only the deletion waits for it. When the head is busy an empty head (head_id NULL) is parked for a second and
 -- looked at again by a later claim.
 -- A head whose version this transaction wrote (a lock-mode batch that moved it in an earlier call,
 -- or made it) is not locked either: a producer's FOR KEY SHARE SKIP LOCKED, which does not conflict
@@ -44,16 +45,17 @@ DECLARE
   -- and the key is "tidy" (empty, or poisoned rows to step over: floor and deletion want the lock,
   -- below) exactly when there is none or f is poisoned. One index scan per key in the usual case
   -- (a look for pending rows below the next one cost a second, with a heap fetch of the row just sent).
-  v_next constant text := pg_catalog.format(
+  -- %4$s: each key's floor when its head is gone (deleted by this transaction), NULL elements else.
+  v_next_template constant text :=
     'SELECT k.key, n.id, n.attempt_count, fl.floor_id, fl.has_head, fh.xmin AS seen, fh.ctid AS head_tid,
             NULLIF(GREATEST(n.next_attempt_at, CASE WHEN n.leased_until <= $4 + interval ''1 day'' THEN n.leased_until END, $4), $4) AS parked,
             n.id IS NULL OR f.attempt_count >= $2 AS tidy
-     FROM pg_catalog.unnest($1::text[]) AS k(key)
+     FROM unnest($1::text[], %4$s) AS k(key, kept_floor)
      -- A join, read once per key: as a scalar subquery in a pulled-up LATERAL the planner copied
      -- the lookup into each of its five uses (15 of 24 buffers per key in a drain).
      LEFT JOIN outbox.partition_heads fh ON fh.queue_id = $3 AND fh.partition_key = k.key
      CROSS JOIN LATERAL (
-       SELECT COALESCE(fh.floor_id, 0) AS floor_id, fh.partition_key IS NOT NULL AS has_head) fl
+       SELECT COALESCE(fh.floor_id, k.kept_floor, 0) AS floor_id, fh.partition_key IS NOT NULL AS has_head) fl
      LEFT JOIN LATERAL (
        SELECT t.id, t.attempt_count, t.next_attempt_at, t.leased_until
        FROM %1$s t
@@ -69,13 +71,17 @@ DECLARE
        SELECT CASE WHEN f.attempt_count < $2 THEN f.id ELSE p.id END AS id,
               CASE WHEN f.attempt_count < $2 THEN f.attempt_count ELSE p.attempt_count END AS attempt_count,
               CASE WHEN f.attempt_count < $2 THEN f.next_attempt_at ELSE p.next_attempt_at END AS next_attempt_at,
-              CASE WHEN f.attempt_count < $2 THEN f.leased_until ELSE p.leased_until END AS leased_until) n',
-    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type);
+              CASE WHEN f.attempt_count < $2 THEN f.leased_until ELSE p.leased_until END AS leased_until) n';
+  v_next constant text := pg_catalog.format(v_next_template,
+    p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type, 'NULL::bigint[]');
   v_tidy text[];
   v_tidy_pass text[];
   v_keys text[] := p_keys;
   v_stale text[];
   v_locked text[];
+  -- The versions we locked; aligned with v_locked, their floors (NULL: the key had no head).
+  v_locked_tids tid[];
+  v_locked_floors bigint[];
   v_busy text[];
   -- Tidy keys whose head version this transaction wrote, from the xmin the pass read: a version
   -- of ours stays the newest until we end (no one else can write it meanwhile), and one of another
@@ -149,9 +155,10 @@ BEGIN
     -- A locking probe per key (LATERAL), and a look for the head only where it failed (a scalar
     -- subquery): as OR NOT EXISTS, a plan made on a nearly empty heads table hashed every head of
     -- the queue on each call.
-    SELECT pg_catalog.array_agg(u.k) INTO v_locked
+    SELECT pg_catalog.array_agg(u.k), pg_catalog.array_agg(l.tid) FILTER (WHERE l.held), pg_catalog.array_agg(l.floor_id)
+      INTO v_locked, v_locked_tids, v_locked_floors
     FROM pg_catalog.unnest(v_tidy) AS u(k)
-    LEFT JOIN LATERAL (SELECT true AS held FROM outbox.partition_heads h
+    LEFT JOIN LATERAL (SELECT true AS held, h.ctid AS tid, h.floor_id FROM outbox.partition_heads h
                        WHERE h.queue_id = p_q.queue_id AND h.partition_key = u.k
                          AND u.k <> ALL (COALESCE(v_own, '{}'))
                        FOR UPDATE SKIP LOCKED) l ON true
@@ -183,20 +190,32 @@ BEGIN
     RETURN;
   END IF;
 
-  -- Under the exclusive lock, with a newer snapshot (rows committed before the lock are visible):
-  -- delete empty heads, raise floors past poisoned rows.
+  -- Under the exclusive lock, the locked heads are deleted first, in a statement of their own, and
+  -- then looked at again with a newer snapshot (rows committed before the deletion ended are
+  -- visible): empty heads stay deleted, the others are made again at their first deliverable row,
+  -- with their floor raised to it (past poisoned rows). The deletion waits for a producer whose
+  -- FOR KEY SHARE PostgreSQL granted beside our FOR UPDATE: heap_lock_tuple's key-share path reads
+  -- the head's xmax (a claim's FOR NO KEY UPDATE, no conflict), lets go of the buffer lock, takes
+  -- it again and only checks that the head was not updated meanwhile, so a FOR UPDATE taken in
+  -- between is not seen (gocheck/refresh_key_share_race_test.go replays it with gdb).
+  -- Such a producer holds the head, finds nothing to do and leaves no wake note. Looked at in the
+  -- deleting statement, from a snapshot taken before the wait, its committed row was not seen and
+  -- its key lost its head: the next producer of the key made a head with its own id as floor, and
+  -- later rows were delivered first (bench/fifo/FINDINGS-s26.md, 4.3 s and 55 rows in lock mode).
+  IF v_locked_tids IS NOT NULL THEN
+    DELETE FROM outbox.partition_heads h WHERE h.ctid = ANY (v_locked_tids);
+  END IF;
   EXECUTE outbox._prepared(p_q.queue_id, pg_catalog.format(
-    'WITH next AS (%s),
-     gone AS (
-       DELETE FROM outbox.partition_heads h USING next
-       WHERE next.id IS NULL AND h.ctid = next.head_tid)
+    'WITH next AS (%s)
      INSERT INTO outbox.partition_heads AS h (queue_id, partition_key, head_id, attempt_count, parked_until, floor_id)
      SELECT $3, next.key, next.id, next.attempt_count, next.parked, next.id
      FROM next WHERE next.id IS NOT NULL
      ON CONFLICT (queue_id, partition_key) DO UPDATE
        SET head_id = EXCLUDED.head_id, attempt_count = EXCLUDED.attempt_count,
-           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id', v_next),
-    'text[], integer, integer, timestamptz', 'void')
-    USING v_locked, p_q.max_attempts, p_q.queue_id, v_now;
+           parked_until = EXCLUDED.parked_until, floor_id = EXCLUDED.floor_id',
+    pg_catalog.format(v_next_template, p_q.table_oid::regclass, p_q.partition_column, p_q.partition_type,
+                      '$5::bigint[]')),
+    'text[], integer, integer, timestamptz, bigint[]', 'void')
+    USING v_locked, p_q.max_attempts, p_q.queue_id, v_now, v_locked_floors;
 END;
 $$;

@@ -9,5 +9,5 @@ STABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT '0.1.0'::text, 55;
+  SELECT '0.1.0'::text, 56;
 $$;

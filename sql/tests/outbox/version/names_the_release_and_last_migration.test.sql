@@ -4,9 +4,9 @@ BEGIN;
 SELECT plan(7);
 
 SELECT results_eq($$SELECT * FROM outbox.version()$$,
-  $$VALUES ('0.1.0'::text, 55)$$,
+  $$VALUES ('0.1.0'::text, 56)$$,
   'outbox.version returns the release and the last migration (00037)');
-SELECT is((outbox.version()).migration, 55, 'the migration number reads as a field of the call');
+SELECT is((outbox.version()).migration, 56, 'the migration number reads as a field of the call');
 SELECT is((SELECT count(*)::int FROM outbox.version()), 1, 'outbox.version returns exactly one row');
 
 SELECT ok(has_function_privilege(r, 'outbox.version()', 'EXECUTE'),
